@@ -1,0 +1,88 @@
+"""The policy objective as pure tensor functions (CONTRACTS.md §4). Tensors are ``[batch, tokens]``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_low: float,
+                      clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO loss ``-min(rho*A, clip(rho, 1-clip_low, 1+clip_high)*A)`` and where clipping was active.
+
+    ``advantages`` is per sequence ``[batch]``, broadcast over tokens.
+    """
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(-1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    is_clipped = clipped < unclipped
+    return loss, is_clipped
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(policy || reference): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
+    delta = ref_logp - logp
+    return torch.exp(delta) - delta - 1.0
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical distribution at each position, ``[batch, tokens]``."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def truncated_importance_weight(proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated IS weight ``min(exp(proximal - behaviour), cap)`` for off-policy rollouts (no gradient)."""
+    return torch.exp(proximal_logp - behaviour_logp).clamp(max=cap).detach()
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (values * mask).sum()
+
+
+@dataclass
+class LossTerms:
+    """Sums over the masked tokens of one micro-batch; divide by the global token count to aggregate."""
+
+    loss: torch.Tensor  # differentiable: loss_scale * (pg + kl_coef * kl - ent_coeff * entropy), summed
+    pg_loss: float
+    clipped_tokens: float
+    kl: float
+    entropy: float
+    importance_weight: float
+    tokens: float
+
+
+def policy_loss_terms(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                      clip_low: float, clip_high: float, ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
+                      entropy: torch.Tensor | None = None, ent_coeff: float = 0.0,
+                      importance_weight: torch.Tensor | None = None, loss_scale: float = 1.0) -> LossTerms:
+    """The per-token objective summed over ``mask``: token-level aggregation (DAPO) happens in the caller,
+    which divides by the number of response tokens in the whole global batch."""
+    mask = mask.to(logp.dtype)
+    pg, is_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    if importance_weight is not None:
+        pg = pg * importance_weight
+    total = pg
+    kl_sum = 0.0
+    if ref_logp is not None:
+        kl = kl_k3(logp, ref_logp)
+        total = total + kl_coef * kl
+        kl_sum = masked_sum(kl.detach(), mask).item()
+    entropy_sum = 0.0
+    if entropy is not None:
+        total = total - ent_coeff * entropy
+        entropy_sum = masked_sum(entropy.detach(), mask).item()
+    weight_sum = masked_sum(importance_weight, mask).item() if importance_weight is not None else mask.sum().item()
+    return LossTerms(
+        loss=loss_scale * masked_sum(total, mask),
+        pg_loss=masked_sum(pg.detach(), mask).item(),
+        clipped_tokens=masked_sum(is_clipped.to(mask.dtype), mask).item(),
+        kl=kl_sum,
+        entropy=entropy_sum,
+        importance_weight=weight_sum,
+        tokens=mask.sum().item(),
+    )

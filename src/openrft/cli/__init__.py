@@ -1,0 +1,40 @@
+"""The ``openrft`` command line. Each subcommand lives in its own module with a ``register`` function."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+from openrft.errors import OpenRFTError
+
+COMMAND_MODULES = ("train", "evaluate", "plot")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="openrft", description="Reinforcement fine-tuning of open-weight models.")
+    from openrft import __version__
+
+    parser.add_argument("--version", action="version", version=f"openrft {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"openrft.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except OpenRFTError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""``openrft train JOB_FILE --output DIR`` and ``openrft train --resume DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from openrft.errors import OpenRFTError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="run an RFT job from a Nova recipe, Vertex request or OpenAI job file")
+    p.add_argument("job", nargs="?", help="the job file (YAML or JSON, any dialect)")
+    p.add_argument("--output", "-o", help="run directory (default: the job's output location, else runs/NAME)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its latest checkpoint")
+    p.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    p.add_argument("--steps", type=int, help="override the number of training steps")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from openrft.engine import RFTJob
+    from openrft.spec.dialects import load_job
+
+    if args.resume:
+        job = RFTJob.from_run_dir(args.resume, show_progress=not args.quiet)
+    else:
+        if not args.job:
+            raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
+        spec = load_job(args.job, args.dialect)
+        if args.steps:
+            spec.training.total_steps = args.steps
+        run_dir = Path(args.output or spec.output_dir or Path("runs") / spec.name)
+        if run_dir.exists() and any(run_dir.iterdir()):
+            if not args.overwrite:
+                raise OpenRFTError(f"run directory {run_dir} is not empty: pass --overwrite, or --resume {run_dir}")
+            if not (run_dir / "spec.json").exists():
+                raise OpenRFTError(f"{run_dir} is not an OpenRFT run directory; --overwrite only replaces runs")
+            shutil.rmtree(run_dir)
+        job = RFTJob(spec, run_dir, show_progress=not args.quiet)
+    summary = job.run()
+    return 0 if summary["status"] in ("succeeded", "paused") else 1

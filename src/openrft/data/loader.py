@@ -1,0 +1,96 @@
+"""Load a JSONL dataset, validating every line and reporting all bad lines at once."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openrft.data.records import Example
+from openrft.data.validation import parse_record
+from openrft.errors import OpenRFTError
+
+MAX_REPORTED = 50
+
+RecordParser = Callable[[Any, int, bool], tuple[Example | None, list[tuple[str, str]]]]
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    file: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.field}: {self.message}"
+
+
+class DatasetError(OpenRFTError):
+    def __init__(self, location: str, problems: list[LineProblem]):
+        self.location = location
+        self.problems = problems
+        shown = "\n".join(f"  - {p}" for p in problems[:MAX_REPORTED])
+        more = f"\n  ... and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
+        super().__init__(f"{location}: {len(problems)} invalid line(s):\n{shown}{more}")
+
+
+def open_lines(location: str) -> Iterable[str]:
+    """The lines of a local file; a missing file is a clear error naming it."""
+    path = Path(location)
+    if not path.is_file():
+        raise DatasetError(location, [LineProblem(location, 0, "<file>", "does not exist or is not a file")])
+    with path.open(encoding="utf-8") as f:
+        yield from f
+
+
+def parse_lines(lines: Iterable[str], location: str, require_reference: bool,
+                parser: RecordParser = parse_record) -> list[Example]:
+    examples: list[Example] = []
+    problems: list[LineProblem] = []
+    ids: dict[str, int] = {}
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            problems.append(LineProblem(location, number, "<line>", f"is not valid JSON ({exc.msg}, column {exc.colno})"))
+            continue
+        example, line_problems = parser(obj, number, require_reference)
+        problems += [LineProblem(location, number, field, message) for field, message in line_problems]
+        if example is None:
+            continue
+        if example.id in ids:
+            problems.append(LineProblem(location, number, "id", f"{example.id!r} repeats line {ids[example.id]}"))
+            continue
+        ids[example.id] = number
+        examples.append(example)
+    if not examples and not problems:
+        problems.append(LineProblem(location, 0, "<file>", "holds no examples"))
+    if problems:
+        raise DatasetError(location, problems)
+    return examples
+
+
+def load_dataset(location: str, require_reference: bool = False) -> list[Example]:
+    """Every example of a JSONL file, or a DatasetError listing every invalid line."""
+    return parse_lines(open_lines(location), location, require_reference)
+
+
+def split_validation(examples: list[Example], fraction: float, minimum: int, seed: int,
+                     maximum: int | None = None) -> tuple[list[Example], list[Example]]:
+    """Hold out ``max(fraction * n, minimum)`` examples (capped by ``maximum`` and at half the set)."""
+    count = max(round(fraction * len(examples)), minimum)
+    if maximum is not None:
+        count = min(count, maximum)
+    count = min(count, len(examples) // 2)
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    held = set(order[:count])
+    train = [e for i, e in enumerate(examples) if i not in held]
+    validation = [e for i, e in enumerate(examples) if i in held]
+    return train, validation

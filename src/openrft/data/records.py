@@ -1,0 +1,26 @@
+"""Dataset records as the engine sees them, whatever format the file was in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Example:
+    """One prompt of a dataset.
+
+    ``messages`` is the prompt in the OpenAI chat format with roles normalised (developer -> system).
+    ``fields`` holds every other field of the line (``reference_answer``, ``task_id``, Vertex
+    ``references``...): rewards see them as metadata / ``item`` / ``example``.
+    """
+
+    id: str
+    messages: list[dict[str, Any]]
+    fields: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] | None = None
+    line: int | None = None
+
+    @property
+    def reference_answer(self) -> Any:
+        return self.fields.get("reference_answer")

@@ -1,0 +1,52 @@
+"""Validation: one pass over the held-out prompts with a fixed sampling seed, scored by the job's reward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from openrft.data.records import Example
+from openrft.engine.rollouts import score_groups
+from openrft.rewards.runner import RewardRunner
+from openrft.rewards.stats import reward_metrics
+from openrft.rollout.types import Generator, SamplingParams
+
+PASS_SCORE = 1.0
+
+
+@dataclass
+class EvalResult:
+    mean_reward: float
+    pass_rate: float
+    errors: int
+    samples: int
+    mean_response_length: float
+
+    def metrics(self, k: int) -> dict[str, float]:
+        return {
+            f"val-score/rewards/mean@{k}": self.mean_reward,
+            "val-score/pass_rate": self.pass_rate,
+            "val-score/errors": float(self.errors),
+            "val-score/response_length/mean": self.mean_response_length,
+        }
+
+
+def evaluate(generator: Generator, rewards: RewardRunner, examples: list[Example], prompt_ids: list[list[int]],
+             params: SamplingParams, seed: int, step: int) -> EvalResult:
+    """Mean validation reward over every sample that scored; the pass rate counts scores >= 1.
+
+    The same ``seed`` is used at every evaluation, so the baseline and later evaluations differ
+    only by the policy, not by sampling luck.
+    """
+    groups = generator.generate(prompt_ids, params, seed=seed)
+    outcomes = score_groups(rewards, examples, groups, step)
+    flat = [o for group in outcomes for o in group]
+    scores = [o.score for o in flat if o.ok and o.score is not None]
+    lengths = [len(c.token_ids) for group in groups for c in group]
+    stats = reward_metrics(flat)
+    return EvalResult(
+        mean_reward=sum(scores) / len(scores) if scores else float("nan"),
+        pass_rate=sum(s >= PASS_SCORE for s in scores) / len(flat) if flat else float("nan"),
+        errors=int(stats["reward/errors"]),
+        samples=len(flat),
+        mean_response_length=sum(lengths) / len(lengths) if lengths else 0.0,
+    )

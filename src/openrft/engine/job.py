@@ -1,0 +1,265 @@
+"""The training loop of one RFT job: rollouts -> rewards -> advantages -> update, with evaluation,
+checkpoints, metrics and resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import psutil
+import torch
+
+from openrft.data.sampler import EpochSampler
+from openrft.engine.checkpoints import CheckpointManager, save_adapter
+from openrft.engine.evaluation import EvalResult, evaluate
+from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
+from openrft.engine.progress import ProgressReporter
+from openrft.engine.rollouts import SyncRolloutSource
+from openrft.engine.setup import JobParts, build_parts
+from openrft.engine.train_batch import build_train_batch
+from openrft.errors import CheckpointError
+from openrft.learner import Learner, LearnerConfig, Policy
+from openrft.rewards.runner import RewardRunner
+from openrft.rollout.local import TransformersGenerator
+from openrft.rollout.types import SamplingParams
+from openrft.spec.job import JobSpec
+
+Command = Literal["continue", "pause", "cancel"]
+EVAL_SEED_OFFSET = 1_000_003
+
+
+class JobControl:
+    """Asked between steps whether to go on; the job service overrides ``poll`` (pause, cancel)."""
+
+    def poll(self, step: int) -> Command:
+        return "continue"
+
+
+class StopAfter(JobControl):
+    """Pause after a given step: used to interrupt a run deliberately (tests, budgets)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def poll(self, step: int) -> Command:
+        return "pause" if step > self.step else "continue"
+
+
+class RFTJob:
+    def __init__(self, spec: JobSpec, run_dir: str | Path, *, resume: bool = False, show_progress: bool = True,
+                 control: JobControl | None = None, listeners: tuple[MetricsListener, ...] = (),
+                 on_event: Callable[[str, str], None] | None = None):
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.show_progress = show_progress
+        self.control = control or JobControl()
+        self.listeners = listeners
+        self.on_event = on_event or (lambda level, message: None)
+        self.checkpoints = CheckpointManager(self.run_dir, spec.checkpoint.keep_top_k)
+
+    @classmethod
+    def from_run_dir(cls, run_dir: str | Path, **kwargs) -> RFTJob:
+        """Resume the run in ``run_dir`` with the spec it was started with."""
+        spec_path = Path(run_dir) / "spec.json"
+        if not spec_path.exists():
+            raise CheckpointError(f"{run_dir} is not an OpenRFT run directory (no spec.json)")
+        spec = JobSpec.model_validate_json(spec_path.read_text())
+        return cls(spec, run_dir, resume=True, **kwargs)
+
+    # setup ----------------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        spec = self.spec
+        self.parts: JobParts = build_parts(spec)
+        self.policy = Policy(self.parts.model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
+        self.learner = Learner(
+            self.policy,
+            LearnerConfig(
+                algorithm=spec.algorithm,
+                optimizer=spec.optimizer,
+                lora=spec.lora,
+                temperature=spec.sampling.temperature,
+                micro_batch_tokens=spec.training.micro_batch_tokens,
+                pad_token_id=self.parts.tokenizer.pad_token_id,
+                importance_weight_cap=spec.rollout.importance_weight_cap,
+            ),
+        )
+        self.generator = TransformersGenerator(
+            self.policy.model, self.parts.tokenizer, self.parts.eos_ids, self.parts.tokenizer.pad_token_id,
+            seed=spec.training.seed,
+        )
+        self.rewards = RewardRunner(self.parts.reward)
+        self.train_params = SamplingParams(
+            n=spec.sampling.samples_per_prompt,
+            temperature=spec.sampling.temperature,
+            top_k=spec.sampling.top_k,
+            top_p=spec.sampling.top_p,
+            max_new_tokens=self.parts.max_new_tokens,
+        )
+        self.eval_params = SamplingParams(
+            n=spec.evaluation.samples_per_prompt,
+            temperature=spec.evaluation.temperature if spec.evaluation.temperature is not None
+            else spec.sampling.temperature,
+            top_k=spec.sampling.top_k,
+            top_p=spec.sampling.top_p,
+            max_new_tokens=self.parts.max_new_tokens,
+        )
+        sampler = EpochSampler(len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle,
+                               spec.training.seed)
+        self.rollouts = SyncRolloutSource(self.generator, self.rewards, sampler, self.parts.datasets.train,
+                                          self.parts.train_prompts, self.train_params)
+        self.sampler = sampler
+
+    def _state(self, step: int) -> dict:
+        return {
+            "step": step,
+            "learner": self.learner.state_dict(),
+            "rollouts": self.rollouts.state_dict(),
+            "generator_rng": self.generator.rng.get_state(),
+            "baseline_val_reward": self.baseline,
+            "last_val_reward": self.last_val,
+            "spec": self.spec.model_dump(mode="json"),
+        }
+
+    def _restore(self) -> int:
+        info = self.checkpoints.latest()
+        if info is None:
+            raise CheckpointError(f"{self.run_dir} has no checkpoint to resume from")
+        state = self.checkpoints.load_state(info)
+        self.learner.load_state_dict(state["learner"])
+        self.rollouts.load_state_dict(state["rollouts"])
+        self.generator.rng.set_state(state["generator_rng"])
+        self.generator.set_policy_version(self.learner.version)
+        self.baseline = state["baseline_val_reward"]
+        self.last_val = state["last_val_reward"]
+        truncate_metrics_file(self.run_dir / "metrics.jsonl", info.step)
+        return info.step
+
+    # the loop -------------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        started = time.monotonic()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.baseline: float | None = None
+        self.last_val: float | None = None
+        self._build()
+        start_step = self._restore() if self.resume else 0
+        if not self.resume:
+            (self.run_dir / "spec.json").write_text(self.spec.model_dump_json(indent=2))
+        total = self.spec.training.total_steps
+        sink = MetricsSink(self.run_dir, self.spec.tracking.tensorboard)
+        for listener in self.listeners:
+            sink.add_listener(listener)
+        progress = ProgressReporter(total, start_step, enabled=self.show_progress)
+        status = "succeeded"
+        step = start_step
+        try:
+            if start_step == 0 and self.spec.evaluation.at_start:
+                result = self._evaluate(0)
+                self.baseline = result.mean_reward
+                sink.emit(0, result.metrics(self.spec.evaluation.samples_per_prompt))
+                progress.eval_done(0, result.mean_reward, result.pass_rate)
+            for step in range(start_step + 1, total + 1):
+                command = self.control.poll(step)
+                if command != "continue":
+                    status = "paused" if command == "pause" else "cancelled"
+                    step -= 1
+                    latest = self.checkpoints.latest()
+                    if command == "pause" and (latest is None or latest.step != step):
+                        self.checkpoints.save(step, self.policy.model, self._state(step), self.last_val,
+                                              self.learner.version)
+                    break
+                metrics = self._train_step(step)
+                val = None
+                if self._due(step, self.spec.evaluation.interval) or step == total:
+                    result = self._evaluate(step)
+                    val = self.last_val = result.mean_reward
+                    metrics.update(result.metrics(self.spec.evaluation.samples_per_prompt))
+                    progress.eval_done(step, result.mean_reward, result.pass_rate)
+                if self._due(step, self.spec.checkpoint.interval) or step == total:
+                    info = self.checkpoints.save(step, self.policy.model, self._state(step), val, self.learner.version)
+                    self.on_event("info", f"checkpoint saved at step {step}: {info.path}")
+                sink.emit(step, metrics)
+                progress.step_done(step, metrics.get("critic/rewards/mean"), metrics["perf/time_per_step"])
+        finally:
+            progress.close()
+            sink.close()
+            self.rewards.close()
+        summary = self._finish(status, step, time.monotonic() - started)
+        progress.summary(summary)
+        return summary
+
+    @staticmethod
+    def _due(step: int, interval: int) -> bool:
+        return interval > 0 and step % interval == 0
+
+    def _train_step(self, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        groups = self.rollouts.next_batch(step)
+        t1 = time.perf_counter()
+        samples, metrics = build_train_batch(groups, self.spec, self.learner.version)
+        if samples:
+            metrics.update(self.learner.step(samples))
+        else:
+            self.on_event("warn", f"step {step}: every sample's reward failed; no update")
+        self.generator.set_policy_version(self.learner.version)
+        t2 = time.perf_counter()
+        tokens = sum(len(g.prompt_ids) + len(c.token_ids) for g in groups for c in g.completions)
+        metrics.update(
+            {
+                "perf/time_per_step": t2 - t0,
+                "perf/throughput": tokens / (t2 - t0),
+                "timing/sampling_and_reward": t1 - t0,
+                "timing/training": t2 - t1,
+                "perf/cpu_memory_used_gb": psutil.Process().memory_info().rss / 2**30,
+                "training/epoch": self.sampler.epochs_done,
+                "training/policy_version": float(self.learner.version),
+            }
+        )
+        if torch.cuda.is_available():
+            metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        return metrics
+
+    def _evaluate(self, step: int) -> EvalResult:
+        return evaluate(self.generator, self.rewards, self.parts.datasets.validation, self.parts.val_prompts,
+                        self.eval_params, self.spec.training.seed + EVAL_SEED_OFFSET, step)
+
+    def _finish(self, status: str, step: int, wall_seconds: float) -> dict:
+        adapter_dir = self.run_dir / "adapter"
+        best = self.checkpoints.best()
+        if status == "succeeded":
+            save_adapter(self.policy.model, adapter_dir)
+        summary = {
+            "status": status,
+            "steps": step,
+            "total_steps": self.spec.training.total_steps,
+            "baseline_val_reward": self.baseline,
+            "final_val_reward": self.last_val,
+            "best_checkpoint": best.path if best else None,
+            "best_val_reward": best.val_reward if best else None,
+            "adapter_path": str(adapter_dir.resolve()) if status == "succeeded" else "",
+            "wall_seconds": wall_seconds,
+            "base_model": self.spec.model.name_or_path,
+        }
+        if status == "succeeded":
+            manifest = {"checkpoint_path": str(adapter_dir.resolve()), "base_model": self.spec.model.name_or_path,
+                        "job_name": self.spec.name, "steps": step,
+                        "checkpoints": [c.path for c in self.checkpoints.list()]}
+            _write_json(self.run_dir / "manifest.json", manifest)
+        _write_json(self.run_dir / "summary.json", {k: _json_safe(v) for k, v in summary.items()})
+        return summary
+
+
+def _json_safe(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)

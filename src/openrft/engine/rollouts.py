@@ -1,0 +1,70 @@
+"""Where the learner's batches come from: prompts sampled, completions generated and scored.
+
+A rollout group is the ``n`` completions of one prompt with their reward outcomes. The synchronous
+source generates with the current policy at every step; asynchronous sources (``runtime``) produce
+groups ahead of the learner and tag them with the policy version that made them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from openrft.data.records import Example
+from openrft.data.sampler import EpochSampler
+from openrft.rewards.runner import RewardRunner
+from openrft.rewards.types import RewardOutcome, RewardSample
+from openrft.rollout.types import Completion, Generator, SamplingParams
+
+
+@dataclass
+class RolloutGroup:
+    example: Example
+    prompt_ids: list[int]
+    completions: list[Completion]
+    outcomes: list[RewardOutcome]
+
+    @property
+    def policy_version(self) -> int:
+        return min(c.policy_version for c in self.completions)
+
+
+def score_groups(rewards: RewardRunner, examples: list[Example], groups: list[list[Completion]],
+                 step: int) -> list[list[RewardOutcome]]:
+    """Score every completion of every group in one batched call."""
+    samples = [
+        RewardSample(example=example, completion=c.text, step=step, sample_index=j)
+        for example, group in zip(examples, groups)
+        for j, c in enumerate(group)
+    ]
+    flat = rewards.score(samples)
+    out, start = [], 0
+    for group in groups:
+        out.append(flat[start : start + len(group)])
+        start += len(group)
+    return out
+
+
+class SyncRolloutSource:
+    """Generates each step's groups with the current policy: every rollout has policy age 0."""
+
+    def __init__(self, generator: Generator, rewards: RewardRunner, sampler: EpochSampler, examples: list[Example],
+                 prompt_ids: list[list[int]], params: SamplingParams):
+        self.generator, self.rewards, self.sampler = generator, rewards, sampler
+        self.examples, self.prompt_ids, self.params = examples, prompt_ids, params
+
+    def next_batch(self, step: int) -> list[RolloutGroup]:
+        indices = self.sampler.next_batch()
+        examples = [self.examples[i] for i in indices]
+        prompts = [self.prompt_ids[i] for i in indices]
+        groups = self.generator.generate(prompts, self.params)
+        outcomes = score_groups(self.rewards, examples, groups, step)
+        return [RolloutGroup(e, p, g, o) for e, p, g, o in zip(examples, prompts, groups, outcomes)]
+
+    def state_dict(self) -> dict:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+
+    def close(self) -> None:
+        return None

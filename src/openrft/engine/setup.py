@@ -1,0 +1,107 @@
+"""Everything a job needs before its first step, built from the spec: data, model, reward, policy.
+
+Cheap checks come first (datasets, reward, model location) so that bad input fails in seconds,
+before any weights are loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from openrft.data.loader import DatasetError, LineProblem, load_dataset, split_validation
+from openrft.data.records import Example
+from openrft.models import (
+    configure_threads,
+    eos_token_ids,
+    load_causal_lm,
+    load_tokenizer,
+    pick_device,
+    pick_dtype,
+    resolve_model_path,
+)
+from openrft.rewards.factory import build_reward
+from openrft.rewards.types import RewardFunction
+from openrft.rollout.prompts import render_prompt
+from openrft.spec.job import JobSpec
+
+
+@dataclass
+class Datasets:
+    train: list[Example]
+    validation: list[Example]
+
+
+def load_datasets(spec: JobSpec, require_reference: bool) -> Datasets:
+    """Train and validation examples; with no validation file, a held-out part of train (DataSpec)."""
+    train = load_dataset(spec.data.train, require_reference)
+    if spec.data.validation:
+        validation = load_dataset(spec.data.validation, require_reference)
+    else:
+        train, validation = split_validation(
+            train, spec.data.validation_fraction, spec.data.validation_min_examples, spec.training.seed,
+            spec.data.validation_max_examples,
+        )
+    if spec.data.max_train_examples:
+        train = train[: spec.data.max_train_examples]
+    if spec.evaluation.max_examples:
+        validation = validation[: spec.evaluation.max_examples]
+    return Datasets(train, validation)
+
+
+def render_prompts(tokenizer, examples: list[Example], spec: JobSpec, location: str) -> list[list[int]]:
+    """Prompt token ids; prompts that leave no room for an answer within ``max_length`` are errors."""
+    prompts, problems = [], []
+    limit = spec.sampling.max_length - 1
+    for example in examples:
+        ids = render_prompt(tokenizer, example.messages, example.tools, spec.sampling.reasoning_effort)
+        if len(ids) > limit:
+            problems.append(LineProblem(location, example.line or 0, "messages",
+                                        f"prompt is {len(ids)} tokens; max_length {spec.sampling.max_length} "
+                                        "leaves no room for an answer"))
+        prompts.append(ids)
+    if problems:
+        raise DatasetError(location, problems)
+    return prompts
+
+
+@dataclass
+class JobParts:
+    datasets: Datasets
+    reward: RewardFunction
+    tokenizer: object
+    model: torch.nn.Module
+    train_prompts: list[list[int]]
+    val_prompts: list[list[int]]
+    eos_ids: list[int]
+    max_new_tokens: int
+    device: torch.device
+    threads: int
+
+
+def build_parts(spec: JobSpec) -> JobParts:
+    reward = build_reward(spec.reward)
+    datasets = load_datasets(spec, reward.requires_reference)
+    resolve_model_path(spec.model.name_or_path)  # fails fast on a missing path
+    threads = configure_threads(spec.runtime.threads)
+    device = pick_device(spec.runtime.device)
+    tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
+    train_prompts = render_prompts(tokenizer, datasets.train, spec, spec.data.train)
+    val_prompts = render_prompts(tokenizer, datasets.validation, spec, spec.data.validation or spec.data.train)
+    longest = max(len(p) for p in train_prompts + val_prompts)
+    max_new_tokens = min(spec.sampling.max_new_tokens, spec.sampling.max_length - longest)
+    torch.manual_seed(spec.training.seed)  # adapter initialisation
+    model = load_causal_lm(spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision)
+    return JobParts(
+        datasets=datasets,
+        reward=reward,
+        tokenizer=tokenizer,
+        model=model,
+        train_prompts=train_prompts,
+        val_prompts=val_prompts,
+        eos_ids=eos_token_ids(tokenizer, model),
+        max_new_tokens=max_new_tokens,
+        device=device,
+        threads=threads,
+    )

@@ -1,0 +1,72 @@
+"""Scored rollout groups -> learner samples with group advantages, and the step's rollout metrics."""
+
+from __future__ import annotations
+
+import torch
+
+from openrft.algo.advantages import group_advantages
+from openrft.engine.rollouts import RolloutGroup
+from openrft.errors import RewardError
+from openrft.learner.batch import TrainSample
+from openrft.rewards.stats import reward_metrics
+from openrft.spec.job import JobSpec
+
+
+def _stats(prefix: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {f"{prefix}/mean": sum(values) / len(values), f"{prefix}/max": max(values), f"{prefix}/min": min(values)}
+
+
+def build_train_batch(groups: list[RolloutGroup], spec: JobSpec, learner_version: int,
+                      ) -> tuple[list[TrainSample], dict[str, float]]:
+    """Apply the reward-failure policy, compute advantages per group, and describe the batch.
+
+    ``on_error``: ``exclude`` leaves a failed sample out of its group's mean and std and out of
+    the loss; ``zero`` scores it 0 (still counted as an error); ``fail`` stops the job.
+    """
+    policy = spec.reward.on_error
+    outcomes = [o for g in groups for o in g.outcomes]
+    failed = [o for o in outcomes if not o.ok]
+    if failed and policy == "fail":
+        first = failed[0]
+        raise RewardError(f"{len(failed)} reward call(s) failed; first: {first.error_kind}: {first.error_message}")
+
+    width = max(len(g.completions) for g in groups)
+    rewards = torch.zeros(len(groups), width)
+    valid = torch.zeros(len(groups), width, dtype=torch.bool)
+    for i, group in enumerate(groups):
+        for j, outcome in enumerate(group.outcomes):
+            if outcome.ok:
+                rewards[i, j], valid[i, j] = float(outcome.score), True
+            elif policy == "zero":
+                rewards[i, j], valid[i, j] = 0.0, True
+    advantages = group_advantages(rewards, valid, spec.algorithm.scale_advantages_by_std, spec.algorithm.advantage_eps)
+
+    samples: list[TrainSample] = []
+    ages: list[float] = []
+    for i, group in enumerate(groups):
+        age = learner_version - group.policy_version
+        ages.append(float(age))
+        for j, completion in enumerate(group.completions):
+            if not valid[i, j] or not completion.token_ids:
+                continue
+            samples.append(
+                TrainSample(
+                    prompt_ids=group.prompt_ids,
+                    response_ids=completion.token_ids,
+                    advantage=float(advantages[i, j]),
+                    behaviour_logp=completion.logprobs if age > 0 else None,
+                )
+            )
+
+    completions = [c for g in groups for c in g.completions]
+    metrics = reward_metrics(outcomes)
+    metrics.update(_stats("response_length", [float(len(c.token_ids)) for c in completions]))
+    metrics.update(_stats("prompt_length", [float(len(g.prompt_ids)) for g in groups]))
+    metrics["response/aborted_ratio"] = sum(c.finish_reason == "length" for c in completions) / len(completions)
+    metrics["rollout/policy_age/mean"] = sum(ages) / len(ages)
+    metrics["rollout/policy_age/max"] = max(ages)
+    zero_var = sum(bool((advantages[i][valid[i]] == 0).all()) for i in range(len(groups)))
+    metrics["rollout/zero_advantage_groups"] = zero_var / len(groups)
+    return samples, metrics

@@ -1,0 +1,146 @@
+"""One optimizer step of the GRPO-family objective over a global batch, in micro-batches."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from openrft.algo.loss import entropy_from_logits, policy_loss_terms, truncated_importance_weight
+from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
+from openrft.learner.optimizer import build_optimizer, build_scheduler
+from openrft.learner.policy import Policy
+from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
+
+
+@dataclass
+class LearnerConfig:
+    algorithm: AlgorithmSpec
+    optimizer: OptimizerSpec
+    lora: LoraSpec
+    temperature: float
+    micro_batch_tokens: int
+    pad_token_id: int
+    importance_weight_cap: float = 2.0
+
+
+def response_logits(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> torch.Tensor:
+    """Temperature-scaled logits ``[batch, response_width, vocab]`` predicting ``mb.targets``."""
+    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+                logits_to_keep=mb.response_width + 1, use_cache=False)
+    logits = out.logits[:, :-1, :].float()
+    return logits / temperature if temperature > 0 else logits
+
+
+def token_logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+class Learner:
+    """Owns the policy's optimizer and the policy version (the number of updates so far)."""
+
+    def __init__(self, policy: Policy, config: LearnerConfig):
+        self.policy = policy
+        self.config = config
+        self.model = policy.model
+        self.device = next(self.model.parameters()).device
+        self.optimizer = build_optimizer(self.model, config.optimizer, config.lora)
+        self.scheduler = build_scheduler(self.optimizer, config.optimizer.warmup_steps)
+        self.version = 0
+
+    @property
+    def use_kl(self) -> bool:
+        return self.config.algorithm.kl_loss_coef > 0
+
+    def step(self, samples: list[TrainSample]) -> dict[str, float]:
+        """Accumulate the gradient of every micro-batch, then take one optimizer step.
+
+        Token-level aggregation: each micro-batch's token sum is divided by the number of response
+        tokens in the whole global batch, so the result does not depend on how it was split.
+        """
+        algo = self.config.algorithm
+        total_tokens = sum(len(s.response_ids) for s in samples)
+        if total_tokens == 0:
+            raise ValueError("a training batch needs at least one response token")
+        self.model.train()
+        sums = {"pg_loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0, "is_weight": 0.0, "mismatch_kl": 0.0}
+        for indices in plan_micro_batches(samples, self.config.micro_batch_tokens):
+            mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
+            ref_logp = self._reference_logp(mb) if self.use_kl else None
+            logits = response_logits(self.model, mb, self.config.temperature)
+            logp = token_logp(logits, mb.targets)
+            if algo.ent_coeff > 0:
+                entropy = entropy_from_logits(logits)
+            else:
+                with torch.no_grad():
+                    entropy = entropy_from_logits(logits)
+            proximal = logp.detach()  # the policy before this update: ratio 1, on-policy PPO
+            weight = None
+            if mb.behaviour_logp is not None:
+                weight = truncated_importance_weight(proximal, mb.behaviour_logp, self.config.importance_weight_cap)
+                delta = mb.behaviour_logp - proximal
+                sums["mismatch_kl"] += ((delta.exp() - delta - 1) * mb.response_mask).sum().item()
+            terms = policy_loss_terms(
+                logp, proximal, mb.advantages, mb.response_mask,
+                clip_low=algo.clip_ratio_low, clip_high=algo.clip_ratio_high,
+                ref_logp=ref_logp, kl_coef=algo.kl_loss_coef,
+                entropy=entropy if algo.ent_coeff > 0 else None, ent_coeff=algo.ent_coeff,
+                importance_weight=weight, loss_scale=algo.loss_scale,
+            )
+            (terms.loss / total_tokens).backward()
+            sums["pg_loss"] += terms.pg_loss
+            sums["clipped"] += terms.clipped_tokens
+            sums["kl"] += terms.kl
+            sums["entropy"] += (entropy.detach() * mb.response_mask).sum().item()
+            sums["is_weight"] += terms.importance_weight
+        grad_norm = self._clip_and_step()
+        self.version += 1
+        if algo.refit_freq and self.version % algo.refit_freq == 0:
+            self.policy.refit_reference()
+        metrics = {
+            "actor/pg_loss": sums["pg_loss"] / total_tokens,
+            "actor/pg_clipfrac": sums["clipped"] / total_tokens,
+            "actor/entropy": sums["entropy"] / total_tokens,
+            "actor/grad_norm": grad_norm,
+            "actor/lr": self.optimizer.param_groups[0]["lr"],
+            "actor/trained_tokens": float(total_tokens),
+        }
+        if self.use_kl:
+            metrics["actor/kl"] = sums["kl"] / total_tokens
+        if any(s.behaviour_logp is not None for s in samples):
+            metrics["actor/importance_weight_mean"] = sums["is_weight"] / total_tokens
+            metrics["rollout/mismatch_kl"] = sums["mismatch_kl"] / total_tokens
+        return metrics
+
+    @torch.no_grad()
+    def _reference_logp(self, mb: MicroBatch) -> torch.Tensor:
+        with self.policy.reference_forward() as reference:
+            return token_logp(response_logits(reference, mb, self.config.temperature), mb.targets)
+
+    def _clip_and_step(self) -> float:
+        params = self.policy.trainable_parameters()
+        max_norm = self.config.optimizer.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    # checkpoint state ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        return {
+            "version": self.version,
+            "adapter": self.policy.adapter_state(),
+            "reference": self.policy.reference_state(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.version = int(state["version"])
+        self.policy.load_adapter_state(state["adapter"])
+        self.policy.load_reference_state(state["reference"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

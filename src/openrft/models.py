@@ -1,0 +1,90 @@
+"""Model names -> loaded models: the bundled ``openrft-demo``, local paths, Hugging Face ids."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from openrft.errors import ModelNotFoundError
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+REGISTERED_MODELS = {"openrft-demo": ASSETS / "demo_model"}
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A registered name's directory, an existing local path, or the name itself (a hub id)."""
+    if name_or_path in REGISTERED_MODELS:
+        return str(REGISTERED_MODELS[name_or_path])
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        return str(path)
+    if path.is_absolute() or name_or_path.startswith((".", "~")):
+        raise ModelNotFoundError(f"model path {name_or_path!r} does not exist")
+    return name_or_path
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelNotFoundError(f"device {requested!r} was asked for but no CUDA device is available")
+    return device
+
+
+def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
+    if requested != "auto":
+        return getattr(torch, requested)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def configure_threads(threads: int | None) -> int:
+    """One intra-op thread per physical core unless told otherwise (hyper-threads slow matmuls)."""
+    if threads is None:
+        try:
+            import psutil
+
+            threads = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+        except ImportError:
+            threads = os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    return threads
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None):
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+    except OSError as exc:
+        raise ModelNotFoundError(f"cannot load a tokenizer for model {name_or_path!r}: {exc}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(name_or_path: str, device: torch.device, dtype: torch.dtype, revision: str | None = None):
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype)
+    except OSError as exc:
+        raise ModelNotFoundError(f"cannot load model {name_or_path!r}: {exc}") from None
+    return model.to(device)
+
+
+def eos_token_ids(tokenizer, model) -> list[int]:
+    """Every token that ends an answer: the tokenizer's EOS and the generation config's."""
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif isinstance(configured, list):
+        ids.update(configured)
+    return sorted(i for i in ids if i is not None)

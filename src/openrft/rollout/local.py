@@ -1,0 +1,131 @@
+"""In-process generation with a transformers model and a KV cache.
+
+The ``n`` samples of a prompt share one prefill: each distinct prompt is run through the model once,
+its KV cache is repeated ``n`` times, and decoding continues for all samples in one batch. Each
+sampled token's log-prob under the temperature-scaled policy is recorded as it is drawn.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from openrft.rollout.sampling import sample_tokens
+from openrft.rollout.types import Completion, SamplingParams
+
+
+class TransformersGenerator:
+    """Generates with a model it shares with the learner (the usual case on one machine): the
+    policy version is whatever the learner last set, and ``load_adapter`` copies weights in when
+    the model is a separate replica."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer, eos_token_ids: list[int], pad_token_id: int,
+                 seed: int = 0, max_batch_sequences: int = 256):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.pad_token_id = pad_token_id
+        self.max_batch_sequences = max_batch_sequences
+        self.rng = torch.Generator(device=self.device).manual_seed(seed)
+        self._version = 0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def set_policy_version(self, version: int) -> None:
+        self._version = version
+
+    def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(self.model, weights)
+        self._version = version
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seed: int | None = None) -> list[list[Completion]]:
+        rng = self.rng if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            prompts_per_chunk = max(1, self.max_batch_sequences // params.n)
+            results: list[list[Completion]] = []
+            for start in range(0, len(prompts), prompts_per_chunk):
+                results += self._generate_chunk(prompts[start : start + prompts_per_chunk], params, rng)
+            return results
+        finally:
+            self.model.train(was_training)
+
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
+                        rng: torch.Generator) -> list[list[Completion]]:
+        device = self.device
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):  # left padding: every prompt ends at the same column
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+
+        cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True)
+        logits = out.logits[:, -1, :]
+        n = params.n
+        if n > 1:  # one prefill per prompt, shared by its n samples
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)
+            mask = mask.repeat_interleave(n, dim=0)
+            positions = positions.repeat_interleave(n, dim=0)
+        rows = logits.shape[0]
+        next_position = positions[:, -1] + 1
+        eos = torch.tensor(self.eos_token_ids, device=device)
+        tokens_out = torch.full((rows, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        logp_out = torch.zeros((rows, params.max_new_tokens), dtype=torch.float32, device=device)
+        finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        lengths = torch.zeros(rows, dtype=torch.long, device=device)
+        stopped = torch.zeros(rows, dtype=torch.bool, device=device)
+
+        for t in range(params.max_new_tokens):
+            token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng)
+            token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            tokens_out[:, t] = token
+            logp_out[:, t] = logp
+            lengths += (~finished).long()
+            hit_eos = torch.isin(token, eos) & ~finished
+            stopped |= hit_eos
+            finished |= hit_eos
+            if bool(finished.all()) or t == params.max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, (~finished).long().unsqueeze(-1)], dim=-1)
+            out = self.model(input_ids=token.unsqueeze(-1), attention_mask=mask,
+                             position_ids=next_position.unsqueeze(-1), past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1, :]
+            next_position = next_position + 1
+
+        tokens_cpu, logp_cpu, lengths_cpu = tokens_out.cpu(), logp_out.cpu(), lengths.cpu()
+        results: list[list[Completion]] = []
+        for p, prompt in enumerate(prompts):
+            group = []
+            for row in range(p * n, (p + 1) * n):
+                length = int(lengths_cpu[row])
+                token_ids = tokens_cpu[row, :length].tolist()
+                text_ids = token_ids[:-1] if stopped[row] else token_ids
+                group.append(
+                    Completion(
+                        prompt_ids=list(prompt),
+                        token_ids=token_ids,
+                        logprobs=logp_cpu[row, :length].tolist(),
+                        text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
+                        finish_reason="stop" if bool(stopped[row]) else "length",
+                        policy_version=self._version,
+                    )
+                )
+            results.append(group)
+        return results

@@ -1,0 +1,50 @@
+"""The generator protocol: prompts as token ids in, completions with behaviour log-probs out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Completion:
+    """One sampled response. ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy's
+    temperature-scaled distribution (before top-k/top-p), the quantity the learner recomputes."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" (end token) or "length"
+    policy_version: int
+    metadata: dict = field(default_factory=dict)
+
+
+class Generator(Protocol):
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seed: int | None = None) -> list[list[Completion]]:
+        """``params.n`` completions for each prompt, in prompt order. With ``seed``, sampling uses a
+        fresh random stream from that seed and leaves the generator's own stream untouched."""
+        ...
+
+    def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Serve the given adapter weights as policy ``version`` from now on."""
+        ...
+
+    @property
+    def policy_version(self) -> int: ...

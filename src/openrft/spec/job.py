@@ -1,0 +1,154 @@
+"""The canonical job spec: one fully resolved description of an RFT job, whatever dialect it came from.
+
+Every default is applied and every derived value computed by the dialect that built it, so the
+engine never looks at user input. Dialects (``spec.dialects``) are the only writers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from openrft.spec.rewards import RewardSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Strict):
+    """The base model: a registered name (``openrft-demo``), a local path, or a Hugging Face id."""
+
+    name_or_path: str
+    revision: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    base_learning_rate: float = Field(2e-5, gt=0, description="the rate learningRateMultiplier scales")
+
+
+class DataSpec(_Strict):
+    train: str = Field(description="path or URI of the training JSONL")
+    validation: str | None = None
+    shuffle: bool = True
+    validation_fraction: float = Field(0.25, ge=0, lt=1, description="held out of train when validation is None")
+    validation_min_examples: int = Field(50, ge=0, description="held out at least this many (Vertex's rule)")
+    validation_max_examples: int | None = Field(None, ge=1)
+    max_train_examples: int | None = Field(None, ge=1)
+
+
+class SamplingSpec(_Strict):
+    """How completions are sampled, for training rollouts and (unless overridden) evaluation."""
+
+    samples_per_prompt: int = Field(4, ge=1, le=512)
+    max_new_tokens: int = Field(256, ge=1)
+    max_length: int = Field(8192, ge=2, description="prompt + response tokens; longer prompts are rejected")
+    temperature: float = Field(1.0, ge=0)
+    top_k: int = Field(0, ge=0, description="0 = off")
+    top_p: float = Field(1.0, gt=0, le=1)
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+
+
+class RolloutSpec(_Strict):
+    strategy: Literal["sync", "off_policy_async"] = "sync"
+    age_tolerance: int = Field(0, ge=0, description="max policy age (updates) of a consumed rollout")
+    importance_weight_cap: float = Field(2.0, gt=0, description="truncation of the behaviour/proximal ratio")
+    replicas: int = Field(1, ge=1)
+    generation_replicas: int = Field(1, ge=1)
+    runtime: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    generator_base_url: str | None = Field(None, description="OpenAI-compatible server (vLLM, ours) to sample from")
+
+
+class OptimizerSpec(_Strict):
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.95, ge=0, lt=1)
+    adam_eps: float = Field(1e-8, gt=0)
+    max_grad_norm: float = Field(1.0, ge=0, description="0 = no clipping")
+    warmup_steps: int = Field(0, ge=0)
+
+
+class LoraSpec(_Strict):
+    enabled: bool = True
+    rank: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    lora_plus_lr_ratio: float = Field(16.0, ge=0, le=100, description="0 = LoRA+ off (one learning rate)")
+
+
+class AlgorithmSpec(_Strict):
+    """The GRPO-family objective (CONTRACTS.md §4)."""
+
+    clip_ratio_low: float = Field(0.2, ge=0, le=1)
+    clip_ratio_high: float = Field(0.2, ge=0)
+    kl_loss_coef: float = Field(0.0, ge=0)
+    ent_coeff: float = Field(0.0, ge=0)
+    loss_scale: float = Field(1.0, gt=0)
+    refit_freq: int = Field(0, ge=0, description="reference policy refreshed every N steps; 0 = never")
+    scale_advantages_by_std: bool = Field(True, description="False = Dr. GRPO")
+    advantage_eps: float = Field(1e-6, gt=0)
+
+
+class TrainingSpec(_Strict):
+    prompts_per_step: int = Field(ge=1)
+    total_steps: int = Field(ge=1, le=100_000)
+    epochs: float | None = Field(None, gt=0, description="informational: what total_steps was derived from")
+    micro_batch_tokens: int = Field(8192, ge=1, description="padded tokens per forward/backward pass")
+    seed: int = 0
+
+
+class EvalSpec(_Strict):
+    interval: int = Field(0, ge=0, description="evaluate every N steps; 0 = only before and after training")
+    at_start: bool = True
+    samples_per_prompt: int = Field(1, ge=1)
+    temperature: float | None = Field(None, ge=0, description="None = the rollout temperature")
+    max_examples: int | None = Field(None, ge=1)
+
+
+class CheckpointSpec(_Strict):
+    interval: int = Field(0, ge=0, description="checkpoint every N steps; 0 = only at the end")
+    keep_top_k: int = Field(3, ge=1, description="best checkpoints by validation reward kept")
+
+
+class TrackingSpec(_Strict):
+    tensorboard: bool = True
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment_name: str | None = None
+    mlflow_run_name: str | None = None
+
+
+class RuntimeSpec(_Strict):
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads; None = one per physical core")
+
+
+class JobSpec(_Strict):
+    name: str = "openrft-job"
+    dialect: Literal["nova", "vertex", "openai", "canonical"] = "canonical"
+    model: ModelSpec
+    data: DataSpec
+    sampling: SamplingSpec = SamplingSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    training: TrainingSpec
+    optimizer: OptimizerSpec = OptimizerSpec()
+    lora: LoraSpec = LoraSpec()
+    algorithm: AlgorithmSpec = AlgorithmSpec()
+    evaluation: EvalSpec = EvalSpec()
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    reward: RewardSpec
+    tracking: TrackingSpec = TrackingSpec()
+    runtime: RuntimeSpec = RuntimeSpec()
+    output_dir: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.training.prompts_per_step * self.sampling.samples_per_prompt
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> JobSpec:
+        if self.rollout.strategy == "sync" and self.rollout.age_tolerance != 0:
+            raise ValueError("rollout.age_tolerance must be 0 when rollout.strategy is 'sync'")
+        return self
