@@ -56,8 +56,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def make_problem(rng: random.Random) -> tuple[str, str]:
-    """One arithmetic problem: addition or subtraction of numbers below 1000."""
-    a, b = rng.randint(0, 999), rng.randint(0, 999)
+    """One arithmetic problem: addition or subtraction of numbers below 100."""
+    a, b = rng.randint(0, 99), rng.randint(0, 99)
     if rng.random() < 0.5:
         return f"What is {a}+{b}?", str(a + b)
     a, b = max(a, b), min(a, b)
@@ -113,7 +113,7 @@ def sft_batch(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
         prompt = tokenizer.apply_chat_template(row["messages"], add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(row["reference_answer"], add_special_tokens=False)["input_ids"]
-        answer_ids = answer_ids + [tokenizer.eos_token_id]
+        answer_ids = [*answer_ids, tokenizer.eos_token_id]
         seqs.append(prompt_ids + answer_ids)
         labels.append([-100] * len(prompt_ids) + answer_ids)
     width = max(len(s) for s in seqs)
@@ -133,7 +133,9 @@ def sampled_accuracy(model, tokenizer, rows: list[dict], temperature: float = 1.
     correct = 0
     for start in range(0, len(rows), 100):
         chunk = rows[start : start + 100]
-        prompts = [tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False) for r in chunk]
+        prompts = [
+            tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False) for r in chunk
+        ]
         tokenizer.padding_side = "left"
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         out = model.generate(
@@ -152,7 +154,8 @@ def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, re
     model.train()
     for step in range(1, steps + 1):
         ids, labels = sft_batch(tokenizer, rng.sample(rows, batch_size))
-        loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id) | (labels != -100), labels=labels).loss
+        attention_mask = (ids != tokenizer.pad_token_id) | (labels != -100)
+        loss = model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -179,7 +182,7 @@ def main() -> None:
     seen: set[str] = set()
     train = make_dataset(rng, 2000, "train", seen)
     validation = make_dataset(rng, 200, "val", seen)
-    pretrain_rows = make_dataset(rng, 20000, "sft", seen)  # disjoint from both RFT splits
+    pretrain_rows = make_dataset(rng, 5000, "sft", seen)  # disjoint from both RFT splits
     write_jsonl(args.data_dir / "train.jsonl", train)
     write_jsonl(args.data_dir / "validation.jsonl", validation)
 

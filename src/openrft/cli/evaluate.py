@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from openrft.data import load_dataset
     from openrft.engine.evaluation import evaluate
     from openrft.engine.setup import render_prompts
     from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, pick_device
@@ -33,7 +34,6 @@ def run(args: argparse.Namespace) -> int:
     from openrft.rollout.types import SamplingParams
     from openrft.spec import JobSpec, PresetReward, RewardSpec
     from openrft.spec.dialects import load_job
-    from openrft.data import load_dataset
 
     if args.job:
         spec = load_job(args.job)

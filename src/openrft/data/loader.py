@@ -58,7 +58,8 @@ def parse_lines(lines: Iterable[str], location: str, require_reference: bool,
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            problems.append(LineProblem(location, number, "<line>", f"is not valid JSON ({exc.msg}, column {exc.colno})"))
+            message = f"is not valid JSON ({exc.msg}, column {exc.colno})"
+            problems.append(LineProblem(location, number, "<line>", message))
             continue
         example, line_problems = parser(obj, number, require_reference)
         problems += [LineProblem(location, number, field, message) for field, message in line_problems]

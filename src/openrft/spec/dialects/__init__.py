@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,8 +53,13 @@ def detect_dialect(document: Any) -> Dialect:
     )
 
 
+FileResolver = Callable[[str], str]
+
+
 def parse_document(document: Any, dialect: Dialect | None = None, base_dir: Path | None = None,
-                   source: str | None = None) -> JobSpec:
+                   source: str | None = None, file_resolver: FileResolver | None = None) -> JobSpec:
+    """Resolve a parsed job document. ``file_resolver`` maps the file ids an OpenAI job names
+    (``training_file: file-abc``) to local paths; the job service passes its file store's."""
     dialect = dialect or detect_dialect(document)
     base_dir = base_dir or Path.cwd()
     if dialect == "nova":

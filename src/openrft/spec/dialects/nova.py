@@ -179,7 +179,8 @@ class NovaRecipe(_Strict):
 def parse_recipe(raw: Any, base_dir: Path | None = None, source: str | None = None) -> JobSpec:
     """Validate a recipe (already loaded from YAML) and resolve it into a JobSpec."""
     if not isinstance(raw, dict):
-        raise SpecError([FieldProblem("<root>", "a Nova recipe is a YAML mapping with run and training_config")], source)
+        problem = FieldProblem("<root>", "a Nova recipe is a YAML mapping with run and training_config")
+        raise SpecError([problem], source)
     try:
         recipe = NovaRecipe.model_validate(raw)
     except ValidationError as exc:
