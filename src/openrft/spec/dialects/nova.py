@@ -236,6 +236,10 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None) -> JobSpec:
                 "remote reward endpoints are not available in this build; use preset_reward_function",
             )
         )
+    model_location = resolve_location(run.model_name_or_path, base_dir, model=True)
+    if Path(model_location).is_absolute() and not Path(model_location).exists():
+        problems.append(FieldProblem("run.model_name_or_path", "is not an existing model directory",
+                                     run.model_name_or_path))
     if problems:
         raise SpecError(problems, source)
 
@@ -244,7 +248,7 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None) -> JobSpec:
         return JobSpec(
             name=run.name,
             dialect="nova",
-            model=ModelSpec(name_or_path=resolve_location(run.model_name_or_path, base_dir, model=True)),
+            model=ModelSpec(name_or_path=model_location),
             data=DataSpec(
                 train=resolve_location(run.data_s3_path, base_dir),
                 validation=resolve_location(run.validation_data_s3_path, base_dir),
