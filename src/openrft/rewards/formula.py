@@ -154,9 +154,8 @@ class _Parser:
                 self.take(")")
                 _, low, high = FUNCTIONS[value]
                 if len(args) < low or (high is not None and len(args) > high):
-                    raise FormulaError(f"{value}() at position {pos} takes "
-                                       f"{low if high == low else f'{low} or more' if high is None else f'{low}-{high}'}"
-                                       f" argument(s), got {len(args)}")
+                    wanted = str(low) if high == low else f"{low} or more" if high is None else f"{low}-{high}"
+                    raise FormulaError(f"{value}() at position {pos} takes {wanted} argument(s), got {len(args)}")
                 return ("call", value, tuple(args))
             return ("var", value)
         if kind == "op" and value == "(":

@@ -165,7 +165,8 @@ class SingleRewardConfig(_Strict):
     cloudRunRewardScorer: CloudRunRewardScorer | None = None
     autoraterScorer: AutoraterScorer | None = None
 
-    SCORERS: ClassVar[tuple[str, ...]] = ("stringMatchRewardScorer", "codeExecutionRewardScorer", "cloudRunRewardScorer", "autoraterScorer")
+    SCORERS: ClassVar[tuple[str, ...]] = (
+        "stringMatchRewardScorer", "codeExecutionRewardScorer", "cloudRunRewardScorer", "autoraterScorer")
 
     @model_validator(mode="after")
     def _one_scorer(self) -> SingleRewardConfig:
@@ -434,6 +435,7 @@ class RemoteCallSpec(_Strict):
     backoff_initial_s: float = Field(0.5, ge=0)
     backoff_max_s: float = Field(10.0, ge=0)
     circuit_failures: int = Field(5, ge=1, description="consecutive failed calls that fail the job")
+    max_concurrency: int = Field(16, ge=1, description="calls in flight to per-sample endpoints (Cloud Run)")
     api_key_env: str | None = Field(None, description="environment variable whose value is sent as a Bearer token")
 
 

@@ -99,7 +99,7 @@ class SandboxPool:
         worker = _Worker(process, scratch)
         try:
             ready = await asyncio.wait_for(worker.receive(), START_TIMEOUT_S)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, asyncio.IncompleteReadError) as exc:
             await worker.kill()
             raise RewardError(f"a sandboxed worker did not start ({type(exc).__name__}); "
                               f"command: {' '.join(command[:3])} ...") from None
@@ -144,7 +144,7 @@ class SandboxPool:
             try:
                 await worker.send(request)
                 answer = await asyncio.wait_for(worker.receive(), time_limit_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 keep = None
                 await self._discard(worker)
                 return CallResult(kind="timeout", message=f"{entry}() ran past its time limit of {time_limit_s:g} s")
@@ -176,7 +176,7 @@ class SandboxPool:
 async def _exit_code(worker: _Worker) -> str:
     try:
         code = await asyncio.wait_for(worker.process.wait(), 5)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return "it stopped answering"
     if code < 0:
         return f"signal {signal.Signals(-code).name}"
