@@ -15,7 +15,7 @@ options inject failures to test clients: ``--fault PREFIX=KIND`` makes every cal
 that starts with PREFIX fail with KIND (``drop``: close the connection unanswered; ``slow``: answer
 after ``--slow-seconds``; ``malformed``: a body that is not JSON; ``http500``; ``bad_entry``: that
 entry lacks its score). ``--flaky-rate P`` drops the first attempt of a fraction P of distinct
-request bodies (a retry then succeeds). ``GET /stats`` returns the counters.
+request bodies without faults (a retry then succeeds). ``GET /stats`` returns the counters.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class RewardHandler(BaseHTTPRequestHandler):
         with server.lock:
             first_time = digest not in server.seen
             server.seen.add(digest)
-        if first_time and int(digest[:8], 16) % 10_000 < options.flaky_rate * 10_000:
+        if not kinds and first_time and int(digest[:8], 16) % 10_000 < options.flaky_rate * 10_000:
             server.count("flaky_drops")
             self.close_connection = True
             self.connection.close()
