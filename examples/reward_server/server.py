@@ -46,7 +46,7 @@ def reference_text(reference: object) -> str:
     return "" if reference is None else str(reference)
 
 
-def score_entry(entry: dict) -> dict:
+def score_entry(entry: dict, constant: float | None = None) -> dict:
     messages = entry.get("messages") or []
     answer = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "assistant"), "")
     reference = reference_text(reference_of(entry))
@@ -57,7 +57,7 @@ def score_entry(entry: dict) -> dict:
         correct = answer.strip() == reference.strip()
     return {
         "id": entry.get("id"),
-        "aggregate_reward_score": 1.0 if correct else 0.0,
+        "aggregate_reward_score": constant if constant is not None else 1.0 if correct else 0.0,
         "metrics_list": [
             {"name": "format", "value": 1.0 if got else 0.0, "type": "Reward"},
             {"name": "response_chars", "value": float(len(answer or "")), "type": "Metric"},
@@ -145,7 +145,7 @@ class RewardHandler(BaseHTTPRequestHandler):
             return
         results = []
         for entry in entries:
-            result = score_entry(entry)
+            result = score_entry(entry, options.constant)
             if any(str(entry.get("id", "")).startswith(p) and k == "bad_entry" for p, k in server.faults.items()):
                 server.count("fault_bad_entry")
                 del result["aggregate_reward_score"]
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="drop | slow | malformed | http500 | bad_entry for calls holding such ids")
     parser.add_argument("--slow-seconds", type=float, default=5.0)
     parser.add_argument("--flaky-rate", type=float, default=0.0, help="drop the first attempt of this fraction")
+    parser.add_argument("--constant", type=float, help="answer this score for every sample (load tests)")
     parser.add_argument("--verbose", action="store_true")
     options = parser.parse_args(argv)
     server = RewardServer((options.host, options.port), options)
