@@ -482,3 +482,21 @@ class RewardSpec(_Strict):
     remote: RemoteCallSpec = RemoteCallSpec()
     judge: JudgeSpec = JudgeSpec()
     sandbox: SandboxSpec = SandboxSpec()
+
+
+_TAG_AFTER = (
+    (re.compile(r"(^|\.)function\.(preset|vertex|openai_grader|nova_lambda|callable)(?=[.\[]|$)"), r"\1function"),
+    (re.compile(r"(^|\.)grader\.(string_check|text_similarity|python|score_model|label_model|multi)(?=[.\[]|$)"),
+     r"\1grader"),
+    (re.compile(r"(\.graders\.[^.\[]+)\.(string_check|text_similarity|python|score_model|label_model)(?=[.\[]|$)"),
+     r"\1"),
+    (re.compile(r"(\.content(?:\[\d+\])?)\.(input_text|output_text)(?=[.\[]|$)"), r"\1"),
+)
+
+
+def clean_reward_path(path: str) -> str:
+    """Drop the union tags pydantic puts in error paths (``function.openai_grader.grader.multi.graders``
+    -> ``function.grader.graders``), so that a path names the user's own fields."""
+    for pattern, replacement in _TAG_AFTER:
+        path = pattern.sub(replacement, path)
+    return path
