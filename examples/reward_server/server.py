@@ -51,10 +51,8 @@ def score_entry(entry: dict, constant: float | None = None) -> dict:
     answer = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "assistant"), "")
     reference = reference_text(reference_of(entry))
     got, expected = NUMBER.findall(answer or ""), NUMBER.findall(reference)
-    if expected:
-        correct = bool(got) and float(got[-1]) == float(expected[-1])
-    else:
-        correct = answer.strip() == reference.strip()
+    numeric = bool(got) and bool(expected) and float(got[-1]) == float(expected[-1])
+    correct = numeric if expected else answer.strip() == reference.strip()
     return {
         "id": entry.get("id"),
         "aggregate_reward_score": constant if constant is not None else 1.0 if correct else 0.0,
@@ -85,6 +83,8 @@ class RewardServer(ThreadingHTTPServer):
 class RewardHandler(BaseHTTPRequestHandler):
     server: RewardServer
     protocol_version = "HTTP/1.1"
+    wbufsize = -1  # headers and body leave in one write (flushed after each request)
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args) -> None:  # quiet by default
         if self.server.options.verbose:

@@ -3,6 +3,7 @@
 import json
 import threading
 import time
+import typing
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -112,7 +113,7 @@ def test_an_endpoint_that_is_down_fails_the_job_with_a_clear_error():
 
 class CloudRun(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    seen: list = []
+    seen: typing.ClassVar[list] = []
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -191,5 +192,5 @@ def test_python_callable_rewards(tmp_path, monkeypatch, sandboxed):
 def test_callable_that_cannot_be_imported_is_a_config_error():
     from openrft.spec.errors import SpecError
 
-    with pytest.raises(SpecError, match="reward.function.target: reward callable nowhere_mod:f: cannot import"):
+    with pytest.raises(SpecError, match=r"reward\.function\.target: reward callable nowhere_mod:f: cannot import"):
         score({"type": "callable", "target": "nowhere_mod:f"}, ["x"])

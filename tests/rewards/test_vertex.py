@@ -73,7 +73,8 @@ def test_rewards_are_clipped_to_minus_one_one():
 def test_composite_is_the_weighted_mean_of_clipped_rewards():
     composite = {"type": "vertex", "composite": {"weightedRewardConfigs": [
         {"weight": 3, "rewardConfig": {"rewardName": "correct", "stringMatchRewardScorer": {
-            "correctAnswerReward": 2.0, "stringMatchExpression": {"matchOperation": "PARTIAL_MATCH", "expression": GT}}}},
+            "correctAnswerReward": 2.0,
+            "stringMatchExpression": {"matchOperation": "PARTIAL_MATCH", "expression": GT}}}},
         {"weight": 1, "rewardConfig": {"rewardName": "has_unit", "stringMatchRewardScorer": {
             "wrongAnswerReward": -0.5,
             "stringMatchExpression": {"matchOperation": "PARTIAL_MATCH", "expression": "{{references.unit}}"}}}},

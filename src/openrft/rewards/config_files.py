@@ -35,11 +35,12 @@ def _wrap(document: Any) -> tuple[dict[str, Any], str]:
         return {"function": {"type": "vertex", "composite": document}}, "compositeRewardConfig"
     if any(key in document for key in SingleRewardConfig.SCORERS):
         return {"function": {"type": "vertex", "single": document}}, "singleRewardConfig"
-    tuning = document.get("reinforcementTuningSpec")
+    tuning = document.get("reinforcementTuningSpec", document)
     if isinstance(tuning, dict):
         for key, slot in (("singleRewardConfig", "single"), ("compositeRewardConfig", "composite")):
             if key in tuning:
-                return {"function": {"type": "vertex", slot: tuning[key]}}, f"reinforcementTuningSpec.{key}"
+                where = f"reinforcementTuningSpec.{key}" if tuning is not document else key
+                return {"function": {"type": "vertex", slot: tuning[key]}}, where
     method = document.get("method")
     if isinstance(method, dict) and isinstance(method.get("reinforcement"), dict) \
             and "grader" in method["reinforcement"]:
