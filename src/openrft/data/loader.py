@@ -12,6 +12,7 @@ from typing import Any
 from openrft.data.records import Example
 from openrft.data.validation import parse_record
 from openrft.errors import OpenRFTError
+from openrft.spec.job import held_out_count
 
 MAX_REPORTED = 50
 
@@ -85,10 +86,7 @@ def load_dataset(location: str, require_reference: bool = False) -> list[Example
 def split_validation(examples: list[Example], fraction: float, minimum: int, seed: int,
                      maximum: int | None = None) -> tuple[list[Example], list[Example]]:
     """Hold out ``max(fraction * n, minimum)`` examples (capped by ``maximum`` and at half the set)."""
-    count = max(round(fraction * len(examples)), minimum)
-    if maximum is not None:
-        count = min(count, maximum)
-    count = min(count, len(examples) // 2)
+    count = held_out_count(len(examples), fraction, minimum, maximum)
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)
     held = set(order[:count])
