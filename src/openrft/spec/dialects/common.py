@@ -16,6 +16,7 @@ from openrft.spec.dialects.builder import SpecBuilder, was_set
 from openrft.spec.errors import FieldProblem, outside, problems_from_validation
 from openrft.spec.job import DataSpec, ModelSpec
 from openrft.spec.locations import is_remote
+from openrft.spec.provenance import OPENRFT_DEFAULT
 
 DatasetSizer = Callable[[str], int]
 """Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
@@ -106,7 +107,7 @@ def apply_extensions(b: SpecBuilder, ext: OpenRFTExtensions, covered: dict[str, 
             b.problem(f"openrft.{name}", f"is set by {field} in a {dialect} job; set it there", getattr(ext, name))
     for name, path in EXTENSION_TARGETS.items():
         if name not in covered:
-            b.take(path, ext, name, f"openrft.{name}")
+            b.take(path, ext, name, f"openrft.{name}", note=None if was_set(ext, name) else OPENRFT_DEFAULT)
 
 
 def base_learning_rate(b: SpecBuilder, model: str, ext: OpenRFTExtensions) -> float:

@@ -129,7 +129,7 @@ class NovaTrainer(Strict):
     save_steps: int = Field(5, ge=1)
     save_top_k: int = Field(5, ge=1)
     test_steps: int = Field(1, ge=1)
-    refit_freq: int = Field(4, ge=1)
+    refit_freq: int = Field(4, ge=0, description="OpenRFT: 0 = never refresh the reference")
     clip_ratio_high: float = Field(0.2, ge=0)
     loss_scale: float = Field(1.0, gt=0)
     ent_coeff: float = Field(0.0, ge=0)
