@@ -19,6 +19,7 @@ from openrft.spec.dialects.common import (
     OpenRFTExtensions,
     Strict,
     apply_extensions,
+    base_learning_rate,
     closed,
     count_examples,
     fmt,
@@ -142,6 +143,7 @@ def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer:
                                        else {})}, "jobTags, customModelTags, customModelName")
     b.user("model.name_or_path", resolve_location(request.baseModelIdentifier, base_dir, model=True),
            "baseModelIdentifier")
+    base_learning_rate(b, request.baseModelIdentifier, request.openrft)  # informational: learningRate is set
     b.user("data.train", resolve_location(request.trainingDataConfig.s3Uri, base_dir), "trainingDataConfig.s3Uri")
     b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", "Bedrock's limit of 20K prompts")
     if request.validationDataConfig:

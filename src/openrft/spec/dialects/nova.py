@@ -21,6 +21,7 @@ from openrft.spec.dialects.common import (
     OpenRFTExtensions,
     Strict,
     apply_extensions,
+    base_learning_rate,
     closed,
     count_examples,
     training_prompts,
@@ -180,6 +181,7 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
     b.take("name", run, "name", "run.name")
     b.user("model.name_or_path", resolve_location(run.model_name_or_path, base_dir, model=True),
            "run.model_name_or_path")
+    base_learning_rate(b, run.model_name_or_path, ext)  # informational: the recipe sets lr itself
     if run.model_type:
         b.user("metadata", {"model_type": run.model_type}, "run.model_type")
     b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
