@@ -39,7 +39,7 @@ def run_explain(args: argparse.Namespace) -> int:
         print(json.dumps(resolution.to_json(), indent=2))
         return 0
     spec = resolution.spec
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     console.print(_summary(args.job, resolution))
     values = leaf_paths(spec.model_dump(mode="json"))
     for path, source in resolution.provenance.items():
@@ -67,7 +67,7 @@ def run_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0 if report["valid"] else 1
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     for warning in report["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
     if not report["valid"]:
