@@ -112,10 +112,13 @@ def test_vertex_and_openai_defaults_agree(prompts):
 
 def test_the_demo_jobs_are_the_same_job():
     vertex, openai = load_job(EXAMPLES / "vertex_job.json"), load_job(EXAMPLES / "openai_job.json")
-    a, b = comparable(vertex), comparable(openai)
+    nova = load_job(Path(__file__).parent / "arithmetic_recipe.yaml")
+    a, b, c = comparable(vertex), comparable(openai), comparable(nova)
     assert a.pop("data")["train"].endswith("vertex_train.jsonl") and b.pop("data")["train"].endswith("/train.jsonl")
-    assert a == b
-    assert vertex.training.total_steps == 30 and openai.reward.function.grader["type"] == "string_check"
+    assert c.pop("data") == comparable(openai)["data"]
+    assert a == b == c
+    assert vertex.training.total_steps == 30 and vertex.training.epochs == 1 and nova.training.epochs == 1
+    assert openai.reward.function.grader["type"] == "string_check"
 
 
 # Every documented limit, for any request ----------------------------------------------------------

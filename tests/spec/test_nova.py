@@ -109,6 +109,9 @@ def test_recipe_errors_name_the_yaml_path(change, error):
         {"trainer": {"max_steps": 1, "peft": {"lora_tuning": {"lora_plus_lr_ratio": 100}}}},
         {"trainer": {"max_steps": 1, "peft": {"lora_tuning": {"lora_plus_lr_ratio": 0}}}},
         {"trainer": {"max_steps": 1, "adaptive_curriculum": {"enable": False, "selection_pool_multiplier": 32}}},
+        {"trainer": {"max_steps": 1, "adaptive_curriculum": {"selection_pool_multiplier": 1,
+                                                             "selection_lookahead_steps": 16}}},
+        {"trainer": {"max_steps": 1, "refit_freq": 0}},
     ],
 )
 def test_values_just_inside_the_ranges_resolve(change):
@@ -215,6 +218,16 @@ def test_bedrock_values_may_be_strings_and_defaults_are_the_recipes():
 def test_bedrock_ranges(hp, error):
     found = problems(bedrock(False, hp))
     assert len(found) == 1 and found[0].startswith(error), found
+
+
+@pytest.mark.parametrize(
+    "hp",
+    [{"batchSize": 16}, {"batchSize": 512}, {"epochCount": 1}, {"epochCount": 50}, {"learningRate": 1e-7},
+     {"learningRate": 1e-3}, {"trainingSamplePerPrompt": 2}, {"trainingSamplePerPrompt": 16, "batchSize": 32},
+     {"evalInterval": 1}, {"evalInterval": 100}],
+)
+def test_bedrock_values_just_inside_the_ranges_resolve(hp):
+    assert resolve(bedrock(False, hp)).spec.training.total_steps >= 1
 
 
 def test_bedrock_blocks_in_both_places_are_refused():
