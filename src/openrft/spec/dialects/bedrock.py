@@ -20,6 +20,7 @@ from openrft.spec.dialects.common import (
     Strict,
     apply_extensions,
     base_learning_rate,
+    build_reward,
     closed,
     count_examples,
     fmt,
@@ -187,6 +188,8 @@ def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer:
     if grader is None:
         b.problem(f"{at}graderConfig", "is required: graderConfig.lambdaGrader.lambdaArn names the reward function")
     else:
-        b.user("reward.function", NovaLambdaReward(endpoint=grader.lambdaGrader.lambdaArn),
-               f"{at}graderConfig.lambdaGrader.lambdaArn")
+        field = f"{at}graderConfig.lambdaGrader.lambdaArn"
+        config = build_reward(b, lambda: NovaLambdaReward(endpoint=grader.lambdaGrader.lambdaArn), field)
+        if config is not None:
+            b.user("reward.function", config, field)
     return b.build(source, prompts)

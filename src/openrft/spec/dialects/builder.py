@@ -15,6 +15,8 @@ from openrft.spec.errors import FieldProblem, SpecError, join_path, problems_fro
 from openrft.spec.job import JobSpec
 from openrft.spec.provenance import Origin, Resolution, Source, complete
 
+_RAW = object()
+
 
 class SpecBuilder:
     def __init__(self, problems: list[FieldProblem] | None = None) -> None:
@@ -38,12 +40,11 @@ class SpecBuilder:
     def derived(self, path: str, value: Any, note: str, field: str | None = None) -> Any:
         return self.set(path, value, "derived", field, note)
 
-    def take(self, path: str, model: BaseModel, name: str, field: str, value: Any = None,
+    def take(self, path: str, model: BaseModel, name: str, field: str, value: Any = _RAW,
              note: str | None = None) -> Any:
         """Copy ``model.name`` (or ``value``, a translation of it) to ``path``: ``user`` if the user wrote the
         field, else ``default`` (the dialect's documented default)."""
-        raw = getattr(model, name)
-        result = raw if value is None else value
+        result = getattr(model, name) if value is _RAW else value
         origin: Origin = "user" if was_set(model, name) else "default"
         return self.set(path, result, origin, field, note)
 

@@ -22,6 +22,7 @@ from openrft.spec.dialects.common import (
     Strict,
     apply_extensions,
     base_learning_rate,
+    build_reward,
     closed,
     count_examples,
     training_prompts,
@@ -192,7 +193,7 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
     if run.output_s3_path:
         b.user("output_dir", resolve_location(run.output_s3_path, base_dir), "run.output_s3_path")
 
-    _sampling(b, tc, ext)
+    _sampling(b, tc)
     _rollout(b, run, rollout)
     prompts = _training(b, tc, sizer)
     resolve_optimizer(b, trainer)
@@ -204,11 +205,11 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
     if curriculum is not None and curriculum.enable:
         b.problem(f"{TRAINER}.adaptive_curriculum.enable",
                   "is not supported yet by OpenRFT's engine; set it to false (the other adaptive_curriculum "
-                  "settings are checked, and kept for when it is)", True)
+                  "settings are validated all the same)", True)
     return b.build(source, prompts)
 
 
-def _sampling(b: SpecBuilder, tc: NovaTrainingConfig, ext: OpenRFTExtensions) -> None:
+def _sampling(b: SpecBuilder, tc: NovaTrainingConfig) -> None:
     generator = tc.rollout.generator
     b.take("sampling.samples_per_prompt", tc.rollout.advantage_strategy, "number_generation",
            f"{ROLLOUT}.advantage_strategy.number_generation")
@@ -293,11 +294,17 @@ def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
         b.user("reward.function", PresetReward(name=rewards.preset_reward_function),
                f"{REWARDS}.preset_reward_function")
     elif endpoint:
-        b.user("reward.function", NovaLambdaReward(endpoint=endpoint.lambda_arn, batch_size=endpoint.lambda_batch_size,
-                                                   concurrency_limit=endpoint.lambda_concurrency_limit),
-               f"{REWARDS}.api_endpoint")
+        field = f"{REWARDS}.api_endpoint"
+        config = build_reward(b, lambda: NovaLambdaReward(endpoint=endpoint.lambda_arn,
+                                                          batch_size=endpoint.lambda_batch_size,
+                                                          concurrency_limit=endpoint.lambda_concurrency_limit),
+                              f"{field}.lambda_arn")
+        if config is not None:
+            b.user("reward.function", config, field)
     elif arn:
-        b.user("reward.function", NovaLambdaReward(endpoint=arn), "run.reward_lambda_arn")
+        config = build_reward(b, lambda: NovaLambdaReward(endpoint=arn), "run.reward_lambda_arn")
+        if config is not None:
+            b.user("reward.function", config, "run.reward_lambda_arn")
     else:
         b.problem(REWARDS, "names no reward: set preset_reward_function, api_endpoint.lambda_arn or "
                   "run.reward_lambda_arn")
