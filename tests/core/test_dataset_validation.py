@@ -61,7 +61,7 @@ def test_all_bad_lines_reported_together(tmp_path):
 
 
 def test_missing_file_is_named(tmp_path):
-    with pytest.raises(DatasetError, match="nope.jsonl.*does not exist"):
+    with pytest.raises(DatasetError, match=r"nope\.jsonl.*does not exist"):
         load_dataset(str(tmp_path / "nope.jsonl"))
 
 
@@ -83,7 +83,7 @@ def test_validation_split_sizes_and_determinism(tmp_path):
     examples = load_dataset(str(_write(tmp_path, lines)))
     train, val = split_validation(examples, 0.25, 50, seed=3)
     assert (len(train), len(val)) == (300, 100)
-    train2, val2 = split_validation(examples, 0.25, 50, seed=3)
+    _, val2 = split_validation(examples, 0.25, 50, seed=3)
     assert [e.id for e in val] == [e.id for e in val2]
     _, small_val = split_validation(examples[:120], 0.25, 50, seed=3)
     assert len(small_val) == 50  # max(25% of 120, 50)

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from openrft.errors import OpenRFTError
 
-COMMAND_MODULES = ("train", "evaluate", "plot", "rewards")
+COMMAND_MODULES = ("train", "evaluate", "plot", "spec", "rewards")
 
 
 def build_parser() -> argparse.ArgumentParser:
