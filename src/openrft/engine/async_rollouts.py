@@ -33,6 +33,7 @@ from openrft.rewards.runner import RewardRunner
 from openrft.rollout.types import Completion, Generator, SamplingParams
 
 REPLICA_SEED_STRIDE = 1_000_033
+MAX_REGENERATIONS = 8  # drops of one prompt in a row that mean a replica is stuck on an old policy
 
 
 class GenerationReplica(Protocol):
@@ -109,6 +110,7 @@ class AsyncRolloutSource:
         self._cond = threading.Condition()
         self._queue: deque[tuple[int, int]] = deque()  # drawn, not yet admitted (re-issued ones first)
         self._next_seq = 0
+        self._regenerated: dict[int, int] = {}  # sequence number -> times dropped
         self._ready: list[tuple[int, int, RolloutGroup]] = []  # heap of (sequence number, example index, group)
         self._chunks: list[_Chunk] = []  # admitted chunks with open groups
         self._chunk_of: dict[int, _Chunk] = {}
@@ -139,7 +141,14 @@ class AsyncRolloutSource:
                     self._chunks.remove(chunk)
                 if self.staleness.take(group.policy_version):
                     taken.append((seq, group))
+                    self._regenerated.pop(seq, None)
                 else:  # too old: generate this prompt again with a newer policy
+                    self._regenerated[seq] = self._regenerated.get(seq, 0) + 1
+                    if self._regenerated[seq] > MAX_REGENERATIONS:
+                        raise RuntimeError(
+                            f"a prompt's rollouts were too old {MAX_REGENERATIONS} times in a row (policy version "
+                            f"{group.policy_version}, learner at {self.staleness.version}, age_tolerance "
+                            f"{self.staleness.age_tolerance}): a generation replica does not load new adapters")
                     self._queue.appendleft((seq, index))
                     self._step["dropped"] += 1
                 self._cond.notify_all()
