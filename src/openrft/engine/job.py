@@ -69,12 +69,15 @@ class RFTJob:
                                f"{self.runtime.name!r} runtime; build it with openrft.runtime.runtime_for(spec)")
 
     @classmethod
-    def from_run_dir(cls, run_dir: str | Path, **kwargs) -> RFTJob:
-        """Resume the run in ``run_dir`` with the spec it was started with."""
+    def from_run_dir(cls, run_dir: str | Path, runtime_factory: Callable[[JobSpec], Runtime] | None = None,
+                     **kwargs) -> RFTJob:
+        """Resume the run in ``run_dir`` with the spec it was started with (and a runtime built for it)."""
         spec_path = Path(run_dir) / "spec.json"
         if not spec_path.exists():
             raise CheckpointError(f"{run_dir} is not an OpenRFT run directory (no spec.json)")
         spec = JobSpec.model_validate_json(spec_path.read_text())
+        if runtime_factory is not None:
+            kwargs["runtime"] = runtime_factory(spec)
         return cls(spec, run_dir, resume=True, **kwargs)
 
     # setup ----------------------------------------------------------------------------------------
