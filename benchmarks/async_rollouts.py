@@ -43,6 +43,8 @@ def run_job(url: str, args: argparse.Namespace, strategy: str, run_dir: Path) ->
     spec.checkpoint.interval = 0
     spec.tracking.tensorboard = False
     spec.runtime.threads = args.threads
+    if args.lr is not None:
+        spec.optimizer.lr = args.lr
     if strategy == "async":
         spec.rollout.strategy, spec.rollout.age_tolerance = "off_policy_async", args.tolerance
         spec.rollout.generation_replicas = args.replicas
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tolerance", type=int, default=2, help="age_tolerance of the asynchronous run")
     parser.add_argument("--replicas", type=int, default=2, help="generation replicas of the asynchronous run")
     parser.add_argument("--eval-every", type=int, default=6)
+    parser.add_argument("--lr", type=float, default=2e-4, help="learning rate of both runs (None: the recipe's)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads of both runs (1: no OpenMP spin-waiting on a shared CPU)")
     parser.add_argument("--eval-examples", type=int, default=64)
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "command": "python -m benchmarks.async_rollouts " + " ".join(argv if argv is not None else sys.argv[1:]),
         "steps": args.steps, "reward_delay_s": args.delay, "age_tolerance": args.tolerance,
-        "generation_replicas": args.replicas, "threads": args.threads,
+        "generation_replicas": args.replicas, "threads": args.threads, "lr": args.lr,
         "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}",
         "wall_ratio_sync_over_async": sync["wall_seconds"] / async_["wall_seconds"],
         "step_time_ratio_sync_over_async": sync["training_seconds"] / async_["training_seconds"],
