@@ -1,6 +1,6 @@
 """Asynchronous against synchronous rollouts with a slow reward, side by side on the demo job.
 
-    python -m benchmarks.async_rollouts [--steps 24] [--delay 1.0] [--tolerance 2] [--replicas 2]
+    python -m benchmarks.async_rollouts [--steps 30] [--lr 5e-4] [--delay 1.0] [--tolerance 2] [--replicas 2]
 
 The reward is the example Nova reward server on 127.0.0.1 answering each call after ``delay``
 seconds (every batch of samples is one call). The synchronous loop waits for it at every step; the
@@ -33,6 +33,9 @@ RECIPE = ROOT / "examples" / "arithmetic" / "recipe.yaml"
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+VAL = "val-score/rewards/mean@{}"
+
+
 def run_job(url: str, args: argparse.Namespace, strategy: str, run_dir: Path) -> dict:
     spec = load_job(RECIPE)
     spec.reward = RewardSpec.model_validate({"function": {"type": "nova_lambda", "endpoint": url,
@@ -40,6 +43,7 @@ def run_job(url: str, args: argparse.Namespace, strategy: str, run_dir: Path) ->
     spec.training.total_steps = args.steps
     spec.evaluation.interval = args.eval_every
     spec.evaluation.max_examples = args.eval_examples
+    spec.evaluation.samples_per_prompt = args.eval_samples
     spec.checkpoint.interval = 0
     spec.tracking.tensorboard = False
     spec.runtime.threads = args.threads
@@ -52,6 +56,7 @@ def run_job(url: str, args: argparse.Namespace, strategy: str, run_dir: Path) ->
     summary = RFTJob(spec, run_dir, show_progress=False).run()
     wall = time.perf_counter() - started
     rows = read_metrics(run_dir / "metrics.jsonl")
+    val = VAL.format(args.eval_samples)
     steps = [r for r in rows if r["step"] > 0]
     return {
         "strategy": strategy,
@@ -60,7 +65,7 @@ def run_job(url: str, args: argparse.Namespace, strategy: str, run_dir: Path) ->
         "wall_seconds": wall,
         "training_seconds": sum(r["perf/time_per_step"] for r in steps),
         "train_reward": [r.get("critic/rewards/mean") for r in steps],
-        "val_reward": {r["step"]: r["val-score/rewards/mean@1"] for r in rows if "val-score/rewards/mean@1" in r},
+        "val_reward": {r["step"]: r[val] for r in rows if val in r},
         "policy_age_mean": [r.get("rollout/policy_age/mean", 0.0) for r in steps],
         "dropped_total": steps[-1].get("rollout/dropped_total", 0.0),
         "mismatch_kl_mean": _mean([r["rollout/mismatch_kl"] for r in steps if "rollout/mismatch_kl" in r]),
@@ -73,15 +78,16 @@ def _mean(values: list[float]) -> float | None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--delay", type=float, default=1.0, help="reward server seconds per call")
     parser.add_argument("--tolerance", type=int, default=2, help="age_tolerance of the asynchronous run")
     parser.add_argument("--replicas", type=int, default=2, help="generation replicas of the asynchronous run")
-    parser.add_argument("--eval-every", type=int, default=6)
-    parser.add_argument("--lr", type=float, default=2e-4, help="learning rate of both runs (None: the recipe's)")
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=5e-4, help="learning rate of both runs (None: the recipe's)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads of both runs (1: no OpenMP spin-waiting on a shared CPU)")
-    parser.add_argument("--eval-examples", type=int, default=64)
+    parser.add_argument("--eval-examples", type=int, default=128)
+    parser.add_argument("--eval-samples", type=int, default=4, help="validation samples per prompt (less noise)")
     args = parser.parse_args(argv)
     server = subprocess.Popen([sys.executable, str(SERVER), "--port", "0", "--delay", str(args.delay)],
                               stdout=subprocess.PIPE, text=True)
@@ -102,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m benchmarks.async_rollouts " + " ".join(argv if argv is not None else sys.argv[1:]),
         "steps": args.steps, "reward_delay_s": args.delay, "age_tolerance": args.tolerance,
         "generation_replicas": args.replicas, "threads": args.threads, "lr": args.lr,
+        "eval_samples": args.eval_samples, "eval_examples": args.eval_examples,
         "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}",
         "wall_ratio_sync_over_async": sync["wall_seconds"] / async_["wall_seconds"],
         "step_time_ratio_sync_over_async": sync["training_seconds"] / async_["training_seconds"],
@@ -134,7 +141,8 @@ def report(result: dict) -> str:
                      f"{sum(ages) / len(ages):.2f} | {'-' if kl is None else f'{kl:.2e}'} | {final_val:.3f} |")
     lines += ["", f"**Wall time ratio sync / async: {result['wall_ratio_sync_over_async']:.2f}x** "
               f"(time in steps: {result['step_time_ratio_sync_over_async']:.2f}x).", "",
-              "Validation reward (mean@1 on the same prompts, same seed) by step:", "",
+              f"Validation reward (mean@{result['eval_samples']} over {result['eval_examples']} prompts, the same "
+              "sampling seed) by step:", "",
               "| step | " + " | ".join(str(s) for s in sorted(sync["val_reward"], key=int)) + " |",
               "| --- | " + " | ".join("---:" for _ in sync["val_reward"]) + " |"]
     for run in (sync, async_):
