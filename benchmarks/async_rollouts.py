@@ -1,6 +1,6 @@
 """Asynchronous against synchronous rollouts with a slow reward, side by side on the demo job.
 
-    python -m benchmarks.async_rollouts [--steps 30] [--lr 5e-4] [--delay 1.0] [--tolerance 2] [--replicas 2]
+    python -m benchmarks.async_rollouts [--steps 30] [--lr 1e-4] [--delay 1.0] [--tolerance 2] [--replicas 2]
 
 The reward is the example Nova reward server on 127.0.0.1 answering each call after ``delay``
 seconds (every batch of samples is one call). The synchronous loop waits for it at every step; the
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tolerance", type=int, default=2, help="age_tolerance of the asynchronous run")
     parser.add_argument("--replicas", type=int, default=2, help="generation replicas of the asynchronous run")
     parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=5e-4, help="learning rate of both runs (None: the recipe's)")
+    parser.add_argument("--lr", type=float, default=1e-4, help="learning rate of both runs (None: the recipe's)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads of both runs (1: no OpenMP spin-waiting on a shared CPU)")
     parser.add_argument("--eval-examples", type=int, default=128)

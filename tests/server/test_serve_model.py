@@ -116,7 +116,8 @@ def test_models_adapters_and_different_outputs(server, client, adapter):
 
 def test_completions_with_token_ids_n_and_logprobs(client, model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
-    prompts = [render_prompt(tokenizer, PROMPT), render_prompt(tokenizer, [{"role": "user", "content": "What is 30+45?"}])]
+    other = [{"role": "user", "content": "What is 30+45?"}]
+    prompts = [render_prompt(tokenizer, PROMPT), render_prompt(tokenizer, other)]
     result = client.completions.create(model="openrft-demo", prompt=prompts, n=3, max_tokens=6, temperature=0.7,
                                        logprobs=2, seed=5, extra_body={"top_k": 8, "return_tokens_as_token_ids": True})
     assert [c.index for c in result.choices] == list(range(6))
