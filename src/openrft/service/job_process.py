@@ -72,6 +72,7 @@ class JobRunner:
         self.sync_checkpoints()
 
     def on_event(self, level: str, message: str) -> None:
+        message = message.replace(str(self.run_dir), f"runs/{self.job.id}")  # no server paths to tenants
         self.store.add_event(self.job.id, level if level in ("info", "warn", "error") else "info", message)
 
     def sync_checkpoints(self) -> None:
