@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import threading
 
 from openrft.cli.service_options import add_store_options, open_store
 from openrft.errors import OpenRFTError
@@ -38,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         raise OpenRFTError(f"refusing to serve on {args.host} without an API key: create one with "
                            "`openrft keys create` (or bind to 127.0.0.1)")
     app = create_app(config, store)
+    # the first job submission needs the engine's modules (torch): import them while the server starts
+    threading.Thread(target=importlib.import_module, args=("openrft.engine.setup",), daemon=True).start()
     worker_thread = stop = None
     if args.workers > 0:
         worker_thread, stop = start_in_thread(Worker(store, config, concurrency=args.workers))

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from openrft.data.loader import DatasetError
-from openrft.engine.setup import load_datasets
 from openrft.errors import OpenRFTError, RewardError
-from openrft.rewards import build_reward
 from openrft.service.config import ServiceConfig
 from openrft.service.dialect_fields import DATA_FIELDS, MODEL_FIELD, REWARD_FIELD
 from openrft.service.dialect_fields import get_field as _get
@@ -93,6 +91,9 @@ class Submitter:
             raise from_spec_error(SpecError(problems))
 
     def _validate_data(self, spec: JobSpec, dialect: str, shown: dict[str, str]) -> None:
+        from openrft.engine.setup import load_datasets  # the engine imports torch: not at server start
+        from openrft.rewards import build_reward
+
         try:
             reward = build_reward(spec.reward)
         except (RewardError, SpecError) as exc:
