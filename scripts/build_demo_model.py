@@ -6,6 +6,7 @@ that it starts partly right, which leaves room for reinforcement fine-tuning to 
 
     python scripts/build_demo_model.py            # writes src/openrft/assets/demo_model and
                                                   # examples/arithmetic/{train,validation}.jsonl
+                                                  # (and vertex_{train,validation}.jsonl: Vertex format)
 
 Rebuilding gives byte-identical files: one CPU thread, fixed seeds, deterministic algorithms.
 """
@@ -21,6 +22,8 @@ from pathlib import Path
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from openrft.data.vertex_format import to_vertex_record
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "src" / "openrft" / "assets" / "demo_model"
@@ -185,6 +188,9 @@ def main() -> None:
     pretrain_rows = make_dataset(rng, 5000, "sft", seen)  # disjoint from both RFT splits
     write_jsonl(args.data_dir / "train.jsonl", train)
     write_jsonl(args.data_dir / "validation.jsonl", validation)
+    # The same examples in the Vertex dataset format, for examples/arithmetic/vertex_job.json.
+    write_jsonl(args.data_dir / "vertex_train.jsonl", [to_vertex_record(r) for r in train])
+    write_jsonl(args.data_dir / "vertex_validation.jsonl", [to_vertex_record(r) for r in validation])
 
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), tokenizer)

@@ -23,14 +23,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from openrft.engine import RFTJob
-    from openrft.spec.dialects import load_job
+    from openrft.spec.dialects import resolve_job
 
     if args.resume:
         job = RFTJob.from_run_dir(args.resume, show_progress=not args.quiet)
     else:
         if not args.job:
             raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
-        spec = load_job(args.job, args.dialect)
+        resolution = resolve_job(args.job, args.dialect)
+        for warning in resolution.warnings:
+            print(f"warning: {warning}")
+        spec = resolution.spec
         if args.steps:
             spec.training.total_steps = args.steps
         run_dir = Path(args.output or spec.output_dir or Path("runs") / spec.name)

@@ -11,7 +11,9 @@ from typing import Any
 
 from openrft.data.records import Example
 from openrft.data.validation import parse_record
+from openrft.data.vertex_format import is_vertex_record, parse_vertex_record
 from openrft.errors import OpenRFTError
+from openrft.spec.job import held_out_count
 
 MAX_REPORTED = 50
 
@@ -77,18 +79,35 @@ def parse_lines(lines: Iterable[str], location: str, require_reference: bool,
     return examples
 
 
-def load_dataset(location: str, require_reference: bool = False) -> list[Example]:
-    """Every example of a JSONL file, or a DatasetError listing every invalid line."""
-    return parse_lines(open_lines(location), location, require_reference)
+def detect_parser(lines: list[str]) -> RecordParser:
+    """The record format of a file, from its first line that is a JSON object: Vertex or messages."""
+    for text in lines:
+        if not text.strip():
+            continue
+        try:
+            first = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(first, dict):
+            return parse_vertex_record if is_vertex_record(first) else parse_record
+    return parse_record
+
+
+def load_dataset(location: str, require_reference: bool = False, limit: int | None = None) -> list[Example]:
+    """Every example of a JSONL file in the messages or Vertex format (detected per file), or a DatasetError
+    listing every invalid line. ``limit``: a file with more examples is an error."""
+    lines = list(open_lines(location))
+    examples = parse_lines(lines, location, require_reference, detect_parser(lines))
+    if limit is not None and len(examples) > limit:
+        raise DatasetError(location, [LineProblem(location, 0, "<file>", f"holds {len(examples):,} examples; this "
+                                                  f"job takes at most {limit:,}")])
+    return examples
 
 
 def split_validation(examples: list[Example], fraction: float, minimum: int, seed: int,
                      maximum: int | None = None) -> tuple[list[Example], list[Example]]:
     """Hold out ``max(fraction * n, minimum)`` examples (capped by ``maximum`` and at half the set)."""
-    count = max(round(fraction * len(examples)), minimum)
-    if maximum is not None:
-        count = min(count, maximum)
-    count = min(count, len(examples) // 2)
+    count = held_out_count(len(examples), fraction, minimum, maximum)
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)
     held = set(order[:count])

@@ -23,4 +23,7 @@ class Example:
 
     @property
     def reference_answer(self) -> Any:
-        return self.fields.get("reference_answer")
+        """``reference_answer`` (messages format), else Vertex's ``references`` map."""
+        if "reference_answer" in self.fields:
+            return self.fields["reference_answer"]
+        return self.fields.get("references")

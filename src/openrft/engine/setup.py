@@ -34,10 +34,11 @@ class Datasets:
 
 
 def load_datasets(spec: JobSpec, require_reference: bool) -> Datasets:
-    """Train and validation examples; with no validation file, a held-out part of train (DataSpec)."""
-    train = load_dataset(spec.data.train, require_reference)
+    """Train and validation examples (messages or Vertex format); with no validation file, a held-out part of
+    train (DataSpec: Vertex's rule, 25% or 50 examples, whichever is larger)."""
+    train = load_dataset(spec.data.train, require_reference, spec.data.train_examples_limit)
     if spec.data.validation:
-        validation = load_dataset(spec.data.validation, require_reference)
+        validation = load_dataset(spec.data.validation, require_reference, spec.data.validation_examples_limit)
     else:
         train, validation = split_validation(
             train, spec.data.validation_fraction, spec.data.validation_min_examples, spec.training.seed,

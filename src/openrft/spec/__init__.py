@@ -16,6 +16,7 @@ from openrft.spec.job import (
     TrackingSpec,
     TrainingSpec,
 )
+from openrft.spec.provenance import Resolution, Source
 from openrft.spec.rewards import PresetReward, RewardSpec
 
 __all__ = [
@@ -29,10 +30,12 @@ __all__ = [
     "ModelSpec",
     "OptimizerSpec",
     "PresetReward",
+    "Resolution",
     "RewardSpec",
     "RolloutSpec",
     "RuntimeSpec",
     "SamplingSpec",
+    "Source",
     "SpecError",
     "TrackingSpec",
     "TrainingSpec",

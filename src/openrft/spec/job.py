@@ -26,14 +26,44 @@ class ModelSpec(_Strict):
     base_learning_rate: float = Field(2e-5, gt=0, description="the rate learningRateMultiplier scales")
 
 
+def held_out_count(total: int, fraction: float, minimum: int, maximum: int | None = None) -> int:
+    """Examples held out of a training set of ``total`` for validation: ``max(round(fraction * total), minimum)``,
+    capped by ``maximum`` and at half the set (Vertex's rule with its defaults)."""
+    count = max(round(fraction * total), minimum)
+    if maximum is not None:
+        count = min(count, maximum)
+    return min(count, total // 2)
+
+
 class DataSpec(_Strict):
+    """Datasets, messages or Vertex format (detected per file). With no validation file, a part of the
+    training file is held out (``held_out_count``)."""
+
     train: str = Field(description="path or URI of the training JSONL")
     validation: str | None = None
     shuffle: bool = True
     validation_fraction: float = Field(0.25, ge=0, lt=1, description="held out of train when validation is None")
     validation_min_examples: int = Field(50, ge=0, description="held out at least this many (Vertex's rule)")
     validation_max_examples: int | None = Field(None, ge=1)
-    max_train_examples: int | None = Field(None, ge=1)
+    max_train_examples: int | None = Field(None, ge=1, description="train on the first N examples only")
+    train_examples_limit: int | None = Field(
+        None, ge=1, description="a training file with more examples is rejected (Vertex: 5,000; Bedrock: 20,000)"
+    )
+    validation_examples_limit: int | None = Field(
+        None, ge=1, description="a validation file with more examples is rejected (Vertex: 500)"
+    )
+
+    def held_out(self, total: int) -> int:
+        """How many of ``total`` training examples are held out for validation (0 with a validation file)."""
+        if self.validation:
+            return 0
+        return held_out_count(total, self.validation_fraction, self.validation_min_examples,
+                              self.validation_max_examples)
+
+    def train_prompts(self, total: int) -> int:
+        """Prompts the job trains on, of a training file of ``total`` examples: the steps of an epoch count these."""
+        count = total - self.held_out(total)
+        return min(count, self.max_train_examples) if self.max_train_examples else count
 
 
 class SamplingSpec(_Strict):

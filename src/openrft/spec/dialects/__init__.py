@@ -1,18 +1,42 @@
-"""Job files in any dialect -> JobSpec. The dialect is detected from the document's shape."""
+"""Job files in any dialect -> JobSpec. The dialect is detected from the document's shape.
+
+``resolve_document``/``resolve_job`` return a ``Resolution`` (the spec, where each value came from,
+warnings); ``parse_document``/``load_job`` return the spec alone.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic import ValidationError
 
-from openrft.spec.errors import FieldProblem, SpecError
+from openrft.spec.dialects.bedrock import is_bedrock_request
+from openrft.spec.dialects.common import DatasetSizer, count_examples
+from openrft.spec.dialects.openai import FileResolver
+from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
 from openrft.spec.job import JobSpec
+from openrft.spec.provenance import Resolution, Source, complete, leaf_paths
 
 Dialect = Literal["nova", "vertex", "openai", "canonical"]
+DIALECTS: tuple[Dialect, ...] = ("nova", "vertex", "openai", "canonical")
+
+__all__ = [
+    "DIALECTS",
+    "DatasetSizer",
+    "Dialect",
+    "FileResolver",
+    "Resolution",
+    "count_examples",
+    "detect_dialect",
+    "load_job",
+    "parse_document",
+    "read_document",
+    "resolve_document",
+    "resolve_job",
+]
 
 
 def read_document(path: Path) -> Any:
@@ -34,7 +58,7 @@ def read_document(path: Path) -> Any:
 
 def detect_dialect(document: Any) -> Dialect:
     if isinstance(document, dict):
-        if "training_config" in document or "run" in document:
+        if "training_config" in document or "run" in document or is_bedrock_request(document):
             return "nova"
         if "reinforcementTuningSpec" in document:
             return "vertex"
@@ -46,40 +70,66 @@ def detect_dialect(document: Any) -> Dialect:
         [
             FieldProblem(
                 "<root>",
-                "is not a job in a known dialect: expected a Nova recipe (run, training_config), a Vertex "
-                "request (reinforcementTuningSpec) or an OpenAI job (method.type: reinforcement)",
+                "is not a job in a known dialect: expected a Nova recipe (run, training_config) or Bedrock request "
+                "(hyperParameters), a Vertex request (reinforcementTuningSpec) or an OpenAI job "
+                "(method.type: reinforcement)",
             )
         ]
     )
 
 
-FileResolver = Callable[[str], str]
+def resolve_document(document: Any, dialect: Dialect | None = None, base_dir: Path | None = None,
+                     source: str | None = None, file_resolver: FileResolver | None = None,
+                     dataset_size: DatasetSizer | None = None) -> Resolution:
+    """Resolve a parsed job document, with the provenance of every value.
 
-
-def parse_document(document: Any, dialect: Dialect | None = None, base_dir: Path | None = None,
-                   source: str | None = None, file_resolver: FileResolver | None = None) -> JobSpec:
-    """Resolve a parsed job document. ``file_resolver`` maps the file ids an OpenAI job names
-    (``training_file: file-abc``) to local paths; the job service passes its file store's."""
+    ``file_resolver`` maps the file ids an OpenAI job names (``training_file: file-abc``) to local paths;
+    the job service passes its file store's. ``dataset_size`` counts the examples of a dataset location
+    (epoch-based step counts need it); by default local files are counted and remote ones are an error
+    where a count is needed.
+    """
     dialect = dialect or detect_dialect(document)
     base_dir = base_dir or Path.cwd()
+    sizer = dataset_size or count_examples
     if dialect == "nova":
         from openrft.spec.dialects.nova import parse_recipe
 
-        return parse_recipe(document, base_dir, source)
-    if dialect == "canonical":
-        from pydantic import ValidationError
+        return parse_recipe(document, base_dir, source, sizer)
+    if dialect == "vertex":
+        from openrft.spec.dialects.vertex import parse_request
 
-        from openrft.spec.errors import problems_from_validation
+        return parse_request(document, base_dir, source, sizer)
+    if dialect == "openai":
+        from openrft.spec.dialects.openai import parse_job
 
-        try:
-            return JobSpec.model_validate(document)
-        except ValidationError as exc:
-            raise SpecError(problems_from_validation(exc), source) from None
-    raise SpecError([FieldProblem("<root>", f"the {dialect} dialect is not available in this build")], source)
+        return parse_job(document, base_dir, source, file_resolver, sizer)
+    return _canonical(document, source)
+
+
+def _canonical(document: Any, source: str | None) -> Resolution:
+    try:
+        spec = JobSpec.model_validate(document)
+    except ValidationError as exc:
+        raise SpecError(problems_from_validation(exc), source) from None
+    written = {path: Source("user", path) for path in leaf_paths(document)}
+    return Resolution(spec, complete(spec, written))
+
+
+def parse_document(document: Any, dialect: Dialect | None = None, base_dir: Path | None = None,
+                   source: str | None = None, file_resolver: FileResolver | None = None,
+                   dataset_size: DatasetSizer | None = None) -> JobSpec:
+    """Resolve a parsed job document into a JobSpec (see ``resolve_document``)."""
+    return resolve_document(document, dialect, base_dir, source, file_resolver, dataset_size).spec
+
+
+def resolve_job(path: str | Path, dialect: Dialect | None = None,
+                dataset_size: DatasetSizer | None = None) -> Resolution:
+    """Read a job file in any dialect and resolve it, with provenance and warnings."""
+    path = Path(path)
+    document = read_document(path)
+    return resolve_document(document, dialect, path.resolve().parent, str(path), dataset_size=dataset_size)
 
 
 def load_job(path: str | Path, dialect: Dialect | None = None) -> JobSpec:
     """Read a job file in any dialect and resolve it into a JobSpec."""
-    path = Path(path)
-    document = read_document(path)
-    return parse_document(document, dialect, path.resolve().parent, str(path))
+    return resolve_job(path, dialect).spec

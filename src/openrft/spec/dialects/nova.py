@@ -1,45 +1,51 @@
 """The Amazon Nova RFT recipe (YAML) -> JobSpec.
 
-The recipe's own fields are modelled as Nova documents them (CONTRACTS.md §1); OpenRFT's own knobs
-live in one extra top-level block, ``openrft:``, so that a recipe stays readable as a Nova recipe.
-Errors name the YAML path, e.g. ``training_config.trainer.clip_ratio_high: -1 must be >= 0``.
+The recipe's own fields are modelled as Nova documents them (CONTRACTS.md §1, seed document 002);
+OpenRFT's own knobs live in one extra top-level block, ``openrft:``, so that a recipe stays readable
+as a Nova recipe. Bedrock's request for the same job (``hyperParameters``, ``graderConfig``) is read
+by ``spec.dialects.bedrock``. Errors name the YAML path, e.g.
+``training_config.global_batch_size: 48 is not one of 16, 32, 64, 128, 256``.
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
-from openrft.spec.job import (
-    AlgorithmSpec,
-    CheckpointSpec,
-    DataSpec,
-    EvalSpec,
-    JobSpec,
-    LoraSpec,
-    ModelSpec,
-    OptimizerSpec,
-    RolloutSpec,
-    RuntimeSpec,
-    SamplingSpec,
-    TrackingSpec,
-    TrainingSpec,
+from openrft.spec.dialects.builder import SpecBuilder
+from openrft.spec.dialects.common import (
+    DatasetSizer,
+    OpenRFTExtensions,
+    Strict,
+    apply_extensions,
+    base_learning_rate,
+    build_reward,
+    closed,
+    count_examples,
+    training_prompts,
+    validate_all,
 )
+from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.locations import resolve_location
-from openrft.spec.rewards import PresetReward, RewardSpec
+from openrft.spec.provenance import Resolution
+from openrft.spec.rewards import NovaLambdaReward, PresetReward
 
 GLOBAL_BATCH_SIZES = (16, 32, 64, 128, 256)
+TC = "training_config"
+ROLLOUT = f"{TC}.rollout"
+TRAINER = f"{TC}.trainer"
+REWARDS = f"{ROLLOUT}.rewards"
+COVERED = {
+    "base_learning_rate": f"{TRAINER}.optim_config.lr",
+    "max_length": f"{TC}.max_length",
+    "max_new_tokens": f"{ROLLOUT}.generator.max_new_tokens",
+}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class NovaRun(_Strict):
+class NovaRun(Strict):
     name: str = "openrft-run"
     model_type: str | None = None
     model_name_or_path: str
@@ -55,62 +61,62 @@ class NovaRun(_Strict):
     mlflow_run_name: str | None = None
 
 
-class NovaData(_Strict):
+class NovaData(Strict):
     shuffle: bool = True
 
 
-class NovaRolloutStrategy(_Strict):
+class NovaRolloutStrategy(Strict):
     type: Literal["sync", "off_policy_async"] = "sync"
     age_tolerance: int | None = Field(None, ge=0)
 
 
-class NovaAdvantageStrategy(_Strict):
+class NovaAdvantageStrategy(Strict):
     number_generation: int = Field(4, ge=2, le=512)
 
 
-class NovaGenerator(_Strict):
+class NovaGenerator(Strict):
     max_new_tokens: int = Field(6000, ge=1)
     set_random_seed: bool = True
     temperature: float = Field(1.0, ge=0)
     top_k: int = Field(0, ge=0)
 
 
-class NovaApiEndpoint(_Strict):
+class NovaApiEndpoint(Strict):
     lambda_arn: str
     lambda_concurrency_limit: int = Field(12, ge=1)
     lambda_batch_size: int = Field(128, ge=1)
 
 
-class NovaRewards(_Strict):
+class NovaRewards(Strict):
     preset_reward_function: Literal["exact_match"] | None = None
     api_endpoint: NovaApiEndpoint | None = None
 
 
-class NovaRollout(_Strict):
+class NovaRollout(Strict):
     rollout_strategy: NovaRolloutStrategy = NovaRolloutStrategy()
     advantage_strategy: NovaAdvantageStrategy = NovaAdvantageStrategy()
     generator: NovaGenerator = NovaGenerator()
     rewards: NovaRewards = NovaRewards()
 
 
-class NovaOptim(_Strict):
+class NovaOptim(Strict):
     lr: float = Field(1e-6, gt=0)
-    weight_decay: float = Field(0.0, ge=0, le=1)
+    weight_decay: Annotated[float, closed(0, 1)] = 0.0
     adam_beta1: float = Field(0.9, ge=0, lt=1)
     adam_beta2: float = Field(0.95, ge=0, lt=1)
 
 
-class NovaLoraTuning(_Strict):
+class NovaLoraTuning(Strict):
     alpha: float = Field(64, gt=0)
-    lora_plus_lr_ratio: float = Field(64.0, ge=0, le=100)
+    lora_plus_lr_ratio: Annotated[float, closed(0, 100)] = 64.0
 
 
-class NovaPeft(_Strict):
+class NovaPeft(Strict):
     peft_scheme: Literal["lora"] | None = "lora"
     lora_tuning: NovaLoraTuning = NovaLoraTuning()
 
 
-class NovaCurriculum(_Strict):
+class NovaCurriculum(Strict):
     enable: bool = False
     selection_pool_multiplier: int = Field(8, ge=1, le=32)
     prediction_mode: Literal["pass_rate", "spread"] = "pass_rate"
@@ -120,12 +126,12 @@ class NovaCurriculum(_Strict):
     selection_lookahead_steps: int = Field(4, ge=1, le=16)
 
 
-class NovaTrainer(_Strict):
+class NovaTrainer(Strict):
     max_steps: int = Field(ge=1)
     save_steps: int = Field(5, ge=1)
     save_top_k: int = Field(5, ge=1)
     test_steps: int = Field(1, ge=1)
-    refit_freq: int = Field(4, ge=1)
+    refit_freq: int = Field(4, ge=0, description="OpenRFT: 0 = never refresh the reference")
     clip_ratio_high: float = Field(0.2, ge=0)
     loss_scale: float = Field(1.0, gt=0)
     ent_coeff: float = Field(0.0, ge=0)
@@ -135,7 +141,7 @@ class NovaTrainer(_Strict):
     adaptive_curriculum: NovaCurriculum | None = None
 
 
-class NovaTrainingConfig(_Strict):
+class NovaTrainingConfig(Strict):
     max_length: int = Field(8192, ge=2)
     global_batch_size: Literal[16, 32, 64, 128, 256] = 32
     reasoning_effort: Literal["high", "low"] | None = None
@@ -144,183 +150,161 @@ class NovaTrainingConfig(_Strict):
     trainer: NovaTrainer
 
 
-class OpenRFTExtensions(_Strict):
-    """OpenRFT's own settings, beside the Nova fields (documented in docs/hyperparameters.md)."""
-
-    seed: int = 0
-    lora_rank: int = Field(16, ge=1)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
-    clip_ratio_low: float = Field(0.2, ge=0, le=1)
-    max_grad_norm: float = Field(1.0, ge=0)
-    micro_batch_tokens: int = Field(8192, ge=1)
-    top_p: float = Field(1.0, gt=0, le=1)
-    scale_advantages_by_std: bool = True
-    on_reward_error: Literal["exclude", "zero", "fail"] = "exclude"
-    eval_samples_per_prompt: int = Field(1, ge=1)
-    eval_temperature: float | None = Field(None, ge=0)
-    eval_max_examples: int | None = Field(None, ge=1)
-    eval_at_start: bool = True
-    max_train_examples: int | None = Field(None, ge=1)
-    importance_weight_cap: float = Field(2.0, gt=0)
-    runtime: Literal["local", "ray"] = "local"
-    ray_address: str | None = None
-    generator_base_url: str | None = None
-    device: str = "auto"
-    threads: int | None = Field(None, ge=1)
-    tensorboard: bool = True
-
-
-class NovaRecipe(_Strict):
+class NovaRecipe(Strict):
     run: NovaRun
     training_config: NovaTrainingConfig
     openrft: OpenRFTExtensions = OpenRFTExtensions()
 
 
-def parse_recipe(raw: Any, base_dir: Path | None = None, source: str | None = None) -> JobSpec:
-    """Validate a recipe (already loaded from YAML) and resolve it into a JobSpec."""
+def parse_recipe(raw: Any, base_dir: Path | None = None, source: str | None = None,
+                 dataset_size: DatasetSizer = count_examples) -> Resolution:
+    """Validate a recipe (already loaded from YAML) and resolve it. A Bedrock request goes to bedrock.py."""
+    from openrft.spec.dialects.bedrock import is_bedrock_request, parse_bedrock
+
+    if isinstance(raw, dict) and is_bedrock_request(raw):
+        return parse_bedrock(raw, base_dir, source, dataset_size)
     if not isinstance(raw, dict):
         problem = FieldProblem("<root>", "a Nova recipe is a YAML mapping with run and training_config")
         raise SpecError([problem], source)
-    try:
-        recipe = NovaRecipe.model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(problems_from_validation(exc), source) from None
-    return _resolve(recipe, base_dir or Path.cwd(), source)
+    recipe, problems = validate_all(NovaRecipe, raw)
+    if recipe is None:
+        raise SpecError(problems, source)
+    return _resolve(recipe, base_dir or Path.cwd(), source, dataset_size, problems)
 
 
-def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None) -> JobSpec:
+def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: DatasetSizer,
+             problems: list[FieldProblem]) -> Resolution:
     run, tc, ext = recipe.run, recipe.training_config, recipe.openrft
     trainer, rollout = tc.trainer, tc.rollout
-    problems: list[FieldProblem] = []
+    b = SpecBuilder(problems)
+    b.derived("dialect", "nova", "a Nova recipe")
+    apply_extensions(b, ext, COVERED, "Nova")
+    b.take("name", run, "name", "run.name")
+    b.user("model.name_or_path", resolve_location(run.model_name_or_path, base_dir, model=True),
+           "run.model_name_or_path")
+    base_learning_rate(b, run.model_name_or_path, ext)  # informational: the recipe sets lr itself
+    if run.model_type:
+        b.user("metadata", {"model_type": run.model_type}, "run.model_type")
+    b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
+    if run.validation_data_s3_path:
+        b.user("data.validation", resolve_location(run.validation_data_s3_path, base_dir),
+               "run.validation_data_s3_path")
+    b.take("data.shuffle", tc.data, "shuffle", f"{TC}.data.shuffle")
+    if run.output_s3_path:
+        b.user("output_dir", resolve_location(run.output_s3_path, base_dir), "run.output_s3_path")
 
-    n = rollout.advantage_strategy.number_generation
-    if tc.global_batch_size % n:
-        problems.append(
-            FieldProblem(
-                "training_config.global_batch_size",
-                f"is not a multiple of rollout.advantage_strategy.number_generation ({n}): "
-                "a step holds whole groups of samples",
-                tc.global_batch_size,
-            )
-        )
-    strategy = rollout.rollout_strategy
-    if strategy.type == "sync" and strategy.age_tolerance not in (None, 0):
-        problems.append(
-            FieldProblem(
-                "training_config.rollout.rollout_strategy.age_tolerance",
-                "needs rollout_strategy.type: off_policy_async (sync rollouts have age 0)",
-                strategy.age_tolerance,
-            )
-        )
-    rewards = rollout.rewards
-    if rewards.preset_reward_function is None and rewards.api_endpoint is None and run.reward_lambda_arn is None:
-        problems.append(
-            FieldProblem(
-                "training_config.rollout.rewards",
-                "names no reward: set preset_reward_function or api_endpoint.lambda_arn",
-            )
-        )
+    _sampling(b, tc)
+    _rollout(b, run, rollout)
+    prompts = _training(b, tc, sizer)
+    resolve_optimizer(b, trainer)
+    resolve_intervals(b, trainer)
+    _rewards(b, run, rollout.rewards)
+    for name in ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"):
+        b.take(f"tracking.{name}", run, name, f"run.{name}")
     curriculum = trainer.adaptive_curriculum
     if curriculum is not None and curriculum.enable:
-        problems.append(
-            FieldProblem(
-                "training_config.trainer.adaptive_curriculum.enable",
-                "is not supported yet by OpenRFT; set it to false",
-                True,
-            )
-        )
-    if rewards.preset_reward_function is None:
-        problems.append(
-            FieldProblem(
-                "training_config.rollout.rewards.api_endpoint",
-                "remote reward endpoints are not available in this build; use preset_reward_function",
-            )
-        )
-    if problems:
-        raise SpecError(problems, source)
+        b.problem(f"{TRAINER}.adaptive_curriculum.enable",
+                  "is not supported yet by OpenRFT's engine; set it to false (the other adaptive_curriculum "
+                  "settings are validated all the same)", True)
+    return b.build(source, prompts)
 
-    seed = ext.seed if rollout.generator.set_random_seed else random.SystemRandom().randrange(2**31)
-    try:
-        return JobSpec(
-            name=run.name,
-            dialect="nova",
-            model=ModelSpec(name_or_path=resolve_location(run.model_name_or_path, base_dir, model=True)),
-            data=DataSpec(
-                train=resolve_location(run.data_s3_path, base_dir),
-                validation=resolve_location(run.validation_data_s3_path, base_dir),
-                shuffle=tc.data.shuffle,
-                max_train_examples=ext.max_train_examples,
-            ),
-            sampling=SamplingSpec(
-                samples_per_prompt=n,
-                max_new_tokens=rollout.generator.max_new_tokens,
-                max_length=tc.max_length,
-                temperature=rollout.generator.temperature,
-                top_k=rollout.generator.top_k,
-                top_p=ext.top_p,
-                reasoning_effort=tc.reasoning_effort,
-            ),
-            rollout=RolloutSpec(
-                strategy=strategy.type,
-                age_tolerance=(strategy.age_tolerance if strategy.age_tolerance is not None else 2)
-                if strategy.type == "off_policy_async"
-                else 0,
-                importance_weight_cap=ext.importance_weight_cap,
-                replicas=run.replicas,
-                generation_replicas=run.generation_replicas,
-                runtime=ext.runtime,
-                ray_address=ext.ray_address,
-                generator_base_url=ext.generator_base_url,
-            ),
-            training=TrainingSpec(
-                prompts_per_step=tc.global_batch_size // n,
-                total_steps=trainer.max_steps,
-                micro_batch_tokens=ext.micro_batch_tokens,
-                seed=seed,
-            ),
-            optimizer=OptimizerSpec(
-                lr=trainer.optim_config.lr,
-                weight_decay=trainer.optim_config.weight_decay,
-                adam_beta1=trainer.optim_config.adam_beta1,
-                adam_beta2=trainer.optim_config.adam_beta2,
-                max_grad_norm=ext.max_grad_norm,
-            ),
-            lora=LoraSpec(
-                enabled=trainer.peft.peft_scheme == "lora",
-                rank=ext.lora_rank,
-                alpha=trainer.peft.lora_tuning.alpha,
-                dropout=ext.lora_dropout,
-                lora_plus_lr_ratio=trainer.peft.lora_tuning.lora_plus_lr_ratio,
-            ),
-            algorithm=AlgorithmSpec(
-                clip_ratio_low=ext.clip_ratio_low,
-                clip_ratio_high=trainer.clip_ratio_high,
-                kl_loss_coef=trainer.kl_loss_coef,
-                ent_coeff=trainer.ent_coeff,
-                loss_scale=trainer.loss_scale,
-                refit_freq=trainer.refit_freq,
-                scale_advantages_by_std=ext.scale_advantages_by_std,
-            ),
-            evaluation=EvalSpec(
-                interval=trainer.test_steps,
-                at_start=ext.eval_at_start,
-                samples_per_prompt=ext.eval_samples_per_prompt,
-                temperature=ext.eval_temperature,
-                max_examples=ext.eval_max_examples,
-            ),
-            checkpoint=CheckpointSpec(interval=trainer.save_steps, keep_top_k=trainer.save_top_k),
-            reward=RewardSpec(
-                function=PresetReward(name=rewards.preset_reward_function),
-                on_error=ext.on_reward_error,
-            ),
-            tracking=TrackingSpec(
-                tensorboard=ext.tensorboard,
-                mlflow_tracking_uri=run.mlflow_tracking_uri,
-                mlflow_experiment_name=run.mlflow_experiment_name,
-                mlflow_run_name=run.mlflow_run_name,
-            ),
-            runtime=RuntimeSpec(device=ext.device, threads=ext.threads),
-            output_dir=resolve_location(run.output_s3_path, base_dir),
-        )
-    except ValidationError as exc:
-        raise SpecError(problems_from_validation(exc, "<resolved>"), source) from None
+
+def _sampling(b: SpecBuilder, tc: NovaTrainingConfig) -> None:
+    generator = tc.rollout.generator
+    b.take("sampling.samples_per_prompt", tc.rollout.advantage_strategy, "number_generation",
+           f"{ROLLOUT}.advantage_strategy.number_generation")
+    b.take("sampling.max_new_tokens", generator, "max_new_tokens", f"{ROLLOUT}.generator.max_new_tokens")
+    b.take("sampling.max_length", tc, "max_length", f"{TC}.max_length")
+    b.take("sampling.temperature", generator, "temperature", f"{ROLLOUT}.generator.temperature")
+    b.take("sampling.top_k", generator, "top_k", f"{ROLLOUT}.generator.top_k")
+    b.take("sampling.reasoning_effort", tc, "reasoning_effort", f"{TC}.reasoning_effort")
+    if not generator.set_random_seed:
+        b.derived("training.seed", random.SystemRandom().randrange(2**31), "a random seed: set_random_seed is false",
+                  f"{ROLLOUT}.generator.set_random_seed")
+
+
+def _rollout(b: SpecBuilder, run: NovaRun, rollout: NovaRollout) -> None:
+    strategy = rollout.rollout_strategy
+    field = f"{ROLLOUT}.rollout_strategy"
+    b.take("rollout.strategy", strategy, "type", f"{field}.type")
+    if strategy.type == "sync":
+        if strategy.age_tolerance not in (None, 0):
+            b.problem(f"{field}.age_tolerance", "needs rollout_strategy.type: off_policy_async (sync rollouts have "
+                      "age 0)", strategy.age_tolerance)
+        b.derived("rollout.age_tolerance", 0, "sync rollouts are never stale", f"{field}.type")
+    elif strategy.age_tolerance is None:
+        b.default("rollout.age_tolerance", 2, f"{field}.age_tolerance", "Nova's documented value for off_policy_async")
+    else:
+        b.user("rollout.age_tolerance", strategy.age_tolerance, f"{field}.age_tolerance")
+    b.take("rollout.replicas", run, "replicas", "run.replicas")
+    b.take("rollout.generation_replicas", run, "generation_replicas", "run.generation_replicas")
+
+
+def _training(b: SpecBuilder, tc: NovaTrainingConfig, sizer: DatasetSizer) -> int | None:
+    """Prompts per step and steps; the training prompts when the dataset can be counted (for epochs)."""
+    n = tc.rollout.advantage_strategy.number_generation
+    if tc.global_batch_size % n:
+        b.problem(f"{TC}.global_batch_size", f"is not a multiple of rollout.advantage_strategy.number_generation "
+                  f"({n}): a step holds whole groups of samples", tc.global_batch_size)
+        return None
+    per_step = tc.global_batch_size // n
+    b.derived("training.prompts_per_step", per_step,
+              f"global_batch_size / number_generation = {tc.global_batch_size} / {n} (samples -> prompts)",
+              f"{TC}.global_batch_size")
+    b.take("training.total_steps", tc.trainer, "max_steps", f"{TRAINER}.max_steps")
+    prompts = training_prompts(b, sizer, "run.data_s3_path", None, validation_field="run.validation_data_s3_path")
+    if prompts:
+        steps = tc.trainer.max_steps
+        b.derived("training.epochs", steps * per_step / prompts,
+                  f"max_steps × prompts per step / prompts = {steps} × {per_step} / {prompts}",
+                  f"{TRAINER}.max_steps")
+    return prompts
+
+
+def resolve_optimizer(b: SpecBuilder, trainer: NovaTrainer) -> None:
+    optim, lora = trainer.optim_config, trainer.peft.lora_tuning
+    for name in ("lr", "weight_decay", "adam_beta1", "adam_beta2"):
+        b.take(f"optimizer.{name}", optim, name, f"{TRAINER}.optim_config.{name}")
+    b.take("lora.enabled", trainer.peft, "peft_scheme", f"{TRAINER}.peft.peft_scheme",
+           trainer.peft.peft_scheme == "lora")
+    b.take("lora.alpha", lora, "alpha", f"{TRAINER}.peft.lora_tuning.alpha")
+    b.take("lora.lora_plus_lr_ratio", lora, "lora_plus_lr_ratio", f"{TRAINER}.peft.lora_tuning.lora_plus_lr_ratio")
+    for name in ("clip_ratio_high", "kl_loss_coef", "ent_coeff", "loss_scale", "refit_freq"):
+        b.take(f"algorithm.{name}", trainer, name, f"{TRAINER}.{name}")
+
+
+def resolve_intervals(b: SpecBuilder, trainer: NovaTrainer) -> None:
+    b.take("evaluation.interval", trainer, "test_steps", f"{TRAINER}.test_steps")
+    b.take("checkpoint.interval", trainer, "save_steps", f"{TRAINER}.save_steps")
+    b.take("checkpoint.keep_top_k", trainer, "save_top_k", f"{TRAINER}.save_top_k")
+
+
+def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
+    endpoint, arn = rewards.api_endpoint, run.reward_lambda_arn
+    if endpoint and arn and endpoint.lambda_arn != arn:
+        b.problem("run.reward_lambda_arn", f"differs from {REWARDS}.api_endpoint.lambda_arn "
+                  f"({endpoint.lambda_arn!r}): name one reward endpoint", arn)
+        return
+    if rewards.preset_reward_function and (endpoint or arn):
+        field = f"{REWARDS}.api_endpoint" if endpoint else "run.reward_lambda_arn"
+        b.problem(field, "is an alternative to preset_reward_function: set preset_reward_function to null for a "
+                  "custom reward, or remove this")
+        return
+    if rewards.preset_reward_function:
+        b.user("reward.function", PresetReward(name=rewards.preset_reward_function),
+               f"{REWARDS}.preset_reward_function")
+    elif endpoint:
+        field = f"{REWARDS}.api_endpoint"
+        config = build_reward(b, lambda: NovaLambdaReward(endpoint=endpoint.lambda_arn,
+                                                          batch_size=endpoint.lambda_batch_size,
+                                                          concurrency_limit=endpoint.lambda_concurrency_limit),
+                              f"{field}.lambda_arn")
+        if config is not None:
+            b.user("reward.function", config, field)
+    elif arn:
+        config = build_reward(b, lambda: NovaLambdaReward(endpoint=arn), "run.reward_lambda_arn")
+        if config is not None:
+            b.user("reward.function", config, "run.reward_lambda_arn")
+    else:
+        b.problem(REWARDS, "names no reward: set preset_reward_function, api_endpoint.lambda_arn or "
+                  "run.reward_lambda_arn")

@@ -1,0 +1,145 @@
+"""``openrft spec explain FILE`` and ``openrft spec validate FILE``: a job in any dialect, resolved or checked."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from openrft.errors import OpenRFTError
+
+ORIGIN_STYLE = {"user": "green", "default": "dim", "derived": "cyan"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("spec", help="explain or validate a job file (Nova recipe, Vertex request, OpenAI job)")
+    spec_sub = p.add_subparsers(dest="spec_command", required=True)
+    explain = spec_sub.add_parser("explain", help="print the resolved spec: each value, where it came from, and "
+                                                  "the number of steps")
+    validate = spec_sub.add_parser("validate", help="check a job, its reward and its datasets without training")
+    for q in (explain, validate):
+        q.add_argument("job", help="the job file (YAML or JSON, any dialect)")
+        q.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
+        q.add_argument("--json", action="store_true", help="print JSON")
+    explain.add_argument("--all", action="store_true", help="also list values left at OpenRFT's defaults")
+    explain.set_defaults(handler=run_explain)
+    validate.set_defaults(handler=run_validate)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from openrft.spec.dialects import resolve_job
+    from openrft.spec.provenance import OPENRFT_DEFAULT, leaf_paths
+
+    resolution = resolve_job(args.job, args.dialect)
+    if args.json:
+        print(json.dumps(resolution.to_json(), indent=2))
+        return 0
+    spec = resolution.spec
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(_summary(args.job, resolution))
+    values = leaf_paths(spec.model_dump(mode="json"))
+    for path, source in resolution.provenance.items():
+        if source.note == OPENRFT_DEFAULT and not args.all:
+            continue
+        value = values.get(path, _subtree(values, path))
+        where = "; ".join(x for x in (f"from {source.field}" if source.field else None, source.note) if x)
+        console.print(f"  [bold]{path}[/] = {_short(value)}  [{ORIGIN_STYLE[source.origin]}]{source.origin}[/]"
+                      f"{'  [dim](' + escape(where) + ')[/]' if where else ''}")
+    hidden = sum(1 for s in resolution.provenance.values() if s.note == OPENRFT_DEFAULT)
+    if hidden and not args.all:
+        console.print(f"[dim]{hidden} more value(s) at OpenRFT's defaults: --all lists them[/]")
+    for warning in resolution.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", markup=True)
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from openrft.spec.dialects import resolve_job
+
+    resolution = resolve_job(args.job, args.dialect)
+    report = check_job(resolution.spec)
+    report["total_steps"] = resolution.total_steps
+    report["warnings"] = [str(w) for w in resolution.warnings]
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0 if report["valid"] else 1
+    console = Console(highlight=False, soft_wrap=True)
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}")
+    if not report["valid"]:
+        lines = "\n".join(f"  - {p}" for p in report["problems"])
+        raise OpenRFTError(f"{args.job} is not a valid job: {len(report['problems'])} problem(s):\n{lines}")
+    console.print(f"[green]valid:[/] {args.job}: {report['train_examples']:,} training and "
+                  f"{report['validation_examples']:,} validation examples, {resolution.total_steps} steps of "
+                  f"{resolution.spec.training.prompts_per_step} prompts × {resolution.spec.sampling.samples_per_prompt}"
+                  f" samples{'' if report['prompts_checked'] else ' (prompt lengths not checked: model not local)'}")
+    return 0
+
+
+def check_job(spec) -> dict[str, Any]:
+    """Every problem of a resolved job that can be found without training: the reward can be built, the
+    datasets load (all bad lines of both files), the model resolves and, when it is local, every prompt
+    fits ``max_length``."""
+    from openrft.data.loader import DatasetError, load_dataset, split_validation
+    from openrft.engine.setup import render_prompts
+    from openrft.models import load_tokenizer, resolve_model_path
+
+    problems: list[str] = []
+    require_reference = False
+    try:
+        from openrft.rewards import build_reward
+
+        require_reference = build_reward(spec.reward).requires_reference
+    except OpenRFTError as exc:
+        problems.append(f"reward: {exc}")
+    loaded = {}
+    for name, location, limit in (("train", spec.data.train, spec.data.train_examples_limit),
+                                  ("validation", spec.data.validation, spec.data.validation_examples_limit)):
+        if location is None:
+            continue
+        try:
+            loaded[name] = load_dataset(location, require_reference, limit)
+        except DatasetError as exc:
+            problems += [str(p) for p in exc.problems]
+    train, validation = loaded.get("train", []), loaded.get("validation", [])
+    if "train" in loaded and spec.data.validation is None:
+        train, validation = split_validation(train, spec.data.validation_fraction, spec.data.validation_min_examples,
+                                             spec.training.seed, spec.data.validation_max_examples)
+    prompts_checked = False
+    try:
+        local = Path(resolve_model_path(spec.model.name_or_path)).exists()  # else a hub id: not fetched here
+        if local and train:
+            tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
+            for examples, location in ((train, spec.data.train), (validation, spec.data.validation or spec.data.train)):
+                try:
+                    render_prompts(tokenizer, examples, spec, location)
+                except DatasetError as exc:
+                    problems += [str(p) for p in exc.problems]
+            prompts_checked = True
+    except OpenRFTError as exc:
+        problems.append(f"model: {exc}")
+    return {"valid": not problems, "problems": problems, "train_examples": len(train),
+            "validation_examples": len(validation), "prompts_checked": prompts_checked}
+
+
+def _summary(job: str, resolution) -> str:
+    spec = resolution.spec
+    training = spec.training
+    epochs = f", {training.epochs:.3g} epoch(s)" if training.epochs is not None else ""
+    prompts = f" of {resolution.dataset_prompts:,} training prompts" if resolution.dataset_prompts else ""
+    return (f"[bold]{job}[/]: {spec.dialect} job [bold]{spec.name}[/] → [bold]{training.total_steps} steps[/]"
+            f"{epochs}{prompts}; {training.prompts_per_step} prompts × {spec.sampling.samples_per_prompt} samples "
+            f"= {spec.samples_per_step} samples per step")
+
+
+def _subtree(values: dict[str, Any], path: str) -> dict[str, Any]:
+    return {k[len(path) + 1:]: v for k, v in values.items() if k.startswith(path + ".")}
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return escape(text if len(text) <= width else text[: width - 1] + "…")

@@ -1,0 +1,89 @@
+"""Build a JobSpec value by value, recording where each value came from.
+
+A dialect sets canonical fields (``training.total_steps``) from its own fields, saying for each
+whether the user wrote it, a default filled it in, or it was derived. Validation errors of the
+canonical spec are reported at the user's field the value came from, not at the canonical path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from openrft.spec.errors import FieldProblem, SpecError, join_path, problems_from_validation
+from openrft.spec.job import JobSpec
+from openrft.spec.provenance import Origin, Resolution, Source, complete
+
+_RAW = object()
+
+
+class SpecBuilder:
+    def __init__(self, problems: list[FieldProblem] | None = None) -> None:
+        """``problems``: those already found in the request (``validate_all``), reported with the resolver's."""
+        self.values: dict[str, Any] = {}
+        self.sources: dict[str, Source] = {}
+        self.problems: list[FieldProblem] = list(problems or [])
+        self.warnings: list[FieldProblem] = []
+
+    def set(self, path: str, value: Any, origin: Origin, field: str | None = None, note: str | None = None) -> Any:
+        self.values[path] = value
+        self.sources[path] = Source(origin, field, note)
+        return value
+
+    def user(self, path: str, value: Any, field: str) -> Any:
+        return self.set(path, value, "user", field)
+
+    def default(self, path: str, value: Any, field: str | None = None, note: str | None = None) -> Any:
+        return self.set(path, value, "default", field, note)
+
+    def derived(self, path: str, value: Any, note: str, field: str | None = None) -> Any:
+        return self.set(path, value, "derived", field, note)
+
+    def take(self, path: str, model: BaseModel, name: str, field: str, value: Any = _RAW,
+             note: str | None = None) -> Any:
+        """Copy ``model.name`` (or ``value``, a translation of it) to ``path``: ``user`` if the user wrote the
+        field, else ``default`` (the dialect's documented default)."""
+        result = getattr(model, name) if value is _RAW else value
+        origin: Origin = "user" if was_set(model, name) else "default"
+        return self.set(path, result, origin, field, note)
+
+    def problem(self, path: str, message: str, value: Any = ...) -> None:
+        self.problems.append(FieldProblem(path, message) if value is ... else FieldProblem(path, message, value))
+
+    def warn(self, path: str, message: str, value: Any = ...) -> None:
+        self.warnings.append(FieldProblem(path, message) if value is ... else FieldProblem(path, message, value))
+
+    def build(self, source: str | None, dataset_prompts: int | None = None) -> Resolution:
+        """The JobSpec, or a SpecError with every problem recorded so far and every canonical one."""
+        if self.problems:
+            unique = {p.path: p for p in reversed(self.problems)}  # one problem per field: the first found
+            raise SpecError([p for p in self.problems if unique[p.path] is p], source)
+        nested: dict[str, Any] = {}
+        for path, value in self.values.items():
+            *parents, last = path.split(".")
+            node = nested
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        try:
+            spec = JobSpec.model_validate(nested)
+        except ValidationError as exc:
+            raise SpecError(self._user_problems(exc), source) from None
+        return Resolution(spec, complete(spec, self.sources), list(self.warnings), dataset_prompts)
+
+    def _user_problems(self, exc: ValidationError) -> list[FieldProblem]:
+        """Canonical validation errors, each at the user's field its value came from when there is one."""
+        out = []
+        for problem, item in zip(problems_from_validation(exc), exc.errors(include_url=False)):
+            canonical = join_path([p for p in item["loc"] if not str(p).startswith("function-")])
+            source = self.sources.get(canonical)
+            if source and source.field:
+                out.append(FieldProblem(source.field, f"resolves to {problem}"))
+            else:
+                out.append(FieldProblem(f"<resolved>.{problem.path}", problem.message, problem.value))
+        return out
+
+
+def was_set(model: BaseModel, name: str) -> bool:
+    return name in model.model_fields_set

@@ -1,0 +1,252 @@
+"""What the dialects share: range checks worded for users, OpenRFT's extension block, the dataset
+count that epoch-based step counts need, and the step arithmetic."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from openrft.spec.dialects.builder import SpecBuilder, was_set
+from openrft.spec.errors import FieldProblem, outside, problems_from_validation
+from openrft.spec.job import DataSpec, ModelSpec
+from openrft.spec.locations import is_remote
+from openrft.spec.provenance import OPENRFT_DEFAULT
+
+DatasetSizer = Callable[[str], int]
+"""Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
+
+BASE_LEARNING_RATES: dict[str, float] = {"openrft-demo": 1e-3}
+"""Base learning rates of known models (what Vertex/OpenAI multipliers scale); others get ModelSpec's."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def closed(low: float, high: float) -> AfterValidator:
+    """A closed-range check worded ``is outside [low, high]`` (use as ``Annotated[float, closed(0, 1)]``)."""
+
+    def check(value: Any) -> Any:
+        if not low <= value <= high:
+            raise ValueError(outside(low, high))
+        return value
+
+    return AfterValidator(check)
+
+
+# OpenRFT's own settings -------------------------------------------------------------------------
+
+
+class OpenRFTExtensions(Strict):
+    """OpenRFT's own settings, in an ``openrft`` block beside any dialect's fields
+    (documented in docs/hyperparameters.md). A setting the dialect itself has a field for is refused."""
+
+    seed: int = 0
+    lora_rank: int = Field(16, ge=1)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    clip_ratio_low: float = Field(0.2, ge=0, le=1)
+    max_grad_norm: float = Field(1.0, ge=0)
+    micro_batch_tokens: int = Field(8192, ge=1)
+    top_p: float = Field(1.0, gt=0, le=1)
+    scale_advantages_by_std: bool = True
+    on_reward_error: Literal["exclude", "zero", "fail"] = "exclude"
+    eval_samples_per_prompt: int = Field(1, ge=1)
+    eval_temperature: float | None = Field(None, ge=0)
+    eval_max_examples: int | None = Field(None, ge=1)
+    eval_at_start: bool = True
+    max_train_examples: int | None = Field(None, ge=1)
+    importance_weight_cap: float = Field(2.0, gt=0)
+    runtime: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    generator_base_url: str | None = None
+    device: str = "auto"
+    threads: int | None = Field(None, ge=1)
+    tensorboard: bool = True
+    base_learning_rate: float | None = Field(None, gt=0, description="what a learning-rate multiplier scales")
+    max_length: int | None = Field(None, ge=2, description="prompt + response tokens")
+    max_new_tokens: int | None = Field(None, ge=1)
+
+
+EXTENSION_TARGETS = {
+    "seed": "training.seed",
+    "lora_rank": "lora.rank",
+    "lora_dropout": "lora.dropout",
+    "clip_ratio_low": "algorithm.clip_ratio_low",
+    "max_grad_norm": "optimizer.max_grad_norm",
+    "micro_batch_tokens": "training.micro_batch_tokens",
+    "top_p": "sampling.top_p",
+    "scale_advantages_by_std": "algorithm.scale_advantages_by_std",
+    "on_reward_error": "reward.on_error",
+    "eval_samples_per_prompt": "evaluation.samples_per_prompt",
+    "eval_temperature": "evaluation.temperature",
+    "eval_max_examples": "evaluation.max_examples",
+    "eval_at_start": "evaluation.at_start",
+    "max_train_examples": "data.max_train_examples",
+    "importance_weight_cap": "rollout.importance_weight_cap",
+    "runtime": "rollout.runtime",
+    "ray_address": "rollout.ray_address",
+    "generator_base_url": "rollout.generator_base_url",
+    "device": "runtime.device",
+    "threads": "runtime.threads",
+    "tensorboard": "tracking.tensorboard",
+}
+"""Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
+apply themselves (they combine with dialect fields)."""
+
+
+def apply_extensions(b: SpecBuilder, ext: OpenRFTExtensions, covered: dict[str, str], dialect: str) -> None:
+    """Copy the extension settings into the spec, refusing the ones ``covered`` by a field of the dialect."""
+    for name, field in covered.items():
+        if was_set(ext, name):
+            b.problem(f"openrft.{name}", f"is set by {field} in a {dialect} job; set it there", getattr(ext, name))
+    for name, path in EXTENSION_TARGETS.items():
+        if name not in covered:
+            b.take(path, ext, name, f"openrft.{name}", note=None if was_set(ext, name) else OPENRFT_DEFAULT)
+
+
+def base_learning_rate(b: SpecBuilder, model: str, ext: OpenRFTExtensions) -> float:
+    """``model.base_learning_rate``: the extension's, else the model's known rate, else ModelSpec's default."""
+    if ext.base_learning_rate is not None:
+        return b.user("model.base_learning_rate", ext.base_learning_rate, "openrft.base_learning_rate")
+    if model in BASE_LEARNING_RATES:
+        return b.default("model.base_learning_rate", BASE_LEARNING_RATES[model], None, f"base rate of {model}")
+    rate = ModelSpec.model_fields["base_learning_rate"].default
+    return b.default("model.base_learning_rate", rate, None, "OpenRFT's base rate for models without a known one")
+
+
+# Dataset sizes ----------------------------------------------------------------------------------
+
+
+class DatasetUnreadable(Exception):
+    """A dataset that cannot be read where the job is resolved (an object-store URI, a missing file)."""
+
+
+def count_examples(location: str) -> int:
+    """Non-blank lines of a local JSONL file: its number of examples."""
+    if is_remote(location):
+        raise DatasetUnreadable("is not readable here (only local files and file:// URIs are)")
+    path = Path(location)
+    if not path.is_file():
+        raise DatasetUnreadable("does not exist or is not a file")
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def training_prompts(b: SpecBuilder, sizer: DatasetSizer, train_field: str, needed_for: str | None,
+                     alternative: str = "", validation_field: str | None = None) -> int | None:
+    """Prompts the job trains on (after holding out a validation part): counted from the training file.
+
+    Reads the ``data.*`` values already set on ``b`` and enforces their example limits. When the file
+    cannot be read, records a problem at ``train_field`` if ``needed_for`` names what needs the count
+    (else the count is optional) and returns None.
+    """
+    data = DataSpec(**{path[5:]: v for path, v in b.values.items() if path.startswith("data.")})
+    try:
+        total = sizer(data.train)
+    except DatasetUnreadable as exc:
+        if needed_for is None:
+            return None
+        hint = f", {alternative}" if alternative else ""
+        b.problem(train_field, f"{exc}, and {needed_for} needs its number of prompts: give a local path{hint}",
+                  data.train)
+        return None
+    if data.train_examples_limit and total > data.train_examples_limit:
+        b.problem(train_field, f"holds {total:,} examples; at most {data.train_examples_limit:,} are allowed",
+                  data.train)
+        return None
+    if data.validation and data.validation_examples_limit and validation_field:
+        try:
+            validation = sizer(data.validation)
+        except DatasetUnreadable:
+            validation = 0  # the engine reports it when it loads the file
+        if validation > data.validation_examples_limit:
+            b.problem(validation_field, f"holds {validation:,} examples; at most "
+                      f"{data.validation_examples_limit:,} are allowed", data.validation)
+    prompts = data.train_prompts(total)
+    if prompts < 1:
+        held = data.held_out(total)
+        b.problem(train_field, f"holds {total} example(s); none is left to train on after holding out {held} for "
+                  "validation", data.train)
+        return None
+    return prompts
+
+
+# Step arithmetic --------------------------------------------------------------------------------
+
+
+def exact(value: float) -> Fraction:
+    """A user's decimal number as an exact fraction (0.704 -> 88/125), so ceilings do not catch float noise."""
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+
+def steps_for_epochs(epochs: Fraction, prompts: int, prompts_per_step: int) -> int:
+    """``ceil(epochs * prompts / prompts_per_step)``, at least 1."""
+    return max(1, math.ceil(epochs * prompts / prompts_per_step))
+
+
+def vertex_default_epochs(prompts_per_step: int, prompts: int) -> Fraction:
+    """Vertex's default ``epochCount``: ``min(110 * batchSize / promptsInDataset, 10)``."""
+    return min(Fraction(110 * prompts_per_step, prompts), Fraction(10))
+
+
+def steps_per_epoch(prompts: int, prompts_per_step: int) -> int:
+    return math.ceil(prompts / prompts_per_step)
+
+
+def fmt(value: Fraction | float) -> str:
+    """A number for explanations: whole numbers without decimals, others to 4 significant digits."""
+    number = float(value)
+    return f"{number:g}" if number == int(number) else f"{number:.4g}"
+
+
+def build_reward(b: SpecBuilder, factory: Callable[[], Any], field: str, skip: int = 1) -> Any | None:
+    """A reward config model built from user input; its validation errors are recorded at ``field``."""
+    try:
+        return factory()
+    except ValidationError as exc:
+        b.problems.extend(problems_from_validation(exc, field, skip))
+        return None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_all(model: type[M], raw: dict[str, Any]) -> tuple[M | None, list[FieldProblem]]:
+    """Validate ``raw``; on errors, also validate it without the offending values (their defaults instead),
+    so that the resolver can still check the rest and every problem of a request is reported at once.
+    Returns None for the model when the request cannot be read even so (a required field is missing)."""
+    try:
+        return model.model_validate(raw), []
+    except ValidationError as exc:
+        problems = problems_from_validation(exc)
+        pruned = copy.deepcopy(raw)
+        for item in exc.errors(include_url=False):
+            if item["type"] == "missing" or not _drop(pruned, [p for p in item["loc"] if not _is_tag(p)]):
+                return None, problems
+        try:
+            return model.model_validate(pruned), problems
+        except ValidationError:
+            return None, problems
+
+
+def _is_tag(part: Any) -> bool:
+    return isinstance(part, str) and part.startswith("function-")
+
+
+def _drop(data: Any, loc: list[Any]) -> bool:
+    """Delete the value at ``loc`` (a mapping key); False when there is nothing removable there."""
+    for part in loc[:-1]:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    if isinstance(data, dict) and loc and loc[-1] in data:
+        del data[loc[-1]]
+        return True
+    return False

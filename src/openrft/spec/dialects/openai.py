@@ -1,0 +1,239 @@
+"""An OpenAI fine-tuning job body with ``method.type: reinforcement`` (CONTRACTS.md §3) -> JobSpec.
+
+Every hyperparameter may be ``"auto"``; what each resolves to is documented in
+docs/hyperparameters.md (the Vertex rules where OpenAI publishes none, so that the dialects agree).
+``training_file``/``validation_file`` are file ids, resolved by the caller's ``file_resolver`` (the job
+service's file store), or, without one, local paths and ``file://`` URIs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PlainValidator, field_validator
+
+from openrft.errors import OpenRFTError
+from openrft.spec.dialects.builder import SpecBuilder
+from openrft.spec.dialects.common import (
+    DatasetSizer,
+    OpenRFTExtensions,
+    Strict,
+    apply_extensions,
+    base_learning_rate,
+    build_reward,
+    count_examples,
+    exact,
+    fmt,
+    steps_for_epochs,
+    steps_per_epoch,
+    training_prompts,
+    validate_all,
+    vertex_default_epochs,
+)
+from openrft.spec.errors import FieldProblem, SpecError, outside
+from openrft.spec.locations import resolve_location
+from openrft.spec.provenance import Resolution
+from openrft.spec.rewards import OpenAIGraderReward
+
+FileResolver = Callable[[str], str]
+FILE_ID = re.compile(r"^file-[A-Za-z0-9_-]+$")
+AUTO_BATCH_SIZE = 32  # Vertex's default batchSize
+BASE_SAMPLES_PER_PROMPT = 16  # Vertex's default samplesPerPrompt, scaled by compute_multiplier
+MAX_NEW_TOKENS = 32_768  # Vertex's maxOutputTokens default; OpenAI exposes none
+PROMPT_TOKENS = 8_192
+REASONING = {"default": "medium", "low": "low", "medium": "medium", "high": "high"}
+H = "method.reinforcement.hyperparameters"
+
+
+def auto_or(kind: type, low: float, high: float | None = None, low_exclusive: bool = False) -> PlainValidator:
+    """A number in a range, or ``"auto"``; errors worded for users (``is outside [1, 256]``)."""
+    noun = "an integer" if kind is int else "a number"
+
+    def check(value: Any) -> Any:
+        if value == "auto":
+            return "auto"
+        if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
+            raise ValueError(f"must be {noun} or 'auto'")
+        value = kind(value)
+        if high is not None and not low <= value <= high:
+            raise ValueError(outside(low, high))
+        if low_exclusive and value <= low:
+            raise ValueError(f"must be > {low:g}")
+        if not low_exclusive and value < low:
+            raise ValueError(f"must be >= {low:g}")
+        return value
+
+    return PlainValidator(check)
+
+
+class OpenAIHyperparameters(Strict):
+    n_epochs: Annotated[Any, auto_or(int, 1, 50)] = "auto"
+    batch_size: Annotated[Any, auto_or(int, 1, 256)] = "auto"
+    learning_rate_multiplier: Annotated[Any, auto_or(float, 0, low_exclusive=True)] = "auto"
+    eval_interval: Annotated[Any, auto_or(int, 1)] = "auto"
+    eval_samples: Annotated[Any, auto_or(int, 1)] = "auto"
+    compute_multiplier: Annotated[Any, auto_or(float, 0.00001, 10)] = "auto"
+    reasoning_effort: Literal["default", "low", "medium", "high"] = "default"
+
+
+class OpenAIReinforcement(Strict):
+    grader: dict[str, Any]
+    hyperparameters: OpenAIHyperparameters = OpenAIHyperparameters()
+
+
+class OpenAIMethod(Strict):
+    type: Literal["reinforcement"]
+    reinforcement: OpenAIReinforcement
+
+
+class OpenAIJob(Strict):
+    model: str
+    training_file: str
+    validation_file: str | None = None
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    suffix: str | None = Field(None, min_length=1, max_length=64)
+    metadata: dict[str, str] | None = None
+    method: OpenAIMethod
+    integrations: list[Any] | None = None
+    openrft: OpenRFTExtensions = OpenRFTExtensions()
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if len(value) > 16:
+            raise ValueError(f"has {len(value)} keys; at most 16 are allowed")
+        for key, text in value.items():
+            if len(key) > 64 or len(text) > 512:
+                raise ValueError(f"key {key!r}: keys are at most 64 characters and values at most 512")
+        return value
+
+
+def parse_job(raw: Any, base_dir: Path | None = None, source: str | None = None,
+              file_resolver: FileResolver | None = None, dataset_size: DatasetSizer = count_examples) -> Resolution:
+    """Validate an OpenAI job body (already loaded from JSON) and resolve it."""
+    if not isinstance(raw, dict):
+        raise SpecError([FieldProblem("<root>", "an OpenAI job is a JSON object with model, training_file and "
+                                                "method")], source)
+    job, problems = validate_all(OpenAIJob, raw)
+    if job is None:
+        raise SpecError(problems, source)
+    return _resolve(job, base_dir or Path.cwd(), source, file_resolver, dataset_size, problems)
+
+
+def resolve_file(b: SpecBuilder, value: str, field: str, base_dir: Path, resolver: FileResolver | None) -> str | None:
+    """A file id or path -> a location; with a resolver every value goes through it (it may refuse paths)."""
+    if resolver is not None:
+        try:
+            return resolve_location(resolver(value), base_dir)
+        except (LookupError, ValueError, OpenRFTError) as exc:
+            b.problem(field, f"cannot be resolved: {exc}", value)
+            return None
+    if FILE_ID.match(value) and not (base_dir / value).exists():
+        b.problem(field, "is a file id, but no file store is available here to look it up: give a local path or a "
+                  "file:// URI, or submit the job to the OpenRFT service", value)
+        return None
+    return resolve_location(value, base_dir)
+
+
+def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileResolver | None,
+             sizer: DatasetSizer, problems: list[FieldProblem]) -> Resolution:
+    hp, ext = job.method.reinforcement.hyperparameters, job.openrft
+    b = SpecBuilder(problems)
+    b.derived("dialect", "openai", "an OpenAI fine-tuning job (method.type: reinforcement)")
+    apply_extensions(b, ext, {"seed": "seed", "eval_samples_per_prompt": f"{H}.eval_samples"}, "OpenAI")
+    if job.suffix:
+        b.user("name", job.suffix, "suffix")
+    if job.metadata:
+        b.user("metadata", dict(job.metadata), "metadata")
+    if job.seed is not None:
+        b.user("training.seed", job.seed, "seed")
+    else:
+        b.default("training.seed", ext.seed, "seed", "OpenRFT's fixed seed (OpenAI would draw one)")
+    if job.integrations:
+        b.warn("integrations", "are not supported by OpenRFT; ignored (metrics go to metrics.jsonl and TensorBoard)")
+
+    b.user("model.name_or_path", resolve_location(job.model, base_dir, model=True), "model")
+    base_rate = base_learning_rate(b, job.model, ext)
+    train = resolve_file(b, job.training_file, "training_file", base_dir, resolver)
+    if train is not None:
+        b.user("data.train", train, "training_file")
+    if job.validation_file is not None:
+        validation = resolve_file(b, job.validation_file, "validation_file", base_dir, resolver)
+        if validation is not None:
+            b.user("data.validation", validation, "validation_file")
+
+    _sampling(b, hp, ext)
+    multiplier = 1.0 if hp.learning_rate_multiplier == "auto" else hp.learning_rate_multiplier
+    b.derived("optimizer.lr", multiplier * base_rate, f"learning_rate_multiplier {fmt(multiplier)}"
+              f"{' (auto)' if hp.learning_rate_multiplier == 'auto' else ''} × base rate {base_rate:g}",
+              f"{H}.learning_rate_multiplier")
+    rank = ext.lora_rank
+    b.derived("lora.alpha", float(2 * rank), "2 × rank, as for Vertex adapters", "openrft.lora_rank")
+
+    prompts = _steps(b, hp, sizer) if train is not None else None
+    grader = job.method.reinforcement.grader
+    config = build_reward(b, lambda: OpenAIGraderReward(grader=grader), "method.reinforcement.grader")
+    if config is not None:
+        b.user("reward.function", config, "method.reinforcement.grader")
+    return b.build(source, prompts)
+
+
+def _sampling(b: SpecBuilder, hp: OpenAIHyperparameters, ext: OpenRFTExtensions) -> None:
+    if hp.compute_multiplier == "auto":
+        b.default("sampling.samples_per_prompt", BASE_SAMPLES_PER_PROMPT, f"{H}.compute_multiplier",
+                  f"auto: {BASE_SAMPLES_PER_PROMPT} samples per prompt")
+    else:
+        samples = max(2, round(BASE_SAMPLES_PER_PROMPT * hp.compute_multiplier))
+        b.derived("sampling.samples_per_prompt", samples, f"max(2, round({BASE_SAMPLES_PER_PROMPT} × "
+                  f"compute_multiplier {fmt(hp.compute_multiplier)}))", f"{H}.compute_multiplier")
+    if ext.max_new_tokens is not None:
+        b.user("sampling.max_new_tokens", ext.max_new_tokens, "openrft.max_new_tokens")
+    else:
+        b.default("sampling.max_new_tokens", MAX_NEW_TOKENS, None, "OpenAI sets none; Vertex's default")
+    tokens = b.values["sampling.max_new_tokens"]
+    if ext.max_length is not None:
+        b.user("sampling.max_length", ext.max_length, "openrft.max_length")
+    else:
+        b.derived("sampling.max_length", tokens + PROMPT_TOKENS, f"max_new_tokens + {PROMPT_TOKENS:,} prompt tokens")
+    b.take("sampling.reasoning_effort", hp, "reasoning_effort", f"{H}.reasoning_effort",
+           REASONING[hp.reasoning_effort])
+    if hp.eval_samples == "auto":
+        b.default("evaluation.samples_per_prompt", 1, f"{H}.eval_samples", "auto: one sample per validation prompt")
+    else:
+        b.user("evaluation.samples_per_prompt", hp.eval_samples, f"{H}.eval_samples")
+
+
+def _steps(b: SpecBuilder, hp: OpenAIHyperparameters, sizer: DatasetSizer) -> int | None:
+    if hp.batch_size == "auto":
+        batch = b.default("training.prompts_per_step", AUTO_BATCH_SIZE, f"{H}.batch_size",
+                          f"auto: {AUTO_BATCH_SIZE} prompts per step")
+    else:
+        batch = b.user("training.prompts_per_step", hp.batch_size, f"{H}.batch_size")
+    prompts = training_prompts(b, sizer, "training_file", "n_epochs")
+    if prompts is None:
+        return None
+    if hp.n_epochs == "auto":
+        epochs: Fraction = vertex_default_epochs(batch, prompts)
+        b.derived("training.epochs", float(epochs), f"auto: min(110 × batch_size / prompts, 10) = "
+                  f"min(110 × {batch} / {prompts}, 10)", f"{H}.n_epochs")
+    else:
+        epochs = exact(hp.n_epochs)
+        b.user("training.epochs", float(hp.n_epochs), f"{H}.n_epochs")
+    steps = steps_for_epochs(epochs, prompts, batch)
+    b.derived("training.total_steps", steps, f"ceil(n_epochs × prompts / batch_size) = ceil({fmt(epochs)} × "
+              f"{prompts} / {batch}) = {steps}", f"{H}.n_epochs")
+    if hp.eval_interval == "auto":
+        interval = min(steps_per_epoch(prompts, batch), steps)
+        b.derived("evaluation.interval", interval, f"auto: once per epoch, ceil(prompts / batch_size) = "
+                  f"ceil({prompts} / {batch}), at most the run's {steps} steps", f"{H}.eval_interval")
+    else:
+        interval = b.user("evaluation.interval", hp.eval_interval, f"{H}.eval_interval")
+    b.derived("checkpoint.interval", interval, "at every evaluation: OpenAI keeps the best checkpoints by "
+              "validation reward", f"{H}.eval_interval")
+    return prompts

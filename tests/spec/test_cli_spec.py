@@ -1,0 +1,95 @@
+"""``openrft spec explain`` and ``openrft spec validate`` on job files of every dialect."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from dialect_builders import nova_recipe, openai_job, vertex_request
+
+from openrft.cli import main
+
+
+def write(path, document) -> str:
+    path.write_text(json.dumps(document) if path.suffix == ".json" else yaml.safe_dump(document))
+    return str(path)
+
+
+def test_explain_json_has_total_steps_at_the_top(data_dir, capsys):
+    job = write(data_dir / "vertex.json", vertex_request({"batchSize": 16}))
+    assert main(["spec", "explain", job, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total_steps"] == 63 and out["training"]["total_steps"] == 63  # ceil(10 * 100 / 16)
+    assert out["dialect"] == "vertex" and out["dataset_prompts"] == 100
+    assert out["provenance"]["training.total_steps"] == {
+        "origin": "derived", "field": "reinforcementTuningSpec.hyperParameters.epochCount",
+        "note": "ceil(epochs × prompts / batchSize) = ceil(10 × 100 / 16) = 63"}
+    assert out["provenance"]["training.prompts_per_step"]["origin"] == "user"
+    assert out["provenance"]["sampling.samples_per_prompt"]["origin"] == "default"
+
+
+def test_explain_prints_each_value_with_its_origin(data_dir, capsys):
+    job = write(data_dir / "job.json", openai_job({"n_epochs": 2, "batch_size": 10}))
+    assert main(["spec", "explain", job]) == 0
+    out = capsys.readouterr().out
+    assert "openai job openrft-job → 20 steps" in out
+    assert "training.prompts_per_step = 10  user  (from method.reinforcement.hyperparameters.batch_size)" in out
+    assert "sampling.samples_per_prompt = 16  default" in out
+    assert "algorithm.clip_ratio_high" not in out
+    main(["spec", "explain", job, "--all"])
+    assert "algorithm.clip_ratio_high = 0.2  default  (OpenRFT default)" in capsys.readouterr().out
+
+
+def test_explain_shows_warnings_and_a_forced_dialect(data_dir, capsys):
+    job = write(data_dir / "job.json", vertex_request({"evaluateInterval": 3, "checkpointInterval": 4}))
+    assert main(["spec", "explain", job]) == 0
+    assert "warning: reinforcementTuningSpec.hyperParameters.checkpointInterval: 4 is not a multiple" in \
+        capsys.readouterr().out
+    assert main(["spec", "explain", job, "--dialect", "openai"]) == 2
+    err = capsys.readouterr().err
+    assert "model: is required" in err and "reinforcementTuningSpec: is not a known field" in err
+
+
+def test_explain_reports_all_problems(data_dir, capsys):
+    job = write(data_dir / "recipe.yaml", nova_recipe({"global_batch_size": 48}, {"optim_config": {"lr": -1}}))
+    assert main(["spec", "explain", job]) == 2
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err and "training_config.global_batch_size: 48 is not one of 16, 32, 64, 128, 256" in err
+
+
+def test_validate_a_good_job(data_dir, capsys):
+    job = write(data_dir / "recipe.yaml", nova_recipe())
+    assert main(["spec", "validate", job]) == 0
+    assert "valid:" in capsys.readouterr().out
+    assert main(["spec", "validate", job, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report | {"problems": []} == report and report["valid"] and report["total_steps"] == 10
+    assert (report["train_examples"], report["validation_examples"]) == (100, 10)
+
+
+def test_validate_reports_bad_lines_of_both_files(data_dir, capsys):
+    with (data_dir / "train.jsonl").open("a") as f:
+        f.write('{"messages": []}\n')
+    (data_dir / "val.jsonl").write_text('{"messages": [{"role": "user", "content": "x"}]}\nnot json\n')
+    job = write(data_dir / "recipe.yaml", nova_recipe())
+    assert main(["spec", "validate", job, "--json"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert problems == [
+        f"{data_dir}/train.jsonl:101: messages: must be a non-empty list of {{role, content}} objects",
+        f"{data_dir}/train.jsonl:101: reference_answer: is required by this job's reward",
+        f"{data_dir}/val.jsonl:1: reference_answer: is required by this job's reward",
+        f"{data_dir}/val.jsonl:2: <line>: is not valid JSON (Expecting value, column 1)",
+    ]
+    assert main(["spec", "validate", job]) == 2
+    assert "is not a valid job: 4 problem(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dialect", ["vertex", "openai"])
+def test_validate_checks_the_datasets_of_every_dialect(data_dir, capsys, dialect):
+    (data_dir / "val.jsonl").write_text("{}\n")
+    document = vertex_request() if dialect == "vertex" else openai_job()
+    job = write(data_dir / "job.json", document)
+    assert main(["spec", "validate", job, "--json"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert f"{data_dir}/val.jsonl:1: messages: is required" in problems
