@@ -62,6 +62,7 @@ def build_train_batch(groups: list[RolloutGroup], spec: JobSpec, learner_version
 
     completions = [c for g in groups for c in g.completions]
     metrics = reward_metrics(outcomes)
+    metrics["reward/excluded"] = float(sum(not o.ok for o in outcomes)) if policy == "exclude" else 0.0
     metrics.update(_stats("response_length", [float(len(c.token_ids)) for c in completions]))
     metrics.update(_stats("prompt_length", [float(len(g.prompt_ids)) for g in groups]))
     metrics["response/aborted_ratio"] = sum(c.finish_reason == "length" for c in completions) / len(completions)

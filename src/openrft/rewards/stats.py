@@ -1,4 +1,10 @@
-"""Per-step reward metrics: mean/min/max, sub-score means, error counts per kind, latency mean and p95."""
+"""Per-step reward metrics: mean/min/max, sub-score means, error counts per kind, latency mean and p95.
+
+Failed samples never enter the mean/min/max (they have no score); they are counted under
+``reward/errors/<kind>``. Sub-scores (composite parts, multi grader keys, Nova ``Reward`` metrics)
+are averaged as ``reward/<name>/mean``, metrics as ``reward/metric/<name>/mean``; latency is the
+Vertex ``train_mean_reward_latency`` / ``train_p95_reward_latency`` (seconds per sample).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +29,8 @@ def reward_metrics(outcomes: list[RewardOutcome], prefix: str = "critic/rewards"
         metrics[f"{prefix}/max"] = max(scores)
         metrics[f"{prefix}/min"] = min(scores)
     failed = [o for o in outcomes if not o.ok]
+    metrics["reward/samples"] = float(len(outcomes))
+    metrics["reward/scored"] = float(len(scores))
     metrics["reward/errors"] = float(len(failed))
     for kind in ERROR_KINDS:
         metrics[f"reward/errors/{kind}"] = float(sum(o.error_kind == kind for o in failed))

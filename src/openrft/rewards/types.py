@@ -1,4 +1,16 @@
-"""The reward protocol: a batch of samples in, one outcome per sample out (async)."""
+"""The reward protocol: a batch of samples in, one outcome per sample out (async).
+
+Error kinds, the same for every reward kind:
+
+- ``parse_error``: text that had to be parsed could not be: the completion as JSON where a grader
+  asks for ``sample.output_json``, or an LLM judge's reply that holds no score or label.
+- ``timeout``: the reward did not answer within its limit (remote calls after their retries,
+  sandboxed user code).
+- ``runtime_error``: user code raised, ran out of memory, or died; a formula divided by zero.
+- ``server_error``: a remote endpoint failed (connection, HTTP status) after its retries.
+- ``invalid_output``: the reward answered something that is not a score (not a number, NaN,
+  missing entries), or the example lacks a field the reward needs.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +53,30 @@ class RewardOutcome:
         return self.error_kind is None
 
     @classmethod
-    def failure(cls, kind: ErrorKind, message: str) -> RewardOutcome:
-        return cls(score=None, error_kind=kind, error_message=message)
+    def failure(cls, kind: ErrorKind, message: str, **extra: Any) -> RewardOutcome:
+        return cls(score=None, error_kind=kind, error_message=message, **extra)
+
+
+class RewardFailure(Exception):
+    """Raised inside reward code for one sample; turned into a failed outcome of its kind."""
+
+    def __init__(self, kind: ErrorKind, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    def outcome(self, **extra: Any) -> RewardOutcome:
+        return RewardOutcome.failure(self.kind, self.message, **extra)
+
+
+def as_score(value: Any, what: str) -> float:
+    """A finite float from a reward's answer, or RewardFailure(invalid_output)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RewardFailure("invalid_output", f"{what} returned {value!r} ({type(value).__name__}), not a number")
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        raise RewardFailure("invalid_output", f"{what} returned {value!r}, not a finite number")
+    return number
 
 
 class RewardFunction(Protocol):

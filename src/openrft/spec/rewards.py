@@ -1,19 +1,47 @@
 """Reward configurations as the job spec holds them. The ``rewards`` package builds functions from these.
 
-Each kind keeps the configuration shape of the service it comes from (CONTRACTS.md), under a
-``type`` tag of OpenRFT's. The dialects wrap user input in these models; ``rewards.factory`` turns
-them into reward functions.
+Each kind keeps the exact configuration shape of the service it comes from (CONTRACTS.md): Vertex
+configs in Vertex's camelCase JSON, OpenAI graders in OpenAI's schema with its ``type``
+discriminator, the Nova Lambda contract with its batch and concurrency settings. The dialects
+construct them from the user's raw dicts (``VertexReward(single={...})``,
+``OpenAIGraderReward(grader={...})``), so pydantic's field errors carry the user's own path.
+
+How remote calls, LLM judges and sandboxed user code behave (timeouts, retries, circuit breaker,
+judge endpoint, sandbox limits) is OpenRFT's own configuration: ``RewardSpec.remote``, ``.judge``
+and ``.sandbox``, all with documented defaults, so that no dialect has to know about them.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# ------------------------------------------------------------------------------------------------
+# shared helpers
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _check_regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"is not a valid regular expression: {exc}") from None
+    return pattern
+
+
+def _exactly_one(model: BaseModel, names: tuple[str, ...], what: str) -> None:
+    given = [n for n in names if getattr(model, n) is not None]
+    if len(given) != 1:
+        raise ValueError(f"{what} needs exactly one of {', '.join(names)}; got {', '.join(given) or 'none'}")
+
+
+# ------------------------------------------------------------------------------------------------
+# presets
 
 
 class PresetReward(_Strict):
@@ -23,42 +51,425 @@ class PresetReward(_Strict):
     name: Literal["exact_match", "numeric_match"]
 
 
+# ------------------------------------------------------------------------------------------------
+# Vertex AI reward configs (camelCase, as in the tuningJobs request)
+
+
+class ParseResponseConfig(_Strict):
+    """How the response is cut before scoring: as it is, or the last match of a regex.
+
+    With ``REGEX_EXTRACT`` the last match wins; its first capture group if it has one, else the
+    whole match. No match gives an empty parsed response (which then scores as a wrong answer).
+    """
+
+    parseType: Literal["IDENTITY", "REGEX_EXTRACT"] = "IDENTITY"
+    regexExtractExpression: str | None = None
+
+    @field_validator("regexExtractExpression")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        return None if value is None else _check_regex(value)
+
+    @model_validator(mode="after")
+    def _needs_regex(self) -> ParseResponseConfig:
+        if self.parseType == "REGEX_EXTRACT" and not self.regexExtractExpression:
+            raise ValueError("parseType REGEX_EXTRACT needs regexExtractExpression")
+        return self
+
+
+class StringMatchExpression(_Strict):
+    """``expression`` may hold ``{{references.key}}`` placeholders, filled from the example."""
+
+    matchOperation: Literal["EXACT_MATCH", "PARTIAL_MATCH", "REGEX_CONTAINS"]
+    expression: str
+
+
+class JsonMatchExpression(_Strict):
+    """Parse the response as a JSON object, take its top-level ``keyName``, match that value."""
+
+    keyName: str = Field(min_length=1)
+    valueStringMatchExpression: StringMatchExpression
+
+
+class StringMatchRewardScorer(_Strict):
+    correctAnswerReward: float = 1.0
+    wrongAnswerReward: float = 0.0
+    stringMatchExpression: StringMatchExpression | None = None
+    jsonMatchExpression: JsonMatchExpression | None = None
+
+    @model_validator(mode="after")
+    def _one_expression(self) -> StringMatchRewardScorer:
+        _exactly_one(self, ("stringMatchExpression", "jsonMatchExpression"), "stringMatchRewardScorer")
+        return self
+
+
+class CodeExecutionRewardScorer(_Strict):
+    """Python source defining ``def evaluate(example, response) -> float``, run in the sandbox."""
+
+    pythonCodeSnippet: str = Field(min_length=1)
+
+
+class CloudRunRewardScorer(_Strict):
+    """An HTTP endpoint called once per sample with ``{example, response, metadata}``."""
+
+    cloudRunUri: str
+
+    @field_validator("cloudRunUri")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        return _check_http_url(value)
+
+
+class GenerationConfig(_Strict):
+    temperature: float | None = Field(None, ge=0)
+    topP: float | None = Field(None, gt=0, le=1)
+    topK: int | None = Field(None, ge=1)
+    maxOutputTokens: int | None = Field(None, ge=1)
+    seed: int | None = None
+
+
+class AutoraterConfig(_Strict):
+    autoraterModel: str | None = None
+    samplingCount: int = Field(4, ge=1, le=32, description="judge replies averaged per sample (Vertex default 4)")
+    flipEnabled: bool | None = Field(None, description="accepted for compatibility; pairwise metrics only")
+    generationConfig: GenerationConfig | None = None
+
+
+class AutoraterExactMatchScorer(_Strict):
+    """(interpretation) Score the parsed judge reply by equality with ``expression``.
+
+    The public schema names this scorer but not its fields; OpenRFT reads it like a string-match
+    scorer: ``expression`` (placeholders allowed) and the two rewards.
+    """
+
+    expression: str
+    correctAnswerReward: float = 1.0
+    wrongAnswerReward: float = 0.0
+
+
+class AutoraterScorer(_Strict):
+    """An LLM judge. The prompt may use ``{{prompt}}``, ``{{response}}``, ``{{system_instruction}}`` and
+    ``{{references.key}}``. Without ``exactMatchScorer`` the reward is the number in the (parsed) reply."""
+
+    autoraterConfig: AutoraterConfig = AutoraterConfig()
+    autoraterPrompt: str = Field(min_length=1)
+    autoraterResponseParseConfig: ParseResponseConfig | None = None
+    exactMatchScorer: AutoraterExactMatchScorer | None = None
+
+
+class SingleRewardConfig(_Strict):
+    rewardName: str | None = None
+    parseResponseConfig: ParseResponseConfig | None = None
+    stringMatchRewardScorer: StringMatchRewardScorer | None = None
+    codeExecutionRewardScorer: CodeExecutionRewardScorer | None = None
+    cloudRunRewardScorer: CloudRunRewardScorer | None = None
+    autoraterScorer: AutoraterScorer | None = None
+
+    SCORERS: ClassVar[tuple[str, ...]] = (
+        "stringMatchRewardScorer", "codeExecutionRewardScorer", "cloudRunRewardScorer", "autoraterScorer")
+
+    @model_validator(mode="after")
+    def _one_scorer(self) -> SingleRewardConfig:
+        _exactly_one(self, self.SCORERS, "a reward config")
+        return self
+
+
+class WeightedRewardConfig(_Strict):
+    rewardConfig: SingleRewardConfig
+    weight: float = Field(1.0, gt=0)
+
+
+class CompositeRewardConfig(_Strict):
+    """Weighted mean of up to 16 rewards: ``sum(w * r) / sum(w)``, each ``r`` clipped to [-1, 1]."""
+
+    weightedRewardConfigs: list[WeightedRewardConfig] = Field(min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> CompositeRewardConfig:
+        names = [w.rewardConfig.rewardName for w in self.weightedRewardConfigs if w.rewardConfig.rewardName]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"rewardName must be unique within a composite; repeated: {', '.join(repeated)}")
+        return self
+
+
 class VertexReward(_Strict):
     """A Vertex ``singleRewardConfig`` or ``compositeRewardConfig``, in Vertex's own JSON shape."""
 
     type: Literal["vertex"] = "vertex"
-    single: dict[str, Any] | None = None
-    composite: dict[str, Any] | None = None
+    single: SingleRewardConfig | None = None
+    composite: CompositeRewardConfig | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> VertexReward:
+        _exactly_one(self, ("single", "composite"), "a Vertex reward")
+        return self
+
+
+# ------------------------------------------------------------------------------------------------
+# OpenAI graders
+
+
+class InputText(_Strict):
+    type: Literal["input_text"] = "input_text"
+    text: str
+
+
+class OutputText(_Strict):
+    type: Literal["output_text"] = "output_text"
+    text: str
+
+
+ContentPart = Annotated[InputText | OutputText, Field(discriminator="type")]
+
+
+class GraderMessage(_Strict):
+    """One judge prompt message; ``content`` may hold ``{{item.x}}`` / ``{{sample.output_text}}`` templates."""
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | ContentPart | list[ContentPart]
+    type: Literal["message"] | None = None
+
+    def text(self) -> str:
+        parts = self.content if isinstance(self.content, list) else [self.content]
+        return "".join(p if isinstance(p, str) else p.text for p in parts)
+
+
+class GraderSamplingParams(_Strict):
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+    max_completions_tokens: int | None = Field(None, ge=1)
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+
+
+class StringCheckGrader(_Strict):
+    """1 when ``input`` and ``reference`` satisfy ``operation`` (eq, ne, like = contains, ilike = contains
+    ignoring case), else 0."""
+
+    type: Literal["string_check"]
+    name: str
+    input: str
+    reference: str
+    operation: Literal["eq", "ne", "like", "ilike"]
+
+
+SIMILARITY_METRICS = ("fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5",
+                      "rouge_l")
+
+
+class TextSimilarityGrader(_Strict):
+    type: Literal["text_similarity"]
+    name: str
+    input: str
+    reference: str
+    evaluation_metric: Literal["cosine", "fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3",
+                               "rouge_4", "rouge_5", "rouge_l"]
+    pass_threshold: float | None = None
+
+    @field_validator("evaluation_metric")
+    @classmethod
+    def _no_cosine(cls, value: str) -> str:
+        if value == "cosine":
+            raise ValueError("cosine needs an embeddings model, which OpenRFT does not call; use one of "
+                             + ", ".join(SIMILARITY_METRICS))
+        return value
+
+
+class PythonGrader(_Strict):
+    """Python source defining ``def grade(sample, item) -> float``, run in the sandbox."""
+
+    type: Literal["python"]
+    name: str
+    source: str = Field(min_length=1)
+    image_tag: str | None = Field(None, description="accepted for compatibility; the sandbox runs this Python")
+
+
+class ScoreModelGrader(_Strict):
+    """An LLM judge whose reply holds a number; clamped to ``range``."""
+
+    type: Literal["score_model"]
+    name: str
+    model: str
+    input: list[GraderMessage] = Field(min_length=1)
+    range: tuple[float, float] = (0.0, 1.0)
+    sampling_params: GraderSamplingParams | None = None
+    pass_threshold: float | None = None
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if value[0] >= value[1]:
+            raise ValueError("must be [low, high] with low < high")
+        return value
+
+
+class LabelModelGrader(_Strict):
+    """An LLM judge that answers one of ``labels``; 1 when it is one of ``passing_labels``, else 0."""
+
+    type: Literal["label_model"]
+    name: str
+    model: str
+    input: list[GraderMessage] = Field(min_length=1)
+    labels: list[str] = Field(min_length=1)
+    passing_labels: list[str] = Field(min_length=1)
+    sampling_params: GraderSamplingParams | None = None
+
+    @model_validator(mode="after")
+    def _subset(self) -> LabelModelGrader:
+        unknown = [label for label in self.passing_labels if label not in self.labels]
+        if unknown:
+            raise ValueError(f"passing_labels {unknown} are not among labels {self.labels}")
+        return self
+
+
+SimpleGrader = Annotated[
+    StringCheckGrader | TextSimilarityGrader | PythonGrader | ScoreModelGrader | LabelModelGrader,
+    Field(discriminator="type"),
+]
+
+
+class MultiGrader(_Strict):
+    """Several graders combined by ``calculate_output``, a formula over their keys
+    (``+ - * / ^``, parentheses, numbers, ``min max abs floor ceil exp sqrt log``)."""
+
+    type: Literal["multi"]
+    name: str
+    graders: dict[str, SimpleGrader] = Field(min_length=1)
+    calculate_output: str
+
+    @field_validator("graders")
+    @classmethod
+    def _keys(cls, value: dict[str, object]) -> dict[str, object]:
+        bad = [k for k in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"keys {bad} cannot be used in calculate_output (letters, digits and _ only)")
+        return value
+
+
+Grader = Annotated[
+    StringCheckGrader | TextSimilarityGrader | PythonGrader | ScoreModelGrader | LabelModelGrader | MultiGrader,
+    Field(discriminator="type"),
+]
 
 
 class OpenAIGraderReward(_Strict):
     """An OpenAI grader object (string_check, text_similarity, python, score_model, label_model, multi)."""
 
     type: Literal["openai_grader"] = "openai_grader"
-    grader: dict[str, Any]
+    grader: Grader
+
+
+# ------------------------------------------------------------------------------------------------
+# Nova Lambda and Python callables
+
+
+def _check_http_url(value: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(
+            "is not an http(s) URL: OpenRFT calls reward functions over HTTP; serve your function "
+            "behind an HTTP endpoint (see examples/reward_server)"
+        )
+    return value
 
 
 class NovaLambdaReward(_Strict):
-    """The Nova reward "Lambda" batch contract, called over HTTP at ``endpoint``."""
+    """The Nova reward "Lambda" batch contract, called over HTTP at ``endpoint``: up to ``batch_size``
+    samples per call, at most ``concurrency_limit`` calls in flight."""
 
     type: Literal["nova_lambda"] = "nova_lambda"
     endpoint: str
     batch_size: int = Field(128, ge=1)
     concurrency_limit: int = Field(12, ge=1)
 
+    @field_validator("endpoint")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        return _check_http_url(value)
+
 
 class CallableReward(_Strict):
-    """A Python function named ``module:function`` taking a batch of samples."""
+    """A Python function named ``module:function`` that scores a batch of samples.
+
+    It receives a list of dicts in the Nova Lambda input shape (``id``, ``messages`` ending with the
+    assistant's answer, ``metadata``, ``reference_answer``) and returns one entry per sample: a
+    number, ``{"score", "sub_scores", "metrics"}``, or a Nova output entry. ``sandboxed: true`` runs
+    it in the sandbox (its module must then be one file); otherwise it runs in-process, trusted.
+    """
 
     type: Literal["callable"] = "callable"
     target: str
     sandboxed: bool = False
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
+            raise ValueError("must be module:function, e.g. my_rewards:score")
+        return value
 
 
 RewardConfig = Annotated[
     PresetReward | VertexReward | OpenAIGraderReward | NovaLambdaReward | CallableReward,
     Field(discriminator="type"),
 ]
+
+
+# ------------------------------------------------------------------------------------------------
+# how rewards run
+
+
+class RemoteCallSpec(_Strict):
+    """Timeouts, retries and the circuit breaker of every HTTP reward call (Nova Lambda, Cloud Run,
+    LLM judges).
+
+    A call that fails transiently (connection error, timeout, HTTP 429 or 5xx) is retried up to
+    ``max_retries`` times with exponential backoff from ``backoff_initial_s`` (doubling, capped at
+    ``backoff_max_s``, with jitter). ``circuit_failures`` calls in a row that still fail after their
+    retries mean the endpoint is down: the job fails with a RewardError naming it.
+    """
+
+    timeout_s: float | None = Field(
+        None, gt=0, description="per attempt; None = the service's limit: Nova 900 s, Cloud Run 300 s, judges 60 s")
+    max_retries: int = Field(3, ge=0, le=20)
+    backoff_initial_s: float = Field(0.5, ge=0)
+    backoff_max_s: float = Field(10.0, ge=0)
+    circuit_failures: int = Field(5, ge=1, description="consecutive failed calls that fail the job")
+    max_concurrency: int = Field(16, ge=1, description="calls in flight to per-sample endpoints (Cloud Run)")
+    api_key_env: str | None = Field(None, description="environment variable whose value is sent as a Bearer token")
+
+
+class JudgeSpec(_Strict):
+    """Where LLM judges (autoraterScorer, score_model, label_model) send chat completions: any
+    OpenAI-compatible server. Unset fields fall back to the environment."""
+
+    base_url: str | None = Field(
+        None, description="e.g. http://127.0.0.1:8000/v1; None = $OPENRFT_JUDGE_BASE_URL, else $OPENAI_BASE_URL")
+    api_key_env: str = Field("OPENRFT_JUDGE_API_KEY",
+                             description="variable holding the key; $OPENAI_API_KEY is tried when it is unset")
+    model: str | None = Field(None, description="sent instead of the model the grader names (e.g. a local model)")
+    max_concurrency: int = Field(8, ge=1, description="judge requests in flight")
+    max_tokens: int = Field(256, ge=1, description="reply length when the grader sets none")
+
+
+class SandboxSpec(_Strict):
+    """Where user code runs (Vertex code execution, OpenAI python graders, sandboxed callables).
+
+    ``strict`` (default) runs it under bubblewrap: new user, network, PID and mount namespaces, no
+    network, a read-only view of the Python installation only, a private writable scratch directory,
+    all capabilities dropped, plus the memory limit. Without bubblewrap it refuses to run user code.
+    ``weak`` runs it as a plain subprocess with the memory limit, a scratch working directory and no
+    environment; it does not stop network or file access and every outcome is flagged
+    (metric ``sandbox_weak``). Use it only for code you trust.
+    """
+
+    isolation: Literal["strict", "weak"] = "strict"
+    workers: int = Field(2, ge=1, le=64, description="sandboxed worker processes")
+    time_limit_s: float | None = Field(
+        None, gt=0, description="per call; None = the service's: Vertex 100 s, OpenAI python grader 120 s")
+    memory_limit_mb: int = Field(2048, ge=64, description="address-space limit of each worker (OpenAI's 2 GB)")
+    python_paths: list[str] = Field(default_factory=list,
+                                    description="extra directories importable (read-only) by user code")
 
 
 class RewardSpec(_Strict):
@@ -68,3 +479,24 @@ class RewardSpec(_Strict):
         description="a sample whose reward failed: excluded from its group's advantage (default), "
         "scored 0 (counted all the same), or the job fails",
     )
+    remote: RemoteCallSpec = RemoteCallSpec()
+    judge: JudgeSpec = JudgeSpec()
+    sandbox: SandboxSpec = SandboxSpec()
+
+
+_TAG_AFTER = (
+    (re.compile(r"(^|\.)function\.(preset|vertex|openai_grader|nova_lambda|callable)(?=[.\[]|$)"), r"\1function"),
+    (re.compile(r"(^|\.)grader\.(string_check|text_similarity|python|score_model|label_model|multi)(?=[.\[]|$)"),
+     r"\1grader"),
+    (re.compile(r"(\.graders\.[^.\[]+)\.(string_check|text_similarity|python|score_model|label_model)(?=[.\[]|$)"),
+     r"\1"),
+    (re.compile(r"(\.content(?:\[\d+\])?)\.(input_text|output_text)(?=[.\[]|$)"), r"\1"),
+)
+
+
+def clean_reward_path(path: str) -> str:
+    """Drop the union tags pydantic puts in error paths (``function.openai_grader.grader.multi.graders``
+    -> ``function.grader.graders``), so that a path names the user's own fields."""
+    for pattern, replacement in _TAG_AFTER:
+        path = pattern.sub(replacement, path)
+    return path

@@ -1,0 +1,131 @@
+"""Rewards written as Python functions, named ``module:function``.
+
+The function takes one batch: a list of dicts in the Nova Lambda input shape (``id``,
+``messages`` ending with the assistant's answer, ``metadata``) plus ``completion``,
+``reference_answer`` (also under ``metadata``) and ``step``. It returns a list with one entry per
+sample: a number, ``{"score", "sub_scores", "metrics"}``, or a Nova output entry
+(``aggregate_reward_score``, ``metrics_list``). It may be ``async``.
+
+In-process (default) the function is trusted code: it runs in a worker thread with the sandbox
+time limit, and a call that passes it is reported as a ``timeout`` (the thread is not killed). With
+``sandboxed: true`` the function's module, which must be a single file, runs in the sandbox pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+from pathlib import Path
+from typing import Any
+
+from openrft.errors import RewardError
+from openrft.rewards.context import RewardContext
+from openrft.rewards.nova import parse_result_entry
+from openrft.rewards.remote import Timer
+from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample
+from openrft.rewards.views import nova_entry
+
+CALLABLE_TIME_LIMIT_S = 120.0
+
+
+def batch_entry(sample: RewardSample) -> dict[str, Any]:
+    entry = nova_entry(sample)
+    entry.update(completion=sample.completion, reference_answer=sample.example.fields.get("reference_answer"),
+                 step=sample.step)
+    return entry
+
+
+def resolve_target(target: str) -> tuple[str, str]:
+    module, _, function = target.partition(":")
+    return module, function
+
+
+def load_function(target: str):
+    module_name, function_name = resolve_target(target)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise RewardError(f"reward callable {target}: cannot import {module_name}: {type(exc).__name__}: {exc}") \
+            from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise RewardError(f"reward callable {target}: module {module_name} has no function {function_name}")
+    return function
+
+
+def module_source(target: str) -> str:
+    module_name, _function_name = resolve_target(target)
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as exc:
+        raise RewardError(f"reward callable {target}: cannot find {module_name}: {exc}") from None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py") or spec.submodule_search_locations:
+        raise RewardError(f"reward callable {target}: a sandboxed callable's module must be a single .py file "
+                          f"(found {spec.origin if spec else 'nothing'})")
+    return Path(spec.origin).read_text(encoding="utf-8")
+
+
+def outcomes_from(result: Any, samples: list[RewardSample], what: str) -> list[RewardOutcome]:
+    if not isinstance(result, list | tuple) or len(result) != len(samples):
+        size = len(result) if isinstance(result, list | tuple) else type(result).__name__
+        return [RewardOutcome.failure("invalid_output", f"{what} returned {size} results for {len(samples)} samples")
+                for _ in samples]
+    outcomes = []
+    for entry in result:
+        try:
+            outcomes.append(parse_result_entry(entry, what))
+        except RewardFailure as failure:
+            outcomes.append(failure.outcome())
+    return outcomes
+
+
+class CallableFunction:
+    requires_reference = False
+
+    def __init__(self, target: str, sandboxed: bool, context: RewardContext):
+        self.name = target
+        self.target = target
+        self.time_limit_s = context.spec.sandbox.time_limit_s or CALLABLE_TIME_LIMIT_S
+        self.sandboxed = sandboxed
+        if sandboxed:
+            self.source = module_source(target)
+            self.entry = resolve_target(target)[1]
+            self.pool = context.pool()
+        else:
+            self.function = load_function(target)
+
+    async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
+        timer = Timer()
+        batch = [batch_entry(s) for s in samples]
+        try:
+            result = await (self._sandboxed(batch) if self.sandboxed else self._in_process(batch))
+        except RewardFailure as failure:
+            outcomes = [failure.outcome() for _ in samples]
+        else:
+            outcomes = outcomes_from(result, samples, self.target)
+        for outcome in outcomes:
+            outcome.latency_s = timer.elapsed
+            if self.sandboxed and self.pool.weak:
+                outcome.metrics["sandbox_weak"] = 1.0
+        return outcomes
+
+    async def _in_process(self, batch: list[dict[str, Any]]) -> Any:
+        try:
+            if inspect.iscoroutinefunction(self.function):
+                return await asyncio.wait_for(self.function(batch), self.time_limit_s)
+            return await asyncio.wait_for(asyncio.to_thread(self.function, batch), self.time_limit_s)
+        except TimeoutError:
+            raise RewardFailure("timeout", f"{self.target} ran past {self.time_limit_s:g} s") from None
+        except Exception as exc:
+            raise RewardFailure("runtime_error", f"{self.target} raised {type(exc).__name__}: {exc}") from None
+
+    async def _sandboxed(self, batch: list[dict[str, Any]]) -> Any:
+        result = await self.pool.call(self.source, self.entry, [batch], self.time_limit_s)
+        if not result.ok:
+            raise RewardFailure(result.kind, f"{self.target}: {result.message}")  # type: ignore[arg-type]
+        return result.value
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,154 @@
+"""Static checks of a reward configuration, beyond its shape: what pydantic cannot see.
+
+Template variables name known namespaces, formulas parse and name only their graders, user code
+compiles and defines its entry point with the right arguments, LLM judges have an endpoint, the
+sandbox can run, callables import. Each problem names its path under ``reward.function``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from openrft.errors import RewardError
+from openrft.rewards.formula import FormulaError, compile_formula
+from openrft.rewards.judge import judge_base_url
+from openrft.rewards.templates import unknown_namespaces
+from openrft.spec.errors import FieldProblem
+from openrft.spec.rewards import (
+    CallableReward,
+    LabelModelGrader,
+    MultiGrader,
+    OpenAIGraderReward,
+    PythonGrader,
+    RewardSpec,
+    ScoreModelGrader,
+    SingleRewardConfig,
+    StringCheckGrader,
+    TextSimilarityGrader,
+    VertexReward,
+)
+
+ROOT = "reward.function"
+OPENAI_NAMESPACES = ("item", "sample.output_text", "sample.output_json", "sample.output_tools")
+VERTEX_MATCH_NAMESPACES = ("references",)
+AUTORATER_NAMESPACES = ("prompt", "response", "system_instruction", "references")
+
+
+def check_template(template: str, namespaces: tuple[str, ...], path: str) -> list[FieldProblem]:
+    bad = unknown_namespaces(template, namespaces)
+    if not bad:
+        return []
+    names = ", ".join("{{" + b + "}}" for b in bad)
+    allowed = ", ".join("{{" + n + (".…" if n in ("item", "references", "sample.output_json") else "") + "}}"
+                        for n in namespaces)
+    return [FieldProblem(path, f"uses {names}; allowed here: {allowed}")]
+
+
+def check_source(source: str, entry: str, arity: int, path: str) -> list[FieldProblem]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [FieldProblem(path, f"is not valid Python: line {exc.lineno}: {exc.msg}")]
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry:
+            if isinstance(node, ast.AsyncFunctionDef):
+                return [FieldProblem(path, f"defines {entry}() as async; it must be a plain function")]
+            args = node.args
+            positional = len(args.posonlyargs) + len(args.args)
+            required = positional - len(args.defaults)
+            if not (required <= arity and (positional >= arity or args.vararg is not None)):
+                return [FieldProblem(path, f"defines {entry}() with {positional} argument(s); it is called with "
+                                     f"{arity}")]
+            return []
+    return [FieldProblem(path, f"defines no top-level function {entry}()")]
+
+
+def _sandbox(spec: RewardSpec, path: str) -> list[FieldProblem]:
+    if spec.sandbox.isolation == "weak":
+        return []
+    from openrft.rewards.sandbox.mechanism import strict_unavailable
+
+    reason = strict_unavailable()
+    return [FieldProblem(path, f"runs user code, but {reason}")] if reason else []
+
+
+def _judge(spec: RewardSpec, path: str) -> list[FieldProblem]:
+    if judge_base_url(spec.judge):
+        return []
+    return [FieldProblem(path, "is an LLM judge but no endpoint is set: reward.judge.base_url, or "
+                         "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment")]
+
+
+def _check_single(config: SingleRewardConfig, spec: RewardSpec, path: str) -> list[FieldProblem]:
+    problems: list[FieldProblem] = []
+    scorer = config.stringMatchRewardScorer
+    if scorer is not None:
+        if scorer.stringMatchExpression is not None:
+            problems += check_template(scorer.stringMatchExpression.expression, VERTEX_MATCH_NAMESPACES,
+                                       f"{path}.stringMatchRewardScorer.stringMatchExpression.expression")
+        if scorer.jsonMatchExpression is not None:
+            problems += check_template(scorer.jsonMatchExpression.valueStringMatchExpression.expression,
+                                       VERTEX_MATCH_NAMESPACES, f"{path}.stringMatchRewardScorer.jsonMatchExpression"
+                                       ".valueStringMatchExpression.expression")
+    if config.codeExecutionRewardScorer is not None:
+        where = f"{path}.codeExecutionRewardScorer.pythonCodeSnippet"
+        problems += check_source(config.codeExecutionRewardScorer.pythonCodeSnippet, "evaluate", 2, where)
+        problems += _sandbox(spec, where)
+    if config.autoraterScorer is not None:
+        where = f"{path}.autoraterScorer"
+        problems += check_template(config.autoraterScorer.autoraterPrompt, AUTORATER_NAMESPACES,
+                                   f"{where}.autoraterPrompt")
+        if config.autoraterScorer.exactMatchScorer is not None:
+            problems += check_template(config.autoraterScorer.exactMatchScorer.expression, VERTEX_MATCH_NAMESPACES,
+                                       f"{where}.exactMatchScorer.expression")
+        problems += _judge(spec, where)
+    return problems
+
+
+def _check_grader(grader, spec: RewardSpec, path: str) -> list[FieldProblem]:
+    problems: list[FieldProblem] = []
+    if isinstance(grader, StringCheckGrader | TextSimilarityGrader):
+        problems += check_template(grader.input, OPENAI_NAMESPACES, f"{path}.input")
+        problems += check_template(grader.reference, OPENAI_NAMESPACES, f"{path}.reference")
+    elif isinstance(grader, PythonGrader):
+        problems += check_source(grader.source, "grade", 2, f"{path}.source")
+        problems += _sandbox(spec, f"{path}.source")
+    elif isinstance(grader, ScoreModelGrader | LabelModelGrader):
+        for i, message in enumerate(grader.input):
+            problems += check_template(message.text(), OPENAI_NAMESPACES, f"{path}.input[{i}].content")
+        problems += _judge(spec, path)
+    elif isinstance(grader, MultiGrader):
+        for key, sub in grader.graders.items():
+            problems += _check_grader(sub, spec, f"{path}.graders.{key}")
+        try:
+            compile_formula(grader.calculate_output, set(grader.graders))
+        except FormulaError as exc:
+            problems.append(FieldProblem(f"{path}.calculate_output", str(exc), grader.calculate_output))
+    return problems
+
+
+def check_reward(spec: RewardSpec) -> list[FieldProblem]:
+    config = spec.function
+    if isinstance(config, VertexReward):
+        if config.single is not None:
+            return _check_single(config.single, spec, f"{ROOT}.single")
+        assert config.composite is not None
+        problems = []
+        for i, weighted in enumerate(config.composite.weightedRewardConfigs):
+            problems += _check_single(weighted.rewardConfig, spec,
+                                      f"{ROOT}.composite.weightedRewardConfigs[{i}].rewardConfig")
+        return problems
+    if isinstance(config, OpenAIGraderReward):
+        return _check_grader(config.grader, spec, f"{ROOT}.grader")
+    if isinstance(config, CallableReward):
+        from openrft.rewards.callables import load_function, module_source, resolve_target
+
+        try:
+            if config.sandboxed:
+                source = module_source(config.target)
+                return check_source(source, resolve_target(config.target)[1], 1, f"{ROOT}.target") + _sandbox(
+                    spec, f"{ROOT}.target")
+            load_function(config.target)
+        except RewardError as exc:
+            return [FieldProblem(f"{ROOT}.target", str(exc))]
+    return []

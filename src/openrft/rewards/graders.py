@@ -1,0 +1,152 @@
+"""OpenAI graders: string_check, text_similarity, python, score_model, label_model, multi.
+
+Templates: ``{{item.x}}`` is a field of the dataset line, ``{{sample.output_text}}`` the model's
+output, ``{{sample.output_json.x}}`` a value of the output parsed as JSON (an output that is not
+JSON is then a ``parse_error``, OpenAI's sample_parse_error).
+
+- ``string_check``: ``eq`` / ``ne`` compare the filled strings exactly; ``like`` is "reference
+  occurs in input", ``ilike`` the same ignoring case (Unicode case folding). 1 or 0.
+- ``text_similarity``: see ``similarity.py``; in [0, 1].
+- ``python``: ``grade(sample, item)`` in the sandbox (2 min per call); ``sample`` is
+  ``{output_text, output_json, output_tools}``, ``item`` the dataset line. An exception is a
+  ``runtime_error``, a non-number an ``invalid_output``.
+- ``score_model``: the filled messages go to the judge; the score read from its reply is clamped
+  to ``range``. ``label_model``: 1 when the label it answers is a passing label, else 0.
+- ``multi``: every grader runs; ``calculate_output`` combines their scores (by key); each is also
+  a sub-score under its key. A failed grader fails the sample with its kind; a formula that
+  divides by zero is a ``runtime_error``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openrft.rewards.context import RewardContext
+from openrft.rewards.formula import FormulaRuntimeError, compile_formula
+from openrft.rewards.judge import parse_label, parse_score
+from openrft.rewards.remote import Timer, gather_all
+from openrft.rewards.similarity import similarity
+from openrft.rewards.templates import NamespaceResolver, parse_json_output, render
+from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
+from openrft.rewards.views import openai_item, openai_sample
+from openrft.spec.rewards import (
+    LabelModelGrader,
+    MultiGrader,
+    PythonGrader,
+    ScoreModelGrader,
+    StringCheckGrader,
+    TextSimilarityGrader,
+)
+
+PYTHON_GRADER_TIME_LIMIT_S = 120.0
+OPENAI_NAMESPACES = ("item", "sample.output_text", "sample.output_json", "sample.output_tools")
+
+
+def resolver(sample: RewardSample) -> NamespaceResolver:
+    return NamespaceResolver(
+        {"item": openai_item(sample.example), "sample.output_text": sample.completion, "sample.output_tools": []},
+        lazy={"sample.output_json": lambda: parse_json_output(sample.completion)},
+    )
+
+
+def string_check(grader: StringCheckGrader, text: str, reference: str) -> float:
+    if grader.operation == "eq":
+        return float(text == reference)
+    if grader.operation == "ne":
+        return float(text != reference)
+    if grader.operation == "like":
+        return float(reference in text)
+    return float(reference.casefold() in text.casefold())
+
+
+class GraderFunction:
+    """One grader (any type) as a RewardFunction."""
+
+    requires_reference = False
+
+    def __init__(self, grader: Any, context: RewardContext):
+        self.grader = grader
+        self.context = context
+        self.name = grader.name
+        if isinstance(grader, MultiGrader):
+            self.parts = {key: GraderFunction(sub, context) for key, sub in grader.graders.items()}
+            self.formula = compile_formula(grader.calculate_output, set(grader.graders))
+        if isinstance(grader, PythonGrader):
+            self.pool = context.pool()
+        if isinstance(grader, ScoreModelGrader | LabelModelGrader):
+            self.judge = context.judge()
+
+    async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
+        if isinstance(self.grader, MultiGrader):
+            return await self._multi(samples)
+        return await gather_all(self._timed(s) for s in samples)
+
+    async def _timed(self, sample: RewardSample) -> RewardOutcome:
+        timer = Timer()
+        try:
+            value = await self._grade(sample)
+        except RewardFailure as failure:
+            return failure.outcome(latency_s=timer.elapsed)
+        metrics = {"sandbox_weak": 1.0} if isinstance(self.grader, PythonGrader) and self.pool.weak else {}
+        return RewardOutcome(score=value, metrics=metrics, latency_s=timer.elapsed)
+
+    async def _grade(self, sample: RewardSample) -> float:
+        grader = self.grader
+        if isinstance(grader, StringCheckGrader | TextSimilarityGrader):
+            fill = resolver(sample)
+            text, reference = render(grader.input, fill), render(grader.reference, fill)
+            if isinstance(grader, StringCheckGrader):
+                return string_check(grader, text, reference)
+            return similarity(grader.evaluation_metric, text, reference)
+        if isinstance(grader, PythonGrader):
+            time_limit = self.context.spec.sandbox.time_limit_s or PYTHON_GRADER_TIME_LIMIT_S
+            args = [openai_sample(sample.completion), openai_item(sample.example)]
+            result = await self.pool.call(grader.source, "grade", args, time_limit)
+            if not result.ok:
+                raise RewardFailure(result.kind, f"grade(): {result.message}")  # type: ignore[arg-type]
+            return as_score(result.value, f"python grader {grader.name}")
+        return await self._model(sample)
+
+    async def _model(self, sample: RewardSample) -> float:
+        grader = self.grader
+        fill = resolver(sample)
+        messages = [{"role": m.role, "content": render(m.text(), fill)} for m in grader.input]
+        params = grader.sampling_params
+        options: dict[str, Any] = {}
+        if params is not None:
+            options = {"temperature": params.temperature, "top_p": params.top_p, "seed": params.seed,
+                       "max_tokens": params.max_completions_tokens}
+        reply = await self.judge.complete(grader.model, messages, **options)
+        if isinstance(grader, ScoreModelGrader):
+            low, high = grader.range
+            return min(high, max(low, parse_score(reply)))
+        return float(parse_label(reply, grader.labels) in grader.passing_labels)
+
+    async def _multi(self, samples: list[RewardSample]) -> list[RewardOutcome]:
+        timer = Timer()
+        keys = list(self.parts)
+        results = await gather_all(self.parts[k].score(samples) for k in keys)
+        outcomes = []
+        for i in range(len(samples)):
+            parts = {k: r[i] for k, r in zip(keys, results)}
+            sub_scores = {k: o.score for k, o in parts.items() if o.ok and o.score is not None}
+            metrics = {f"{k}/{m}": v for k, o in parts.items() for m, v in o.metrics.items()}
+            failed = next(((k, o) for k, o in parts.items() if not o.ok), None)
+            if failed is not None:
+                key, outcome = failed
+                outcomes.append(RewardOutcome.failure(outcome.error_kind or "runtime_error",
+                                                      f"{key}: {outcome.error_message}", sub_scores=sub_scores,
+                                                      metrics=metrics, latency_s=timer.elapsed))
+                continue
+            try:
+                value = self.formula.evaluate(sub_scores)
+            except FormulaRuntimeError as exc:
+                outcomes.append(RewardOutcome.failure("runtime_error", f"calculate_output {exc}",
+                                                      sub_scores=sub_scores, metrics=metrics,
+                                                      latency_s=timer.elapsed))
+                continue
+            outcomes.append(RewardOutcome(score=value, sub_scores=sub_scores, metrics=metrics, latency_s=timer.elapsed))
+        return outcomes
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,126 @@
+"""LLM judges over any OpenAI-compatible chat endpoint (vLLM, OpenRFT's own server, OpenAI).
+
+The endpoint is ``reward.judge.base_url``, else ``$OPENRFT_JUDGE_BASE_URL``, else
+``$OPENAI_BASE_URL``; the key is read from ``reward.judge.api_key_env`` (default
+``OPENRFT_JUDGE_API_KEY``), else ``$OPENAI_API_KEY``, and sent as a Bearer token.
+
+Reading a score from a reply, in order: a JSON object with a numeric ``result``, ``score``,
+``rating``, ``reward`` or ``grade``; a reply that is only a number; the last ``score: 7``-style
+phrase. Anything else is a ``parse_error`` (a reply is never read as 0). ``<think>`` blocks are
+dropped first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from typing import Any
+
+from openrft.errors import RewardError
+from openrft.rewards.remote import RemoteEndpoint
+from openrft.rewards.types import RewardFailure
+from openrft.spec.rewards import JudgeSpec
+
+JUDGE_TIMEOUT_S = 60.0
+SCORE_KEYS = ("result", "score", "rating", "reward", "grade")
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
+_PHRASE = re.compile(rf"\b(?:{'|'.join(SCORE_KEYS)})\b\s*[:=]?\s*({_NUMBER})", re.IGNORECASE)
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def judge_base_url(spec: JudgeSpec) -> str | None:
+    return spec.base_url or os.environ.get("OPENRFT_JUDGE_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+
+
+def judge_api_key(spec: JudgeSpec) -> str | None:
+    return os.environ.get(spec.api_key_env) or os.environ.get("OPENAI_API_KEY")
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    candidates = [text]
+    fenced = re.search(r"\{.*\}", text, re.DOTALL)
+    if fenced:
+        candidates.append(fenced.group(0))
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def parse_score(reply: str) -> float:
+    text = _THINK.sub("", reply).strip()
+    obj = _json_object(text)
+    if obj is not None:
+        for key in SCORE_KEYS:
+            value = obj.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+    if re.fullmatch(_NUMBER, text):
+        return float(text)
+    phrases = _PHRASE.findall(text)
+    if phrases:
+        return float(phrases[-1])
+    raise RewardFailure("parse_error", f"the judge's reply holds no score: {reply[:120]!r}")
+
+
+def parse_label(reply: str, labels: list[str]) -> str:
+    """The label a reply names: the whole reply, a JSON ``result``/``label``, or the one label it mentions."""
+    text = _THINK.sub("", reply).strip()
+    folded = {label.casefold(): label for label in labels}
+    bare = text.strip(" \t\n.\"'`*").casefold()
+    if bare in folded:
+        return folded[bare]
+    obj = _json_object(text)
+    if obj is not None:
+        for key in ("result", "label", "answer"):
+            value = obj.get(key)
+            if isinstance(value, str) and value.casefold() in folded:
+                return folded[value.casefold()]
+    mentioned = [label for label in labels if re.search(rf"(?<!\w){re.escape(label)}(?!\w)", text, re.IGNORECASE)]
+    if len(mentioned) == 1:
+        return mentioned[0]
+    raise RewardFailure("parse_error", f"the judge's reply names none (or several) of the labels {labels}: "
+                        f"{reply[:120]!r}")
+
+
+class ChatJudge:
+    """Sends chat completions; at most ``max_concurrency`` in flight."""
+
+    def __init__(self, endpoint: RemoteEndpoint, spec: JudgeSpec):
+        self.endpoint = endpoint
+        self.spec = spec
+        self._semaphore: asyncio.Semaphore | None = None
+
+    async def complete(self, model: str | None, messages: list[dict[str, str]], *, temperature: float | None = None,
+                       top_p: float | None = None, max_tokens: int | None = None, seed: int | None = None) -> str:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.spec.max_concurrency)
+        payload: dict[str, Any] = {"model": self.spec.model or model or "default", "messages": messages,
+                                   "max_tokens": max_tokens or self.spec.max_tokens}
+        for key, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed)):
+            if value is not None:
+                payload[key] = value
+        async with self._semaphore:
+            body = await self.endpoint.post_json(payload)
+        try:
+            content = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise RewardFailure("invalid_output", f"judge answer has no choices[0].message.content: "
+                                f"{str(body)[:120]}") from None
+        if not isinstance(content, str):
+            raise RewardFailure("invalid_output", f"judge answered content {content!r} (a refusal?)")
+        return content
+
+
+def require_base_url(spec: JudgeSpec) -> str:
+    url = judge_base_url(spec)
+    if not url:
+        raise RewardError("an LLM judge needs an OpenAI-compatible endpoint: set reward.judge.base_url, or "
+                          "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment")
+    return url.rstrip("/")

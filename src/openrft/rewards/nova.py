@@ -1,0 +1,107 @@
+"""The Nova reward "Lambda" contract, over HTTP: batches of samples, several calls in flight.
+
+Each call POSTs a JSON list of up to ``batch_size`` entries (``views.nova_entry``) and expects a
+list with one ``{id, aggregate_reward_score, metrics_list}`` per entry. Entries are matched to
+samples by ``id`` when the ids of the batch are unique, else by position. ``metrics_list`` items
+of type ``Reward`` become sub-scores, ``Metric`` items metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from openrft.rewards.remote import RemoteEndpoint, Timer, gather_all
+from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
+from openrft.rewards.views import nova_entry
+
+NOVA_TIMEOUT_S = 900.0  # the service allows 15 minutes per invocation
+
+
+def parse_result_entry(entry: Any, what: str) -> RewardOutcome:
+    """One scored entry: a number, ``{score, sub_scores, metrics}``, or a Nova output entry."""
+    if not isinstance(entry, dict):
+        return RewardOutcome(score=as_score(entry, what))
+    if "aggregate_reward_score" in entry:
+        outcome = RewardOutcome(score=as_score(entry["aggregate_reward_score"], f"{what} aggregate_reward_score"))
+        metrics_list = entry.get("metrics_list") or []
+        if not isinstance(metrics_list, list):
+            raise RewardFailure("invalid_output", f"{what} metrics_list is {type(metrics_list).__name__}, not a list")
+        for item in metrics_list:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise RewardFailure("invalid_output", f"{what} metrics_list item {item!r} has no name")
+            value = as_score(item.get("value"), f"{what} metric {item['name']}")
+            kind = item.get("type", "Metric")
+            if kind not in ("Reward", "Metric"):
+                raise RewardFailure("invalid_output", f"{what} metric {item['name']} has type {kind!r}, "
+                                    "not Reward or Metric")
+            (outcome.sub_scores if kind == "Reward" else outcome.metrics)[item["name"]] = value
+        return outcome
+    if "score" in entry:
+        outcome = RewardOutcome(score=as_score(entry["score"], f"{what} score"))
+        for key, target in (("sub_scores", outcome.sub_scores), ("metrics", outcome.metrics)):
+            values = entry.get(key) or {}
+            if not isinstance(values, dict):
+                raise RewardFailure("invalid_output", f"{what} {key} must be an object of numbers")
+            for name, value in values.items():
+                target[str(name)] = as_score(value, f"{what} {key}.{name}")
+        return outcome
+    raise RewardFailure("invalid_output", f"{what} answered {str(entry)[:100]} without aggregate_reward_score")
+
+
+def match_entries(sent: list[dict[str, Any]], answer: Any, what: str) -> list[RewardOutcome]:
+    """One outcome per sent entry from a Nova output list (failures per entry where possible)."""
+    if not isinstance(answer, list):
+        raise RewardFailure("invalid_output", f"{what} answered {type(answer).__name__}, not a list of results")
+    ids = [e["id"] for e in sent]
+    by_id: dict[Any, Any] | None = None
+    if len(set(ids)) == len(ids) and all(isinstance(a, dict) and "id" in a for a in answer):
+        by_id = {str(a["id"]): a for a in answer}
+    elif len(answer) != len(sent):
+        raise RewardFailure("invalid_output", f"{what} answered {len(answer)} results for {len(sent)} samples")
+    outcomes = []
+    for position, entry in enumerate(sent):
+        result = by_id.get(str(entry["id"])) if by_id is not None else answer[position]
+        try:
+            if result is None:
+                raise RewardFailure("invalid_output", f"{what} answered no result for id {entry['id']!r}")
+            if by_id is None and isinstance(result, dict) and "id" in result and str(result["id"]) != str(entry["id"]):
+                raise RewardFailure("invalid_output", f"{what} result {position} has id {result['id']!r}, "
+                                    f"expected {entry['id']!r}")
+            outcomes.append(parse_result_entry(result, what))
+        except RewardFailure as failure:
+            outcomes.append(failure.outcome())
+    return outcomes
+
+
+class NovaLambdaFunction:
+    name = "nova_lambda"
+    requires_reference = False
+
+    def __init__(self, endpoint: RemoteEndpoint, batch_size: int, concurrency_limit: int):
+        self.endpoint = endpoint
+        self.batch_size = batch_size
+        self.semaphore = asyncio.Semaphore(concurrency_limit)
+
+    async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
+        batches = [samples[i : i + self.batch_size] for i in range(0, len(samples), self.batch_size)]
+        results = await gather_all(self._call(batch) for batch in batches)
+        return [outcome for batch in results for outcome in batch]
+
+    async def _call(self, batch: list[RewardSample]) -> list[RewardOutcome]:
+        sent = [nova_entry(s) for s in batch]
+        async with self.semaphore:
+            timer = Timer()
+            try:
+                answer = await self.endpoint.post_json(sent)
+                outcomes = match_entries(sent, answer, self.endpoint.label)
+            except RewardFailure as failure:
+                outcomes = [failure.outcome() for _ in batch]
+        for outcome in outcomes:
+            outcome.latency_s = timer.elapsed
+        return outcomes
+
+    async def aclose(self) -> None:
+        return None
+
+

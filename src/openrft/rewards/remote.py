@@ -1,0 +1,135 @@
+"""HTTP calls of rewards: per-attempt timeouts, retries with backoff, and a circuit breaker.
+
+Transient failures (connection refused/reset/dropped, a timeout, HTTP 408, 429 or 5xx) are retried
+with exponential backoff and jitter. A call that still fails is a ``timeout`` (its last attempt
+timed out) or a ``server_error``; a 4xx answer is a ``server_error`` at once, and a body that is not
+JSON an ``invalid_output`` (neither is retried: asking again gives the same answer).
+
+The circuit: ``circuit_failures`` calls in a row that end in ``timeout`` or ``server_error`` mean
+the endpoint is down; the call that sees it raises ``EndpointDown`` (a RewardError), which fails
+the job with a message naming the endpoint and the last error. Any successful call closes it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
+
+import httpx
+
+from openrft.errors import RewardError
+from openrft.rewards.types import RewardFailure
+from openrft.spec.rewards import RemoteCallSpec
+
+T = TypeVar("T")
+TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+class EndpointDown(RewardError):
+    """An endpoint failed ``circuit_failures`` calls in a row: the job cannot go on."""
+
+
+class RemoteEndpoint:
+    """One URL called with JSON POSTs under a RemoteCallSpec; shares an httpx client."""
+
+    def __init__(self, url: str, spec: RemoteCallSpec, default_timeout_s: float, label: str,
+                 client: httpx.AsyncClient, headers: dict[str, str] | None = None):
+        self.url = url
+        self.spec = spec
+        self.timeout_s = spec.timeout_s or default_timeout_s
+        self.label = label
+        self.client = client
+        self.headers = dict(headers or {})
+        if spec.api_key_env and os.environ.get(spec.api_key_env):
+            self.headers.setdefault("Authorization", f"Bearer {os.environ[spec.api_key_env]}")
+        self.consecutive_failures = 0
+        self.calls = 0
+        self.retries = 0
+        self._down: str | None = None
+
+    def _backoff(self, attempt: int) -> float:
+        delay = min(self.spec.backoff_max_s, self.spec.backoff_initial_s * 2**attempt)
+        return delay * (0.5 + random.random() / 2)
+
+    async def post_json(self, payload: Any) -> Any:
+        """The decoded JSON answer, or RewardFailure; EndpointDown when the circuit opens."""
+        if self._down:
+            raise EndpointDown(self._down)
+        self.calls += 1
+        failure: RewardFailure | None = None
+        for attempt in range(self.spec.max_retries + 1):
+            if attempt:
+                self.retries += 1
+                await asyncio.sleep(self._backoff(attempt - 1))
+            failure, retry, body = await self._attempt(payload)
+            if failure is None:
+                self.consecutive_failures = 0
+                return body
+            if not retry:
+                break
+        assert failure is not None
+        if failure.kind in ("timeout", "server_error"):
+            self.consecutive_failures += 1
+            if self.consecutive_failures >= self.spec.circuit_failures:
+                self._down = (
+                    f"reward endpoint {self.label} {self.url} is down: {self.consecutive_failures} calls in a row "
+                    f"failed after {self.spec.max_retries} retries each; last: {failure.kind}: {failure.message}"
+                )
+                raise EndpointDown(self._down)
+        raise failure
+
+    async def _attempt(self, payload: Any) -> tuple[RewardFailure | None, bool, Any]:
+        try:
+            response = await self.client.post(self.url, json=payload, headers=self.headers, timeout=self.timeout_s)
+        except httpx.TimeoutException:
+            return RewardFailure("timeout", f"{self.label} did not answer within {self.timeout_s:g} s"), True, None
+        except httpx.TransportError as exc:
+            return RewardFailure("server_error", f"{self.label}: {type(exc).__name__}: {exc}"), True, None
+        if response.status_code >= 400:
+            text = response.text[:200]
+            failure = RewardFailure("server_error", f"{self.label} answered HTTP {response.status_code}: {text}")
+            return failure, response.status_code in TRANSIENT_STATUS, None
+        try:
+            return None, False, response.json()
+        except ValueError:
+            snippet = response.text[:120]
+            return RewardFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"), \
+                False, None
+
+
+async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Run concurrently; the first exception cancels the rest and is raised as itself (not a group)."""
+    tasks: list[asyncio.Task] = []
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_as_coroutine(a)) for a in awaitables]
+    except BaseExceptionGroup as grouped:
+        raise _first(grouped) from None
+    return [t.result() for t in tasks]
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _first(grouped: BaseExceptionGroup) -> BaseException:
+    for exc in grouped.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first(exc)
+        if isinstance(exc, RewardError):
+            return exc
+    inner = grouped.exceptions[0]
+    return _first(inner) if isinstance(inner, BaseExceptionGroup) else inner
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

@@ -1,0 +1,183 @@
+"""A pool of sandboxed worker processes that run user functions with a time limit per call.
+
+A call takes an idle worker (starting one when fewer than ``workers`` exist), sends the source,
+the entry point and the arguments, and waits at most the time limit. A worker that passes it is
+killed with its whole sandbox and replaced; so is one that runs out of memory or dies. The pool
+keeps serving either way: a failed call is an outcome (``timeout`` or ``runtime_error``), never an
+exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import struct
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from openrft.errors import RewardError
+from openrft.rewards.sandbox import mechanism
+from openrft.spec.rewards import SandboxSpec
+
+START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class CallResult:
+    value: Any = None
+    kind: str | None = None
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.kind is None
+
+
+class _Worker:
+    def __init__(self, process: asyncio.subprocess.Process, scratch: str):
+        self.process = process
+        self.scratch = scratch
+
+    async def send(self, message: dict) -> None:
+        data = json.dumps(message).encode("utf-8")
+        assert self.process.stdin is not None
+        self.process.stdin.write(struct.pack(">I", len(data)) + data)
+        await self.process.stdin.drain()
+
+    async def receive(self) -> dict:
+        assert self.process.stdout is not None
+        header = await self.process.stdout.readexactly(4)
+        (size,) = struct.unpack(">I", header)
+        return json.loads(await self.process.stdout.readexactly(size))
+
+    async def kill(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.process.wait(), 10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class SandboxPool:
+    def __init__(self, spec: SandboxSpec):
+        self.spec = spec
+        self.isolation = spec.isolation
+        if spec.isolation == "strict":
+            reason = mechanism.strict_unavailable()
+            if reason:
+                raise RewardError(f"cannot run user code in a sandbox: {reason}")
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._all: set[_Worker] = set()
+        self.restarts = 0
+
+    @property
+    def weak(self) -> bool:
+        return self.isolation == "weak"
+
+    async def _start(self) -> _Worker:
+        scratch = tempfile.mkdtemp(prefix="openrft-sandbox-")
+        if self.isolation == "strict":
+            command = mechanism.strict_command(scratch, self.spec.memory_limit_mb, self.spec.python_paths)
+            env, cwd = None, None
+        else:
+            command = mechanism.weak_command(scratch, self.spec.memory_limit_mb, self.spec.python_paths)
+            env, cwd = dict(mechanism.WEAK_ENV, HOME=scratch, TMPDIR=scratch), scratch
+        process = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd,
+            limit=2**26,
+        )
+        worker = _Worker(process, scratch)
+        try:
+            ready = await asyncio.wait_for(worker.receive(), START_TIMEOUT_S)
+        except (TimeoutError, asyncio.IncompleteReadError) as exc:
+            await worker.kill()
+            raise RewardError(f"a sandboxed worker did not start ({type(exc).__name__}); "
+                              f"command: {' '.join(command[:3])} ...") from None
+        if ready.get("value") != "ready":
+            await worker.kill()
+            raise RewardError(f"a sandboxed worker did not start: {ready}")
+        self._all.add(worker)
+        return worker
+
+    async def _acquire(self) -> _Worker:
+        if self._idle is None:
+            self._idle = asyncio.Queue()
+            self._slots = asyncio.Semaphore(self.spec.workers)
+        assert self._slots is not None
+        await self._slots.acquire()
+        try:
+            if not self._idle.empty():
+                return self._idle.get_nowait()
+            return await self._start()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _release(self, worker: _Worker | None) -> None:
+        assert self._idle is not None and self._slots is not None
+        if worker is not None:
+            self._idle.put_nowait(worker)
+        self._slots.release()
+
+    async def _discard(self, worker: _Worker) -> None:
+        self._all.discard(worker)
+        self.restarts += 1
+        await worker.kill()
+
+    async def call(self, source: str, entry: str, args: list[Any], time_limit_s: float,
+                   check_only: bool = False) -> CallResult:
+        """Run ``entry(*args)`` from ``source`` in a worker, within ``time_limit_s`` seconds."""
+        worker = await self._acquire()
+        keep: _Worker | None = worker
+        try:
+            request = {"source": source, "entry": entry, "args": args, "check": check_only}
+            try:
+                await worker.send(request)
+                answer = await asyncio.wait_for(worker.receive(), time_limit_s)
+            except TimeoutError:
+                keep = None
+                await self._discard(worker)
+                return CallResult(kind="timeout", message=f"{entry}() ran past its time limit of {time_limit_s:g} s")
+            except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
+                keep = None
+                code = await _exit_code(worker)
+                await self._discard(worker)
+                return CallResult(kind="runtime_error", message=f"{entry}() killed its sandboxed worker ({code})")
+            if answer.get("ok"):
+                return CallResult(value=answer.get("value"))
+            if worker.process.returncode is not None or "MemoryError" in str(answer.get("message")):
+                keep = None
+                await self._discard(worker)
+            return CallResult(kind=answer.get("kind", "runtime_error"), message=answer.get("message"))
+        except BaseException:
+            if keep is not None:
+                keep = None
+                await self._discard(worker)
+            raise
+        finally:
+            self._release(keep)
+
+    async def aclose(self) -> None:
+        for worker in list(self._all):
+            await worker.kill()
+        self._all.clear()
+
+
+async def _exit_code(worker: _Worker) -> str:
+    try:
+        code = await asyncio.wait_for(worker.process.wait(), 5)
+    except TimeoutError:
+        return "it stopped answering"
+    if code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit status {code}"

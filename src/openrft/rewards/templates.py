@@ -1,0 +1,103 @@
+"""``{{ namespace.path }}`` templates: OpenAI's ``{{item.x}}``, ``{{sample.output_text}}``,
+``{{sample.output_json.x}}`` and Vertex's ``{{references.key}}``, ``{{prompt}}``, ``{{response}}``.
+
+A path is dotted, with list indices as ``.0`` or ``[0]``. Strings are inserted as they are; any
+other value as compact JSON. A variable that does not resolve is an ``invalid_output`` failure
+(the example lacks it); JSON output that does not parse is a ``parse_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from openrft.rewards.types import RewardFailure
+
+PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_MISSING = object()
+
+
+def placeholders(template: str) -> list[str]:
+    return PLACEHOLDER.findall(template)
+
+
+def split_path(path: str) -> list[str]:
+    return [p for p in re.split(r"\.|\[(\d+)\]", path) if p]
+
+
+def lookup(value: Any, parts: list[str]) -> Any:
+    """Walk ``parts`` into nested dicts and lists; ``_MISSING`` when a step does not exist."""
+    for part in parts:
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _MISSING
+    return value
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def render(template: str, resolve: Callable[[str], Any], escape: Callable[[str], str] | None = None) -> str:
+    """Fill every placeholder with ``resolve(path)``; ``escape`` post-processes inserted text (regexes)."""
+
+    def fill(match: re.Match) -> str:
+        text = as_text(resolve(match.group(1)))
+        return escape(text) if escape else text
+
+    return PLACEHOLDER.sub(fill, template)
+
+
+def parse_json_output(text: str) -> Any:
+    """The completion as JSON (surrounding whitespace and a ```json fence allowed), or parse_error."""
+    stripped = text.strip()
+    fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", stripped, re.DOTALL)
+    if fence:
+        stripped = fence.group(1)
+    try:
+        return json.loads(stripped)
+    except ValueError as exc:
+        raise RewardFailure("parse_error", f"the output is not valid JSON ({exc.args[0]}): {text[:80]!r}") from None
+
+
+class NamespaceResolver:
+    """Resolves ``namespace.path`` against fixed roots; ``lazy`` roots are computed on first use."""
+
+    def __init__(self, roots: Mapping[str, Any], lazy: Mapping[str, Callable[[], Any]] | None = None,
+                 allowed: tuple[str, ...] | None = None):
+        self.roots = dict(roots)
+        self.lazy = dict(lazy or {})
+        self.allowed = allowed
+
+    def __call__(self, path: str) -> Any:
+        parts = split_path(path)
+        if not parts:
+            raise RewardFailure("invalid_output", "empty template variable {{}}")
+        for size in range(len(parts), 0, -1):
+            head = ".".join(parts[:size])
+            if head in self.lazy:
+                self.roots[head] = self.lazy.pop(head)()
+            if head in self.roots:
+                value = lookup(self.roots[head], parts[size:])
+                if value is _MISSING:
+                    raise RewardFailure("invalid_output", f"template variable {{{{{path}}}}} is not in this sample")
+                return value
+        raise RewardFailure("invalid_output", f"template variable {{{{{path}}}}} is not in this sample")
+
+
+def unknown_namespaces(template: str, namespaces: tuple[str, ...]) -> list[str]:
+    """Placeholders whose first segment (or whole name) is not one of ``namespaces``."""
+    bad = []
+    for path in placeholders(template):
+        parts = split_path(path)
+        if not parts or not any(path == ns or path.startswith(ns + ".") or path.startswith(ns + "[")
+                                for ns in namespaces):
+            bad.append(path)
+    return bad

@@ -1,0 +1,238 @@
+"""Vertex AI rewards: parse the response, score it, clip to [-1, 1]; composites as weighted means.
+
+Parsing (``parseResponseConfig``): ``IDENTITY`` keeps the response; ``REGEX_EXTRACT`` keeps the
+last match of the expression (its first group if it has one). No match gives an empty parsed
+response and the metric ``parse_failed`` = 1: the sample is then scored (a wrong answer), not
+failed, because an unparseable answer is the model's mistake, which training should see.
+
+String matching (``{{references.key}}`` placeholders filled from the example's ``references``;
+both sides trimmed of surrounding whitespace; case matters):
+
+- ``EXACT_MATCH``: the parsed response equals the expression;
+- ``PARTIAL_MATCH``: the expression occurs in the parsed response;
+- ``REGEX_CONTAINS``: the expression, a regex, matches somewhere in it (placeholder values are
+  inserted escaped, so a reference ``3.5`` matches only ``3.5``);
+- ``jsonMatchExpression``: the parsed response is read as a JSON object and the value at
+  ``keyName`` (a string as is, anything else as compact JSON) is matched. A response that is not
+  a JSON object, or lacks the key, is a wrong answer with ``parse_failed`` = 1.
+
+Code execution calls ``evaluate(example, response)`` in the sandbox, ``example`` being the line in
+Vertex's dataset shape and ``response`` the parsed text (100 s per call). Cloud Run gets ``POST
+{"example", "response": {"role": "model", "parts": [{"text"}]}, "metadata": {"step",
+"tuning_job_id"}}`` and answers ``{"reward", "user_requested_aux_info"}`` (5 min per call). The
+autorater sends the filled ``autoraterPrompt`` to the judge ``samplingCount`` times and averages
+the scores of the replies (parsed by ``autoraterResponseParseConfig``, then scored by
+``exactMatchScorer`` or read as a number); when no reply gives a score it is a ``parse_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from openrft.rewards.context import RewardContext
+from openrft.rewards.judge import parse_score
+from openrft.rewards.remote import Timer, gather_all
+from openrft.rewards.templates import NamespaceResolver, render
+from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
+from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
+from openrft.spec.rewards import (
+    CompositeRewardConfig,
+    ParseResponseConfig,
+    SingleRewardConfig,
+    StringMatchExpression,
+)
+
+CODE_EXECUTION_TIME_LIMIT_S = 100.0
+CLOUD_RUN_TIMEOUT_S = 300.0
+TUNING_JOB_ID = 0
+
+
+def clip(value: float) -> float:
+    return min(1.0, max(-1.0, value))
+
+
+def parse_response(config: ParseResponseConfig | None, text: str) -> tuple[str, bool]:
+    """The parsed response and whether parsing found something."""
+    if config is None or config.parseType == "IDENTITY":
+        return text, True
+    matches = list(re.finditer(config.regexExtractExpression or "", text))
+    if not matches:
+        return "", False
+    last = matches[-1]
+    return (last.group(1) if last.re.groups else last.group(0)) or "", True
+
+
+def fill(expression: str, sample: RewardSample, regex: bool = False) -> str:
+    resolver = NamespaceResolver({"references": vertex_references(sample.example)})
+    return render(expression, resolver, re.escape if regex else None)
+
+
+def string_match(match: StringMatchExpression, parsed: str, sample: RewardSample) -> bool:
+    expression = fill(match.expression, sample, regex=match.matchOperation == "REGEX_CONTAINS").strip()
+    parsed = parsed.strip()
+    if match.matchOperation == "EXACT_MATCH":
+        return parsed == expression
+    if match.matchOperation == "PARTIAL_MATCH":
+        return expression in parsed
+    try:
+        return re.search(expression, parsed) is not None
+    except re.error as exc:
+        message = f"REGEX_CONTAINS expression {expression!r} is not a regex: {exc}"
+        raise RewardFailure("invalid_output", message) from None
+
+
+def json_value(parsed: str, key: str) -> str | None:
+    try:
+        obj = json.loads(parsed.strip())
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or key not in obj:
+        return None
+    value = obj[key]
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class VertexSingleFunction:
+    requires_reference = False
+
+    def __init__(self, config: SingleRewardConfig, context: RewardContext):
+        self.config = config
+        self.context = context
+        self.name = config.rewardName or next(s for s in config.SCORERS if getattr(config, s) is not None)
+        if config.codeExecutionRewardScorer is not None:
+            self.pool = context.pool()
+        if config.cloudRunRewardScorer is not None:
+            self.cloud_run = context.endpoint(config.cloudRunRewardScorer.cloudRunUri, CLOUD_RUN_TIMEOUT_S,
+                                              f"Cloud Run reward {self.name}")
+            self.cloud_run_slots = asyncio.Semaphore(context.spec.remote.max_concurrency)
+        if config.autoraterScorer is not None:
+            self.judge = context.judge()
+
+    async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
+        return await gather_all(self._score_one(s) for s in samples)
+
+    async def _score_one(self, sample: RewardSample) -> RewardOutcome:
+        timer = Timer()
+        parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
+        metrics = {"parse_failed": 0.0 if found else 1.0}
+        try:
+            value, extra = await self._scorer(sample, parsed)
+        except RewardFailure as failure:
+            return failure.outcome(metrics=metrics, latency_s=timer.elapsed)
+        metrics.update(extra)
+        if self.context.spec.sandbox.isolation == "weak" and self.config.codeExecutionRewardScorer is not None:
+            metrics["sandbox_weak"] = 1.0
+        return RewardOutcome(score=clip(value), metrics=metrics, latency_s=timer.elapsed)
+
+    async def _scorer(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
+        config = self.config
+        if config.stringMatchRewardScorer is not None:
+            scorer = config.stringMatchRewardScorer
+            if scorer.stringMatchExpression is not None:
+                correct = string_match(scorer.stringMatchExpression, parsed, sample)
+                return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
+            assert scorer.jsonMatchExpression is not None
+            value = json_value(parsed, scorer.jsonMatchExpression.keyName)
+            if value is None:
+                return scorer.wrongAnswerReward, {"parse_failed": 1.0}
+            correct = string_match(scorer.jsonMatchExpression.valueStringMatchExpression, value, sample)
+            return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
+        if config.codeExecutionRewardScorer is not None:
+            time_limit = self.context.spec.sandbox.time_limit_s or CODE_EXECUTION_TIME_LIMIT_S
+            result = await self.pool.call(config.codeExecutionRewardScorer.pythonCodeSnippet, "evaluate",
+                                          [vertex_example(sample.example), parsed], time_limit)
+            if not result.ok:
+                raise RewardFailure(result.kind, f"evaluate(): {result.message}")  # type: ignore[arg-type]
+            return as_score(result.value, "evaluate()"), {}
+        if config.cloudRunRewardScorer is not None:
+            payload = {"example": vertex_example(sample.example),
+                       "response": {"role": "model", "parts": [{"text": parsed}]},
+                       "metadata": {"step": sample.step, "tuning_job_id": TUNING_JOB_ID}}
+            async with self.cloud_run_slots:
+                body = await self.cloud_run.post_json(payload)
+            if not isinstance(body, dict) or "reward" not in body:
+                raise RewardFailure("invalid_output", f"{self.cloud_run.label} answered {str(body)[:100]} "
+                                    "without reward")
+            return as_score(body["reward"], self.cloud_run.label), {}
+        return await self._autorater(sample, parsed)
+
+    async def _autorater(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
+        scorer = self.config.autoraterScorer
+        assert scorer is not None
+        resolver = NamespaceResolver({"references": vertex_references(sample.example), "prompt": prompt_text(
+            sample.example), "response": parsed, "system_instruction": system_text(sample.example)})
+        prompt = render(scorer.autoraterPrompt, resolver)
+        generation = scorer.autoraterConfig.generationConfig
+        options: dict[str, Any] = {}
+        if generation is not None:
+            options = {"temperature": generation.temperature, "top_p": generation.topP,
+                       "max_tokens": generation.maxOutputTokens, "seed": generation.seed}
+        replies = await gather_all(
+            self.judge.complete(scorer.autoraterConfig.autoraterModel, [{"role": "user", "content": prompt}],
+                                **options)
+            for _ in range(scorer.autoraterConfig.samplingCount)
+        )
+        scores, failures = [], []
+        for reply in replies:
+            try:
+                scores.append(self._judge_score(reply, sample))
+            except RewardFailure as failure:
+                failures.append(failure)
+        if not scores:
+            raise failures[0]
+        return sum(scores) / len(scores), {"judge_parse_failures": float(len(failures))}
+
+    def _judge_score(self, reply: str, sample: RewardSample) -> float:
+        scorer = self.config.autoraterScorer
+        assert scorer is not None
+        text, found = parse_response(scorer.autoraterResponseParseConfig, reply)
+        if not found:
+            raise RewardFailure("parse_error", f"the judge's reply does not match "
+                                f"{scorer.autoraterResponseParseConfig.regexExtractExpression!r}: "  # type: ignore[union-attr]
+                                f"{reply[:120]!r}")
+        if scorer.exactMatchScorer is not None:
+            expected = fill(scorer.exactMatchScorer.expression, sample).strip()
+            match = scorer.exactMatchScorer
+            return match.correctAnswerReward if text.strip() == expected else match.wrongAnswerReward
+        return parse_score(text)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class VertexCompositeFunction:
+    """``sum(w * r) / sum(w)`` of clipped rewards; each part's reward is a sub-score under its name."""
+
+    name = "vertex_composite"
+    requires_reference = False
+
+    def __init__(self, config: CompositeRewardConfig, context: RewardContext):
+        self.parts = []
+        for i, weighted in enumerate(config.weightedRewardConfigs):
+            function = VertexSingleFunction(weighted.rewardConfig, context)
+            if not weighted.rewardConfig.rewardName:
+                function.name = f"reward_{i}"
+            self.parts.append((function, weighted.weight))
+
+    async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
+        timer = Timer()
+        results = await gather_all(function.score(samples) for function, _ in self.parts)
+        return [self._combine([r[i] for r in results], timer.elapsed) for i in range(len(samples))]
+
+    def _combine(self, outcomes: list[RewardOutcome], elapsed: float) -> RewardOutcome:
+        sub_scores = {f.name: o.score for (f, _), o in zip(self.parts, outcomes) if o.ok and o.score is not None}
+        metrics = {f"{f.name}/{k}": v for (f, _), o in zip(self.parts, outcomes) for k, v in o.metrics.items()}
+        latency = max((o.latency_s or 0.0 for o in outcomes), default=elapsed)
+        for (function, _), outcome in zip(self.parts, outcomes):
+            if not outcome.ok:
+                assert outcome.error_kind is not None
+                return RewardOutcome.failure(outcome.error_kind, f"{function.name}: {outcome.error_message}",
+                                             sub_scores=sub_scores, metrics=metrics, latency_s=latency)
+        total = sum(w * sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
+        return RewardOutcome(score=clip(total), sub_scores=sub_scores, metrics=metrics, latency_s=latency)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,72 @@
+"""What each service's reward code sees of a sample: one place that builds those shapes.
+
+- Nova Lambda input entry: ``{id, messages (prompt + the assistant's answer), metadata}``, where
+  ``metadata`` holds every other field of the dataset line (``reference_answer`` included).
+- OpenAI: ``item`` is the dataset line (every field, ``messages`` included); ``sample`` holds
+  ``output_text``, ``output_json`` (``None`` when the output is not JSON) and ``output_tools``.
+- Vertex: the example in Vertex's dataset shape (``contents``, ``systemInstruction``,
+  ``references``), built from the messages when the line was in the messages format.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from openrft.data.records import Example
+from openrft.rewards.types import RewardSample
+
+VERTEX_ROLES = {"user": "user", "assistant": "model", "tool": "user"}
+
+
+def nova_entry(sample: RewardSample) -> dict[str, Any]:
+    example = sample.example
+    metadata = {k: v for k, v in example.fields.items() if k != "id"}
+    messages = [*example.messages, {"role": "assistant", "content": sample.completion}]
+    return {"id": example.id, "messages": messages, "metadata": metadata}
+
+
+def openai_item(example: Example) -> dict[str, Any]:
+    item = dict(example.fields)
+    item.setdefault("messages", example.messages)
+    if example.tools is not None:
+        item.setdefault("tools", example.tools)
+    return item
+
+
+def output_json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text.strip())
+    except ValueError:
+        return None
+
+
+def openai_sample(completion: str) -> dict[str, Any]:
+    return {"output_text": completion, "output_json": output_json_or_none(completion), "output_tools": []}
+
+
+def system_text(example: Example) -> str:
+    return "\n".join(m["content"] for m in example.messages if m["role"] == "system")
+
+
+def prompt_text(example: Example) -> str:
+    """The conversation without its system message, one turn per line (the last is usually the question)."""
+    return "\n".join(m["content"] for m in example.messages if m["role"] != "system")
+
+
+def vertex_example(example: Example) -> dict[str, Any]:
+    fields = dict(example.fields)
+    if "contents" not in fields:
+        fields["contents"] = [
+            {"role": VERTEX_ROLES.get(m["role"], "user"), "parts": [{"text": m["content"]}]}
+            for m in example.messages if m["role"] != "system"
+        ]
+    if "systemInstruction" not in fields and system_text(example):
+        fields["systemInstruction"] = {"role": "system", "parts": [{"text": system_text(example)}]}
+    fields.setdefault("references", {})
+    return fields
+
+
+def vertex_references(example: Example) -> dict[str, Any]:
+    references = example.fields.get("references")
+    return references if isinstance(references, dict) else {}
