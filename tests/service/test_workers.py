@@ -65,7 +65,7 @@ def test_a_killed_worker_s_job_is_requeued_and_resumes_from_its_checkpoint(api, 
     before = {r["step"]: r for r in client.get(f"/v1/fine_tuning/jobs/{job_id}/metrics").json()["data"]}
     killed_at = max(before)
     assert 5 <= killed_at < 16
-    gone, alive = psutil.wait_procs(job_processes, timeout=10)
+    _gone, alive = psutil.wait_procs(job_processes, timeout=10)
     assert not alive, "the job process outlived its worker"
     assert client.get(f"/v1/fine_tuning/jobs/{job_id}").json()["status"] == "running"  # until the heartbeat expires
 

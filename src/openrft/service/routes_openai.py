@@ -107,4 +107,4 @@ def run_grader(owner: Owner, body: GraderRunRequest) -> dict[str, Any]:
 
 @router.post("/alpha/graders/validate")
 def validate_grader(owner: Owner, body: GraderValidateRequest) -> dict[str, Any]:
-    return graders.validate(body.grader)
+    return graders.validate_grader(body.grader)

@@ -63,9 +63,15 @@ class Submitter:
                 if dialect != "openai":  # the OpenAI dialect resolves ids itself, through the resolver
                     _set(document, path, local)
 
-        def resolver(file_id: str) -> str:
-            field = next((".".join(p) for p in DATA_FIELDS[dialect] if _get(document, p) == file_id), "file")
-            return self.file_path(owner, file_id, field)
+        def resolver(value: str) -> str:
+            """File ids -> stored paths; other values are server paths, the single local user's only."""
+            field = next((".".join(p) for p in DATA_FIELDS[dialect] if _get(document, p) == value), "file")
+            if not value.startswith("file-") and self.allow_server_paths():
+                return value
+            try:
+                return self.file_path(owner, value, field)
+            except ApiError as exc:
+                raise LookupError(exc.message.split(": ", 1)[-1]) from None
 
         try:
             spec = parse_document(document, dialect, Path.cwd(), None, resolver)  # type: ignore[arg-type]
