@@ -20,8 +20,8 @@ import string
 from pathlib import Path
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2TokenizerFast
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from openrft.data.vertex_format import to_vertex_record
 
@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "src" / "openrft" / "assets" / "demo_model"
 DATA_DIR = ROOT / "examples" / "arithmetic"
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHARS = string.digits + string.ascii_letters + " \n+-*/=?.,:;!'\"()[]{}<>_#%&|@^~$\\`"
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -40,19 +39,18 @@ CHAT_TEMPLATE = (
 SEED = 1234
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARS))}
-    vocab["<unk>"] = len(vocab)
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        unk_token="<unk>",
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
+def build_tokenizer() -> Qwen2TokenizerFast:
+    """A Qwen2 byte-level BPE tokenizer with one token per character and no merges.
+
+    Being a genuine Qwen2 tokenizer (the same pre-tokenizer and byte-level mapping), it loads the
+    same way through ``AutoTokenizer`` in every transformers version.
+    """
+    byte_to_char = bytes_to_unicode()
+    vocab = {byte_to_char[ord(c)]: i for i, c in enumerate(CHARS)}
+    tokenizer = Qwen2TokenizerFast(
+        vocab=vocab, merges=[], unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
     )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.model_max_length = 512
     return tokenizer
@@ -92,7 +90,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def build_model(vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
+def build_model(vocab_size: int, tokenizer: Qwen2TokenizerFast) -> Qwen2ForCausalLM:
     config = Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=128,
@@ -109,7 +107,7 @@ def build_model(vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> Qwen2For
     return Qwen2ForCausalLM(config)
 
 
-def sft_batch(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+def sft_batch(tokenizer: Qwen2TokenizerFast, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded input ids and labels that score only the assistant answer and its end token."""
     seqs, labels = [], []
     for row in rows:

@@ -25,12 +25,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_libraries() -> None:
+    """Keep library progress bars and deprecation chatter out of the command's own output."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*TRANSFORMERS_VERBOSITY.*")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_libraries()
     try:
         return int(args.handler(args) or 0)
     except OpenRFTError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        console = Console(stderr=True, soft_wrap=True)
+        console.print("error:", style="bold red", end=" ")
+        console.print(str(exc), markup=False, highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130

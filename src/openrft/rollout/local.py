@@ -7,11 +7,20 @@ sampled token's log-prob under the temperature-scaled policy is recorded as it i
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from openrft.rollout.sampling import sample_tokens
 from openrft.rollout.types import Completion, SamplingParams
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward() argument that takes a KV cache: ``cache`` in recent transformers releases,
+    ``past_key_values`` before (the old name still works there, with a deprecation warning)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 class TransformersGenerator:
@@ -28,6 +37,7 @@ class TransformersGenerator:
         self.max_batch_sequences = max_batch_sequences
         self.rng = torch.Generator(device=self.device).manual_seed(seed)
         self._version = 0
+        self._cache_kwarg = cache_keyword(model)
 
     @property
     def device(self) -> torch.device:
@@ -74,8 +84,8 @@ class TransformersGenerator:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
         cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **{self._cache_kwarg: cache})
         logits = out.logits[:, -1, :]
         n = params.n
         if n > 1:  # one prefill per prompt, shared by its n samples
@@ -105,7 +115,7 @@ class TransformersGenerator:
                 break
             mask = torch.cat([mask, (~finished).long().unsqueeze(-1)], dim=-1)
             out = self.model(input_ids=token.unsqueeze(-1), attention_mask=mask,
-                             position_ids=next_position.unsqueeze(-1), past_key_values=cache, use_cache=True)
+                             position_ids=next_position.unsqueeze(-1), use_cache=True, **{self._cache_kwarg: cache})
             logits = out.logits[:, -1, :]
             next_position = next_position + 1
 

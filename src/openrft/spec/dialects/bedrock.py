@@ -142,8 +142,7 @@ def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer:
     if tags or request.customModelName:
         b.user("metadata", {**tags, **({"customModelName": request.customModelName} if request.customModelName
                                        else {})}, "jobTags, customModelTags, customModelName")
-    b.user("model.name_or_path", resolve_location(request.baseModelIdentifier, base_dir, model=True),
-           "baseModelIdentifier")
+    b.model(request.baseModelIdentifier, base_dir, "baseModelIdentifier")
     base_learning_rate(b, request.baseModelIdentifier, request.openrft)  # informational: learningRate is set
     b.user("data.train", resolve_location(request.trainingDataConfig.s3Uri, base_dir), "trainingDataConfig.s3Uri")
     b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", "Bedrock's limit of 20K prompts")

@@ -7,12 +7,14 @@ canonical spec are reported at the user's field the value came from, not at the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from openrft.spec.errors import FieldProblem, SpecError, join_path, problems_from_validation
 from openrft.spec.job import JobSpec
+from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Origin, Resolution, Source, complete
 
 _RAW = object()
@@ -47,6 +49,14 @@ class SpecBuilder:
         result = getattr(model, name) if value is _RAW else value
         origin: Origin = "user" if was_set(model, name) else "default"
         return self.set(path, result, origin, field, note)
+
+    def model(self, value: str, base_dir: Path, field: str) -> str:
+        """The base model: a name is kept; a path (absolute, ``file://`` or relative to the job file that
+        exists) must be a directory, else a problem at the user's field."""
+        location = resolve_location(value, base_dir, model=True)
+        if Path(location).is_absolute() and not Path(location).is_dir():
+            self.problem(field, "is not an existing model directory", value)
+        return self.user("model.name_or_path", location, field)
 
     def problem(self, path: str, message: str, value: Any = ...) -> None:
         self.problems.append(FieldProblem(path, message) if value is ... else FieldProblem(path, message, value))

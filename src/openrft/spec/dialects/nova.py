@@ -180,8 +180,7 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
     b.derived("dialect", "nova", "a Nova recipe")
     apply_extensions(b, ext, COVERED, "Nova")
     b.take("name", run, "name", "run.name")
-    b.user("model.name_or_path", resolve_location(run.model_name_or_path, base_dir, model=True),
-           "run.model_name_or_path")
+    b.model(run.model_name_or_path, base_dir, "run.model_name_or_path")
     base_learning_rate(b, run.model_name_or_path, ext)  # informational: the recipe sets lr itself
     if run.model_type:
         b.user("metadata", {"model_type": run.model_type}, "run.model_type")

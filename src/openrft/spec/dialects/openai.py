@@ -158,7 +158,7 @@ def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileR
     if job.integrations:
         b.warn("integrations", "are not supported by OpenRFT; ignored (metrics go to metrics.jsonl and TensorBoard)")
 
-    b.user("model.name_or_path", resolve_location(job.model, base_dir, model=True), "model")
+    b.model(job.model, base_dir, "model")
     base_rate = base_learning_rate(b, job.model, ext)
     train = resolve_file(b, job.training_file, "training_file", base_dir, resolver)
     if train is not None:

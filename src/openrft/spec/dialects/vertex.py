@@ -109,7 +109,7 @@ def _resolve(request: VertexRequest, base_dir: Path, source: str | None, sizer: 
         b.user("metadata", {**meta, **({"description": request.description} if request.description else {})},
                "labels, description")
 
-    b.user("model.name_or_path", resolve_location(request.baseModel, base_dir, model=True), "baseModel")
+    b.model(request.baseModel, base_dir, "baseModel")
     base_rate = base_learning_rate(b, request.baseModel, ext)
 
     _data(b, rts, base_dir)

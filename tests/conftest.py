@@ -1,0 +1,50 @@
+"""Shared fixtures: the bundled demo model and data, and small recipes for fast runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_DATA = ROOT / "examples" / "arithmetic"
+
+
+def small_recipe(tmp_path: Path, **trainer) -> Path:
+    """A Nova recipe for the demo model that runs a step in about a second on 2 CPU cores."""
+    recipe = {
+        "run": {
+            "name": "test-run",
+            "model_name_or_path": "openrft-demo",
+            "data_s3_path": str(DEMO_DATA / "train.jsonl"),
+            "validation_data_s3_path": str(DEMO_DATA / "validation.jsonl"),
+        },
+        "training_config": {
+            "max_length": 64,
+            "global_batch_size": 16,
+            "rollout": {
+                "advantage_strategy": {"number_generation": 4},
+                "generator": {"max_new_tokens": 5, "temperature": 1.0, "top_k": 0},
+                "rewards": {"preset_reward_function": "exact_match"},
+            },
+            "trainer": {
+                "max_steps": 3,
+                "save_steps": 1,
+                "test_steps": 100,
+                "kl_loss_coef": 0.01,
+                "refit_freq": 2,
+                "optim_config": {"lr": 2e-3},
+                **trainer,
+            },
+        },
+        "openrft": {"eval_max_examples": 16, "tensorboard": False, "lora_rank": 4},
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+@pytest.fixture
+def recipe_factory(tmp_path):
+    return lambda **trainer: small_recipe(tmp_path, **trainer)
