@@ -190,10 +190,12 @@ class RFTJob:
                     val = self.last_val = result.mean_reward
                     metrics.update(result.metrics(self.spec.evaluation.samples_per_prompt))
                     progress.eval_done(step, result.mean_reward, result.pass_rate)
+                # metrics first: a checkpoint at step N then implies N's metrics were written, so a run
+                # killed between the two resumes from the previous checkpoint and rewrites them once
+                sink.emit(step, metrics)
                 if self._due(step, self.spec.checkpoint.interval) or step == total:
                     info = self.checkpoints.save(step, self.model, self._state(step), val, self.learner.version)
                     self.on_event("info", f"checkpoint saved at step {step}: {info.path}")
-                sink.emit(step, metrics)
                 progress.step_done(step, metrics.get("critic/rewards/mean"), metrics["perf/time_per_step"])
         finally:
             progress.close()
