@@ -188,7 +188,7 @@ def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer:
         b.problem(f"{at}graderConfig", "is required: graderConfig.lambdaGrader.lambdaArn names the reward function")
     else:
         field = f"{at}graderConfig.lambdaGrader.lambdaArn"
-        config = build_reward(b, lambda: NovaLambdaReward(endpoint=grader.lambdaGrader.lambdaArn), field)
+        config = build_reward(b, NovaLambdaReward, field, endpoint=grader.lambdaGrader.lambdaArn)
         if config is not None:
             b.user("reward.function", config, field)
     return b.build(source, prompts)

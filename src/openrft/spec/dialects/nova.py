@@ -294,14 +294,13 @@ def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
                f"{REWARDS}.preset_reward_function")
     elif endpoint:
         field = f"{REWARDS}.api_endpoint"
-        config = build_reward(b, lambda: NovaLambdaReward(endpoint=endpoint.lambda_arn,
-                                                          batch_size=endpoint.lambda_batch_size,
-                                                          concurrency_limit=endpoint.lambda_concurrency_limit),
-                              f"{field}.lambda_arn")
+        config = build_reward(b, NovaLambdaReward, f"{field}.lambda_arn", endpoint=endpoint.lambda_arn,
+                              batch_size=endpoint.lambda_batch_size,
+                              concurrency_limit=endpoint.lambda_concurrency_limit)
         if config is not None:
             b.user("reward.function", config, field)
     elif arn:
-        config = build_reward(b, lambda: NovaLambdaReward(endpoint=arn), "run.reward_lambda_arn")
+        config = build_reward(b, NovaLambdaReward, "run.reward_lambda_arn", endpoint=arn)
         if config is not None:
             b.user("reward.function", config, "run.reward_lambda_arn")
     else:

@@ -178,7 +178,7 @@ def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileR
 
     prompts = _steps(b, hp, sizer) if train is not None else None
     grader = job.method.reinforcement.grader
-    config = build_reward(b, lambda: OpenAIGraderReward(grader=grader), "method.reinforcement.grader")
+    config = build_reward(b, OpenAIGraderReward, "method.reinforcement.grader", grader=grader)
     if config is not None:
         b.user("reward.function", config, "method.reinforcement.grader")
     return b.build(source, prompts)

@@ -227,10 +227,10 @@ def _reward(b: SpecBuilder, rts: VertexTuningSpec) -> None:
         b.problem(SPEC, "names no reward: set singleRewardConfig or compositeRewardConfig")
         return
     if single is not None:
-        config = build_reward(b, lambda: VertexReward(single=single), f"{SPEC}.singleRewardConfig")
+        config = build_reward(b, VertexReward, f"{SPEC}.singleRewardConfig", single=single)
         field = f"{SPEC}.singleRewardConfig"
     else:
-        config = build_reward(b, lambda: VertexReward(composite=composite), f"{SPEC}.compositeRewardConfig")
+        config = build_reward(b, VertexReward, f"{SPEC}.compositeRewardConfig", composite=composite)
         field = f"{SPEC}.compositeRewardConfig"
     if config is not None:
         b.user("reward.function", config, field)
