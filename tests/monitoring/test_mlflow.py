@@ -99,3 +99,22 @@ def test_unreachable_tracking_server_fails_fast_naming_it(demo_recipe, tmp_path,
     assert f"MLflow tracking server {uri} cannot be reached" in err
     assert time.monotonic() - started < 60
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_a_resumed_job_continues_its_mlflow_run(demo_recipe, tmp_path):
+    from openrft.engine import RFTJob, StopAfter
+    from openrft.spec.dialects import load_job
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec = load_job(demo_recipe(run={"mlflow_tracking_uri": uri}, trainer={"max_steps": 2}))
+    run_dir = tmp_path / "run"
+    assert RFTJob(spec, run_dir, show_progress=False, control=StopAfter(1)).run()["status"] == "paused"
+    client = mlflow.MlflowClient(uri)
+    run_id = json.loads((run_dir / RUN_FILE).read_text())["run_id"]
+    assert client.get_run(run_id).info.status == "KILLED"
+    assert RFTJob.from_run_dir(run_dir, show_progress=False).run()["status"] == "succeeded"
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert len(client.search_runs([client.get_run(run_id).info.experiment_id])) == 1
+    history = client.get_metric_history(run_id, "critic/rewards/mean")
+    assert sorted(m.step for m in history) == [1, 2]

@@ -120,3 +120,11 @@ def test_missing_data_object_or_output_bucket_fails_before_training(s3, demo_rec
     assert time.monotonic() - started < 30
     if where == "data":  # nothing was uploaded for a job that never started
         assert _keys(s3, "runs/job-2/") == set()
+
+
+def test_file_uris_read_through_the_same_path(tmp_path):
+    uri = (DEMO_DATA / "validation.jsonl").as_uri()
+    assert uri.startswith("file:///")
+    assert [e.id for e in load_dataset(uri)] == [e.id for e in load_dataset(str(DEMO_DATA / "validation.jsonl"))]
+    with pytest.raises(DatasetError, match=r"(?s)file:///.*/nope.jsonl: 1 invalid line.*no such object or file"):
+        load_dataset((tmp_path / "nope.jsonl").as_uri())

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from openrft.data.loader import count_examples
     from openrft.engine import RFTJob
     from openrft.spec.dialects import resolve_job
-    from openrft.spec.locations import is_remote
+    from openrft.spec.locations import is_remote, resolve_location
 
     if args.resume:
         job = RFTJob.from_run_dir(args.resume, show_progress=not args.quiet)
@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         if args.steps:
             spec.training.total_steps = args.steps
         remote = spec.output_dir if spec.output_dir and is_remote(spec.output_dir) else None
-        run_dir = Path(args.output or (None if remote else spec.output_dir) or Path("runs") / spec.name)
+        local = None if remote else resolve_location(spec.output_dir, Path.cwd())  # a path or file:// URI
+        run_dir = Path(args.output or local or Path("runs") / spec.name)
         if remote:
             print(f"training in {run_dir}; outputs are uploaded to {remote}")
         if run_dir.exists() and any(run_dir.iterdir()):

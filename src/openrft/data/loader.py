@@ -46,7 +46,7 @@ class DatasetError(OpenRFTError):
 def open_lines(location: str) -> Iterable[str]:
     """The lines of a local file or of an object at a URI (``s3://``, ``gs://``, ... through fsspec); a missing
     file, object or bucket is a clear error naming it."""
-    if is_remote(location):
+    if is_remote(location) or location.startswith("file://"):
         try:
             text = read_text(location)
         except StorageError as exc:

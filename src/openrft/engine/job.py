@@ -203,7 +203,12 @@ class RFTJob:
             progress.close()
             sink.close()
             self.rewards.close()
-        summary = self._finish(status, step, time.monotonic() - started)
+        try:
+            summary = self._finish(status, step, time.monotonic() - started)  # uploads to a remote output location
+        except BaseException:
+            if tracker is not None:
+                tracker.finish("failed", None)
+            raise
         if tracker is not None:
             tracker.finish(status, self.run_dir / "adapter" if status == "succeeded" else None,
                            (self.run_dir / "manifest.json", self.run_dir / "summary.json"))
