@@ -11,9 +11,9 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
-from svc_helpers import Service
 
 from openrft.service.store import Store
+from tests.service.svc_helpers import Service
 
 POSTGRES_ENV = "OPENRFT_TEST_POSTGRES_URL"
 

@@ -118,7 +118,11 @@ class Service:
         return result.stdout.strip()
 
     def stop_all(self) -> None:
-        for process in reversed(self.processes):
+        """SIGTERM to every process at once, then wait for each (SIGKILL after 30 s)."""
+        for process in self.processes:
+            if process.proc.poll() is None:
+                process.proc.send_signal(signal.SIGTERM)
+        for process in self.processes:
             process.stop()
 
 

@@ -7,10 +7,10 @@ import json
 
 import httpx
 import pytest
-from svc_helpers import ROOT, TRAIN, VALIDATION, Service, small_dataset, tiny_recipe, upload
 
 from openrft.service.app import openapi_document
 from openrft.service.routes_files import clean_filename
+from tests.service.svc_helpers import ROOT, TRAIN, VALIDATION, Service, small_dataset, tiny_recipe, upload
 
 
 @pytest.fixture(scope="module")
@@ -18,10 +18,12 @@ def server(tmp_path_factory):
     """One server for this module (SQLite), with two keys and no worker: jobs stay queued."""
     root = tmp_path_factory.mktemp("api")
     service = Service(root / "data", f"sqlite:///{root / 'openrft.db'}")
-    keys = service.create_key("alice"), service.create_key("bob")
-    service.serve(workers=0, extra=("--max-upload-mb", "1"))
-    yield service, keys
-    service.stop_all()
+    try:
+        keys = service.create_key("alice"), service.create_key("bob")
+        service.serve(workers=0, extra=("--max-upload-mb", "1"))
+        yield service, keys
+    finally:
+        service.stop_all()
 
 
 @pytest.fixture

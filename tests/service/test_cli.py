@@ -6,9 +6,9 @@ import json
 
 import pytest
 import yaml
-from svc_helpers import TRAIN, VALIDATION, small_dataset, tiny_recipe
 
 from openrft import Client
+from tests.service.svc_helpers import TRAIN, VALIDATION, small_dataset, tiny_recipe
 
 pytestmark = pytest.mark.slow
 

@@ -12,22 +12,25 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
-from svc_helpers import TRAIN, VALIDATION, Service, small_dataset, tiny_recipe, upload
+
+from tests.service.svc_helpers import TRAIN, VALIDATION, Service, small_dataset, tiny_recipe, upload
 
 
 @pytest.fixture(scope="module")
 def fuzz_target(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     service = Service(root / "data", f"sqlite:///{root / 'openrft.db'}")
-    owner_key, fuzzer_key = service.create_key("owner"), service.create_key("fuzzer")
-    service.serve(workers=0)
-    with httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {owner_key}"},
-                      timeout=60) as owner:
-        train = upload(owner, small_dataset(root / "train.jsonl", TRAIN, 16))
-        validation = upload(owner, small_dataset(root / "validation.jsonl", VALIDATION, 4))
-        job = owner.post("/v1/nova/jobs", json=tiny_recipe(train, validation)).json()["id"]
-    yield service, fuzzer_key, (train, validation, job)
-    service.stop_all()
+    try:
+        owner_key, fuzzer_key = service.create_key("owner"), service.create_key("fuzzer")
+        service.serve(workers=0)
+        with httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {owner_key}"},
+                          timeout=60) as owner:
+            train = upload(owner, small_dataset(root / "train.jsonl", TRAIN, 16))
+            validation = upload(owner, small_dataset(root / "validation.jsonl", VALIDATION, 4))
+            job = owner.post("/v1/nova/jobs", json=tiny_recipe(train, validation)).json()["id"]
+        yield service, fuzzer_key, (train, validation, job)
+    finally:
+        service.stop_all()
 
 
 def operations(base_url: str):

@@ -6,9 +6,9 @@ import time
 
 import httpx
 import pytest
-from svc_helpers import TRAIN, VALIDATION, all_events, small_dataset, tiny_recipe, upload, wait_status
 
 from openrft.rewards.types import ERROR_KINDS
+from tests.service.svc_helpers import TRAIN, VALIDATION, all_events, small_dataset, tiny_recipe, upload, wait_status
 
 pytestmark = pytest.mark.slow
 FINISHED = ("succeeded", "failed", "cancelled")

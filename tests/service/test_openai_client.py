@@ -6,7 +6,8 @@ import time
 
 import openai
 import pytest
-from svc_helpers import TRAIN, VALIDATION, small_dataset
+
+from tests.service.svc_helpers import TRAIN, VALIDATION, small_dataset
 
 pytestmark = pytest.mark.slow
 GRADER = {"type": "string_check", "name": "correct", "input": "{{sample.output_text}}",

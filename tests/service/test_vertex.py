@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from svc_helpers import ROOT, all_events, small_dataset, upload, wait_status
+
+from tests.service.svc_helpers import ROOT, all_events, small_dataset, upload, wait_status
 
 pytestmark = pytest.mark.slow
 BASE = "/v1/projects/demo/locations/us-central1"
@@ -41,21 +42,17 @@ def test_vertex_tuning_job_lifecycle(service, tmp_path):
         job_id = job["name"].rsplit("/", 1)[-1]
         assert job["reinforcementTuningSpec"]["trainingDatasetUri"] == train and job["labels"] == {"team": "ci"}
 
+        # a second job waits behind the first (one worker): the Vertex cancel call answers {} and stops it
+        second = client.post(f"{BASE}/tuningJobs", json=vertex_request(train, validation, 200)).json()
+        second_id = second["name"].rsplit("/", 1)[-1]
+        assert client.post(f"{BASE}/tuningJobs/{second_id}:cancel").json() == {}
+        assert client.get(f"{BASE}/tuningJobs/{second_id}").json()["state"] == "JOB_STATE_CANCELLED"
+
         assert wait_status(client, job_id, ("succeeded", "failed"))["status"] == "succeeded"
         done = client.get(f"{BASE}/tuningJobs/{job_id}").json()
         assert done["state"] == "JOB_STATE_SUCCEEDED" and done["endTime"] and done["tunedModel"]["model"]
         assert 1 <= len(done["tunedModel"]["checkpoints"]) <= 3
         assert [e["data"]["step"] for e in all_events(client, job_id) if e["type"] == "metrics"] == [0, 1, 2]
-
-        # a second job, cancelled while queued behind nothing: the Vertex cancel call answers {}
-        second = client.post(f"{BASE}/tuningJobs", json=vertex_request(train, validation, 200)).json()
-        second_id = second["name"].rsplit("/", 1)[-1]
-        wait_status(client, second_id, ("running",))
-        assert client.post(f"{BASE}/tuningJobs/{second_id}:cancel").json() == {}
-        assert client.get(f"{BASE}/tuningJobs/{second_id}").json()["state"] in (
-            "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
-        wait_status(client, second_id, ("cancelled",), timeout=30)
-        assert client.get(f"{BASE}/tuningJobs/{second_id}").json()["state"] == "JOB_STATE_CANCELLED"
 
         listed = client.get(f"{BASE}/tuningJobs", params={"pageSize": 1}).json()
         assert [j["name"].rsplit("/", 1)[-1] for j in listed["tuningJobs"]] == [second_id]

@@ -9,9 +9,9 @@ from collections import Counter
 import httpx
 import psutil
 import pytest
-from svc_helpers import TRAIN, VALIDATION, all_events, small_dataset, tiny_recipe, upload, wait_status
 
 from openrft.service.store import Store
+from tests.service.svc_helpers import TRAIN, VALIDATION, all_events, small_dataset, tiny_recipe, upload, wait_status
 
 pytestmark = pytest.mark.slow
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -61,18 +61,21 @@ def test_a_killed_worker_s_job_is_requeued_and_resumes_from_its_checkpoint(api, 
         assert time.monotonic() < deadline, "the job never reached step 5"
         time.sleep(0.05)
     job_processes = psutil.Process(victim.proc.pid).children()
+    assert job_processes, "the worker runs its job in a process of its own"
     victim.kill()  # SIGKILL: no chance to hand the job back
-    before = {r["step"]: r for r in client.get(f"/v1/fine_tuning/jobs/{job_id}/metrics").json()["data"]}
-    killed_at = max(before)
-    assert 5 <= killed_at < 16
     _gone, alive = psutil.wait_procs(job_processes, timeout=10)
     assert not alive, "the job process outlived its worker"
+    before = {r["step"]: r for r in client.get(f"/v1/fine_tuning/jobs/{job_id}/metrics").json()["data"]}
+    killed_at = max(before)
+    checkpoints = sorted(int(p.name.removeprefix("step-"))
+                         for p in (service.data_dir / "runs" / job_id / "checkpoints").glob("step-*"))
+    checkpoint = checkpoints[-1]
+    assert 5 <= killed_at < 16 and checkpoint % 2 == 0 and killed_at - 2 <= checkpoint <= killed_at
     assert client.get(f"/v1/fine_tuning/jobs/{job_id}").json()["status"] == "running"  # until the heartbeat expires
 
     service.worker(heartbeat_timeout=3)
     done = wait_status(client, job_id, FINISHED, timeout=300)
     assert done["status"] == "succeeded", done
-    checkpoint = killed_at - killed_at % 2
     messages = [e["message"] for e in all_events(client, job_id)]
     assert any("stopped heartbeating; requeued" in m for m in messages)
     assert f"Resuming from the checkpoint at step {checkpoint}" in messages

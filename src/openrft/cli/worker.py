@@ -17,10 +17,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=1, help="jobs run at once, each in its own process")
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
     p.add_argument("--poll-interval", type=float, default=0.5)
+    p.add_argument("--spawn", action="store_true", help="start each job in a fresh interpreter instead of forking "
+                   "this worker (which imports the engine once)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from openrft.service.launchers import ForkLauncher, SpawnLauncher
     from openrft.service.worker import Worker
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -31,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        Worker(store, config, concurrency=args.concurrency).run(stop)
+        launcher = SpawnLauncher(config) if args.spawn else ForkLauncher(config, store.engine)
+        Worker(store, config, concurrency=args.concurrency, launcher=launcher).run(stop)
     finally:
         store.close()
     return 0

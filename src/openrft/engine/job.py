@@ -188,10 +188,12 @@ class RFTJob:
                     val = self.last_val = result.mean_reward
                     metrics.update(result.metrics(self.spec.evaluation.samples_per_prompt))
                     progress.eval_done(step, result.mean_reward, result.pass_rate)
+                # metrics first: a checkpoint at step N then implies N's metrics were written, so a run
+                # killed between the two resumes from the previous checkpoint and rewrites them once
+                sink.emit(step, metrics)
                 if self._due(step, self.spec.checkpoint.interval) or step == total:
                     info = self._checkpoint(step, val)
                     self.on_event("info", f"checkpoint saved at step {step}: {info.path}")
-                sink.emit(step, metrics)
                 progress.step_done(step, metrics.get("critic/rewards/mean"), metrics["perf/time_per_step"])
                 if self._due(step, self.spec.checkpoint.interval) and step != total:
                     self._mirror_outputs(final=False)

@@ -49,3 +49,9 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI document the server serves at ``/openapi.json`` (committed as docs/openapi.json)."""
     return create_app(ServiceConfig.build("/nonexistent-openrft-data", "sqlite://")).openapi()
+
+
+if __name__ == "__main__":  # python -m openrft.service.app > docs/openapi.json
+    import json
+
+    print(json.dumps(openapi_document(), indent=2, sort_keys=True))

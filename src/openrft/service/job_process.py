@@ -69,11 +69,11 @@ class JobRunner:
         self.step_metrics[step] = metrics
         self.store.record_step(self.job.id, step, metrics, event_data(step, total, metrics),
                                event_message(step, total, metrics))
-        self.sync_checkpoints()
 
     def on_event(self, level: str, message: str) -> None:
         message = message.replace(str(self.run_dir), f"runs/{self.job.id}")  # no server paths to tenants
         self.store.add_event(self.job.id, level if level in ("info", "warn", "error") else "info", message)
+        self.sync_checkpoints()  # the engine announces each saved checkpoint with an event
 
     def sync_checkpoints(self) -> None:
         records = [CheckpointRecord(c.step, c.path, c.val_reward,
@@ -91,7 +91,6 @@ class JobRunner:
             self.store.truncate_after(self.job.id, latest.step)
             self.step_metrics = {r.step: r.data for r in self.store.metrics(self.job.id)}
             self.on_event("info", f"Resuming from the checkpoint at step {latest.step}")
-            self.sync_checkpoints()
             return RFTJob.from_run_dir(self.run_dir, **kwargs)
         if self.run_dir.exists():
             shutil.rmtree(self.run_dir)

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from openrft.service.config import ServiceConfig
+from openrft.service.launchers import ForkLauncher, JobHandle, SpawnLauncher
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 
@@ -28,15 +27,16 @@ log = logging.getLogger("openrft.worker")
 class RunningJob:
     job_id: str
     attempt: int
-    process: subprocess.Popen
+    process: JobHandle
     cancel_seen_at: float | None = None
-    log_file: object = field(default=None, repr=False)
 
 
 class Worker:
-    def __init__(self, store: Store, config: ServiceConfig, concurrency: int = 1, worker_id: str | None = None):
+    def __init__(self, store: Store, config: ServiceConfig, concurrency: int = 1, worker_id: str | None = None,
+                 launcher: SpawnLauncher | ForkLauncher | None = None):
         self.store = store
         self.config = config
+        self.launcher = launcher or SpawnLauncher(config)
         self.concurrency = max(1, concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('')[:6]}"
         self.running: dict[str, RunningJob] = {}
@@ -62,13 +62,8 @@ class Worker:
     def _start(self, job_id: str, attempt: int) -> None:
         logs = self.config.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        log_file = (logs / f"{job_id}.log").open("ab")
-        command = [sys.executable, "-m", "openrft.service.job_process", job_id, "--attempt", str(attempt),
-                   "--database-url", self.config.database_url, "--data-dir", str(self.config.data_dir),
-                   "--parent-pid", str(os.getpid())]
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-        self.running[job_id] = RunningJob(job_id, attempt, process, log_file=log_file)
+        process = self.launcher.start(job_id, attempt, logs / f"{job_id}.log")
+        self.running[job_id] = RunningJob(job_id, attempt, process)
         log.info("worker %s started job %s (attempt %d, pid %d)", self.worker_id, job_id, attempt, process.pid)
 
     def _collect_finished(self) -> None:
@@ -77,7 +72,6 @@ class Worker:
             if code is None:
                 continue
             del self.running[job_id]
-            running.log_file.close()  # type: ignore[attr-defined]
             if code != 0:
                 self._process_died(running, code)
 
@@ -129,16 +123,15 @@ class Worker:
         """Stop the job processes and hand their jobs back (they resume from their last checkpoint)."""
         for running in self.running.values():
             if running.process.poll() is None:
-                running.process.send_signal(signal.SIGTERM)
+                running.process.terminate()
         deadline = time.monotonic() + 10
         for running in self.running.values():
             try:
                 running.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 running.process.kill()
-                running.process.wait()
+                running.process.wait(30)
             self.store.requeue(running.job_id, self.worker_id, "Worker shut down")
-            running.log_file.close()  # type: ignore[attr-defined]
         self.running.clear()
 
 
