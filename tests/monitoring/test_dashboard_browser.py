@@ -36,6 +36,19 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _learning_recipe(train: str, validation: str) -> dict:
+    """A demo job long enough to be cancelled from the page, whose curves are worth a screenshot: 8 prompts x 8
+    samples a step at a learning rate the demo model learns with (about 2 s a step here), KL logged,
+    validation on 32 examples every 2 steps."""
+    recipe = tiny_recipe(train, validation, steps=200, name="dashboard-demo", save_steps=4)
+    config = recipe["training_config"]
+    config["global_batch_size"] = 64
+    config["rollout"]["advantage_strategy"]["number_generation"] = 8
+    config["trainer"].update({"test_steps": 2, "kl_loss_coef": 0.001, "optim_config": {"lr": 2e-5}})
+    recipe["openrft"].update({"eval_max_examples": 32, "max_train_examples": 256})
+    return recipe
+
+
 @pytest.fixture
 def browser():
     if not Path(CHROMIUM).exists():
@@ -52,11 +65,9 @@ def test_dashboard_follows_a_running_job_and_cancels_it(tmp_path, browser):
     try:
         service.serve(workers=1)
         client = httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-        train = upload(client, small_dataset(tmp_path / "train.jsonl", TRAIN, 16))
-        validation = upload(client, small_dataset(tmp_path / "validation.jsonl", VALIDATION, 4))
-        # long enough to be cancelled from the page: 4 prompts x 4 samples a step, evaluated every step
-        response = client.post("/v1/nova/jobs", json=tiny_recipe(train, validation, steps=200, name="dashboard-demo",
-                                                                  save_steps=4))
+        train = upload(client, small_dataset(tmp_path / "train.jsonl", TRAIN, 256))
+        validation = upload(client, small_dataset(tmp_path / "validation.jsonl", VALIDATION, 32))
+        response = client.post("/v1/nova/jobs", json=_learning_recipe(train, validation))
         assert response.status_code == 200, response.text
         job_id = response.json()["id"]
 
@@ -78,7 +89,8 @@ def test_dashboard_follows_a_running_job_and_cancels_it(tmp_path, browser):
         page.locator(f"{TRAIN_CHART} canvas").wait_for(state="attached", timeout=15_000)
         _wait_for(lambda: _points(page) >= 1, 180, "the first train reward point")
         first = _points(page)
-        _wait_for(lambda: _points(page) >= max(first + 2, 8), 120, "the chart to grow while the job runs")
+        _wait_for(lambda: _points(page) >= first + 2, 120, "the chart to grow while the job runs")
+        _wait_for(lambda: _points(page) >= 10, 120, "ten steps for the screenshot")
         assert page.locator("#job-status").inner_text().startswith("running")
         assert page.locator("#checkpoints tbody tr").count() >= 1  # saved every 4 steps
         assert "Step" in page.locator("#events").inner_text()
