@@ -25,11 +25,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from openrft.data.loader import count_examples
     from openrft.engine import RFTJob
+    from openrft.runtime import runtime_for
     from openrft.spec.dialects import resolve_job
     from openrft.spec.locations import is_remote, resolve_location
 
     if args.resume:
-        job = RFTJob.from_run_dir(args.resume, show_progress=not args.quiet)
+        job = RFTJob.from_run_dir(args.resume, runtime_factory=runtime_for, show_progress=not args.quiet)
     else:
         if not args.job:
             raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
@@ -50,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
             if not (run_dir / "spec.json").exists():
                 raise OpenRFTError(f"{run_dir} is not an OpenRFT run directory; --overwrite only replaces runs")
             shutil.rmtree(run_dir)
-        job = RFTJob(spec, run_dir, show_progress=not args.quiet)
+        job = RFTJob(spec, run_dir, show_progress=not args.quiet, runtime=runtime_for(spec))
     summary = job.run()
     return 0 if summary["status"] in ("succeeded", "paused") else 1
