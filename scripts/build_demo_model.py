@@ -37,7 +37,9 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 SEED = 1234
-LABEL_SMOOTHING = 0.2
+# Stopped on the steep part of the learning curve: 27.5% of validation answers right when sampled at
+# temperature 1, 38.5% greedy (`--calibrate` prints the curve every 100 steps).
+DEFAULT_STEPS = 1650
 
 
 def build_tokenizer() -> Qwen2TokenizerFast:
@@ -152,23 +154,14 @@ def sampled_accuracy(model, tokenizer, rows: list[dict], temperature: float = 1.
 
 def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, report: list[dict] | None,
              snapshot_dir: Path | None = None) -> None:
-    """Supervised pass with label smoothing.
-
-    Label smoothing leaves probability mass on every other token, so the model's greedy answer is
-    often right while a sample at temperature 1 often is not: the demo starts "partly right", and
-    reinforcement learning has a real, measurable job (concentrating the policy on right answers).
-    """
+    """A short supervised pass, stopped while the model is still partly right (see DEFAULT_STEPS)."""
     rng = random.Random(SEED)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
     model.train()
     for step in range(1, steps + 1):
         ids, labels = sft_batch(tokenizer, rng.sample(rows, batch_size))
         attention_mask = (ids != tokenizer.pad_token_id) | (labels != -100)
-        logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1]
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100,
-            label_smoothing=LABEL_SMOOTHING,
-        )
+        loss = model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -190,7 +183,7 @@ def save(model, tokenizer, directory: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=700, help="supervised pre-training steps")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="supervised pre-training steps")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--calibrate", action="store_true", help="print sampled accuracy every 100 steps")
     parser.add_argument("--snapshot-dir", type=Path, help="with --calibrate: save the model every 100 steps")
