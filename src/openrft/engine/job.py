@@ -15,10 +15,12 @@ import torch
 
 from openrft.data.sampler import EpochSampler
 from openrft.engine.async_rollouts import AsyncRolloutSource
-from openrft.engine.checkpoints import CheckpointManager, save_adapter
+from openrft.engine.checkpoints import CheckpointInfo, CheckpointManager, save_adapter
 from openrft.engine.evaluation import EvalResult, evaluate
 from openrft.engine.local_runtime import LocalRuntime, Runtime
 from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
+from openrft.engine.mlflow_tracking import MlflowTracker
+from openrft.engine.outputs import output_mirror
 from openrft.engine.progress import ProgressReporter
 from openrft.engine.rollouts import SyncRolloutSource
 from openrft.engine.setup import JobParts, build_parts
@@ -27,6 +29,7 @@ from openrft.errors import CheckpointError, OpenRFTError
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.types import SamplingParams
 from openrft.spec.job import JobSpec
+from openrft.storage import StorageError
 
 Command = Literal["continue", "pause", "cancel"]
 EVAL_SEED_OFFSET = 1_000_003
@@ -63,6 +66,7 @@ class RFTJob:
         self.listeners = listeners
         self.on_event = on_event or (lambda level, message: None)
         self.checkpoints = CheckpointManager(self.run_dir, spec.checkpoint.keep_top_k)
+        self.mirror = output_mirror(spec.output_dir, self.run_dir)
         self.runtime = runtime or LocalRuntime()
         if spec.rollout.runtime != self.runtime.name:
             raise OpenRFTError(f"rollout.runtime is {spec.rollout.runtime!r} but the job was given the "
@@ -156,13 +160,17 @@ class RFTJob:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.baseline: float | None = None
         self.last_val: float | None = None
+        if self.mirror is not None:  # before anything is loaded: a wrong bucket fails in seconds
+            self.mirror.check(resuming=self.resume)
         self._build()
         start_step = self._restore() if self.resume else 0
         if not self.resume:
             (self.run_dir / "spec.json").write_text(self.spec.model_dump_json(indent=2))
         total = self.spec.training.total_steps
+        tracker = (MlflowTracker.start(self.spec, self.run_dir, self.resume, self.on_event)
+                   if self.spec.tracking.mlflow_tracking_uri else None)
         sink = MetricsSink(self.run_dir, self.spec.tracking.tensorboard)
-        for listener in self.listeners:
+        for listener in (*self.listeners, *((tracker.log_metrics,) if tracker else ())):
             sink.add_listener(listener)
         progress = ProgressReporter(total, start_step, enabled=self.show_progress)
         status = "succeeded"
@@ -180,8 +188,7 @@ class RFTJob:
                     step -= 1
                     latest = self.checkpoints.latest()
                     if command == "pause" and (latest is None or latest.step != step):
-                        self.checkpoints.save(step, self.model, self._state(step), self.last_val,
-                                              self.learner.version)
+                        self._checkpoint(step, self.last_val)
                     break
                 metrics = self._train_step(step)
                 val = None
@@ -194,17 +201,48 @@ class RFTJob:
                 # killed between the two resumes from the previous checkpoint and rewrites them once
                 sink.emit(step, metrics)
                 if self._due(step, self.spec.checkpoint.interval) or step == total:
-                    info = self.checkpoints.save(step, self.model, self._state(step), val, self.learner.version)
+                    info = self._checkpoint(step, val)
                     self.on_event("info", f"checkpoint saved at step {step}: {info.path}")
                 progress.step_done(step, metrics.get("critic/rewards/mean"), metrics["perf/time_per_step"])
+                if self._due(step, self.spec.checkpoint.interval) and step != total:
+                    self._mirror_outputs(final=False)
+        except BaseException:
+            if tracker is not None:
+                tracker.finish("failed", None)
+            raise
         finally:
             progress.close()
             sink.close()
             self.rollouts.close()
             self.rewards.close()
-        summary = self._finish(status, step, time.monotonic() - started)
+        try:
+            summary = self._finish(status, step, time.monotonic() - started)  # uploads to a remote output location
+        except BaseException:
+            if tracker is not None:
+                tracker.finish("failed", None)
+            raise
+        if tracker is not None:
+            tracker.finish(status, self.run_dir / "adapter" if status == "succeeded" else None,
+                           (self.run_dir / "manifest.json", self.run_dir / "summary.json"))
         progress.summary(summary)
         return summary
+
+    def _checkpoint(self, step: int, val_reward: float | None) -> CheckpointInfo:
+        return self.checkpoints.save(step, self.model, self._state(step), val_reward, self.learner.version)
+
+    def _mirror_outputs(self, final: bool) -> None:
+        """Upload the run directory to the job's remote output location. During training a failed upload is a
+        warning (the next checkpoint tries again); at the end it fails the job, naming where the outputs are."""
+        if self.mirror is None:
+            return
+        try:
+            count = self.mirror.sync()
+        except StorageError as exc:
+            if final:
+                raise StorageError(exc.uri, f"{exc.reason}; the outputs are in {self.run_dir.resolve()}") from None
+            self.on_event("warn", f"upload to {exc.uri} failed ({exc.reason}); retried at the next checkpoint")
+            return
+        self.on_event("info", f"uploaded {count} file(s) to {self.mirror.uri}")
 
     @staticmethod
     def _due(step: int, interval: int) -> bool:
@@ -260,13 +298,20 @@ class RFTJob:
             "wall_seconds": wall_seconds,
             "base_model": self.spec.model.name_or_path,
         }
+        if self.mirror is not None:
+            summary["output_uri"] = self.mirror.uri
         if status == "succeeded":
-            manifest = {"checkpoint_path": str(adapter_dir.resolve()), "base_model": self.spec.model.name_or_path,
+            manifest = {"checkpoint_path": self._location(adapter_dir), "base_model": self.spec.model.name_or_path,
                         "job_name": self.spec.name, "steps": step,
-                        "checkpoints": [c.path for c in self.checkpoints.list()]}
+                        "checkpoints": [self._location(c.path) for c in self.checkpoints.list()]}
             _write_json(self.run_dir / "manifest.json", manifest)
         _write_json(self.run_dir / "summary.json", {k: _json_safe(v) for k, v in summary.items()})
+        self._mirror_outputs(final=True)
         return summary
+
+    def _location(self, path: Path | str) -> str:
+        """Where an output lives for whoever reads the manifest: its URI when mirrored, else its local path."""
+        return self.mirror.uri_of(path) if self.mirror is not None else str(Path(path).resolve())
 
 
 def _json_safe(value):

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from openrft import __version__
-from openrft.service import routes_files, routes_nova, routes_openai, routes_vertex
+from openrft.service import dashboard, routes_files, routes_nova, routes_openai, routes_vertex
 from openrft.service.auth import Authenticator
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import install_handlers
@@ -36,6 +36,8 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
     app.include_router(routes_nova.router)
     app.include_router(routes_vertex.build_router("v1"))
     app.include_router(routes_vertex.build_router("v1beta1", include_in_schema=False))
+
+    dashboard.mount(app)  # the web dashboard at / (service/dashboard)
 
     @app.get("/health", tags=["openrft"])
     def health() -> dict[str, Any]:

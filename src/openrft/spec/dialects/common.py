@@ -111,6 +111,17 @@ def apply_extensions(b: SpecBuilder, ext: OpenRFTExtensions, covered: dict[str, 
             b.take(path, ext, name, f"openrft.{name}", note=None if was_set(ext, name) else OPENRFT_DEFAULT)
 
 
+MLFLOW_SETTINGS = ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name")
+"""Nova's ``run.mlflow_*`` names; Vertex ``labels`` and OpenAI ``metadata`` carry them under the same keys."""
+
+
+def tracking_from_metadata(b: SpecBuilder, values: dict[str, str], field: str) -> None:
+    """MLflow settings given as key-value metadata (``labels.mlflow_tracking_uri``) -> ``tracking.*``."""
+    for name in MLFLOW_SETTINGS:
+        if name in values:
+            b.user(f"tracking.{name}", values[name], f"{field}.{name}")
+
+
 def base_learning_rate(b: SpecBuilder, model: str, ext: OpenRFTExtensions) -> float:
     """``model.base_learning_rate``: the extension's, else the model's known rate, else ModelSpec's default."""
     if ext.base_learning_rate is not None:

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from openrft.spec.dialects.builder import SpecBuilder
 from openrft.spec.dialects.common import (
+    MLFLOW_SETTINGS,
     DatasetSizer,
     OpenRFTExtensions,
     Strict,
@@ -198,7 +199,7 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
     resolve_optimizer(b, trainer)
     resolve_intervals(b, trainer)
     _rewards(b, run, rollout.rewards)
-    for name in ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"):
+    for name in MLFLOW_SETTINGS:
         b.take(f"tracking.{name}", run, name, f"run.{name}")
     curriculum = trainer.adaptive_curriculum
     if curriculum is not None and curriculum.enable:

@@ -26,6 +26,7 @@ from openrft.spec.dialects.common import (
     fmt,
     steps_for_epochs,
     steps_per_epoch,
+    tracking_from_metadata,
     training_prompts,
     validate_all,
     vertex_default_epochs,
@@ -108,6 +109,7 @@ def _resolve(request: VertexRequest, base_dir: Path, source: str | None, sizer: 
         meta = {"labels": request.labels} if request.labels else {}
         b.user("metadata", {**meta, **({"description": request.description} if request.description else {})},
                "labels, description")
+    tracking_from_metadata(b, request.labels, "labels")
 
     b.model(request.baseModel, base_dir, "baseModel")
     base_rate = base_learning_rate(b, request.baseModel, ext)
