@@ -11,6 +11,7 @@ from openrft.algo.loss import entropy_from_logits, policy_loss_terms, truncated_
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
+from openrft.rollout.kv import cache_keyword, continue_from, prefill
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
 
 
@@ -26,10 +27,21 @@ class LearnerConfig:
 
 
 def response_logits(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> torch.Tensor:
-    """Temperature-scaled logits ``[batch, response_width, vocab]`` predicting ``mb.targets``."""
-    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
-                logits_to_keep=mb.response_width + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float()
+    """Temperature-scaled logits ``[rows, response_width, vocab]`` predicting ``mb.response_ids``.
+
+    Shared prefix: the prompts run once (the LM head on their last position only, which predicts
+    each response's first token), their KV cache is gathered onto the response rows, and the
+    responses (all but their last token, which predicts nothing) run on top of it.
+    """
+    kwarg = cache_keyword(model)
+    first, cache = prefill(model, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg)
+    logits = first.index_select(0, mb.prompt_index).unsqueeze(1)
+    if mb.response_width > 1:
+        cache.batch_select_indices(mb.prompt_index)
+        mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
+        rest = continue_from(model, cache, mb.response_ids[:, :-1], mask, mb.response_positions[:, :-1], kwarg)
+        logits = torch.cat([logits, rest], dim=1)
+    logits = logits.float()
     return logits / temperature if temperature > 0 else logits
 
 

@@ -7,20 +7,12 @@ sampled token's log-prob under the temperature-scaled policy is recorded as it i
 
 from __future__ import annotations
 
-import inspect
-
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
+from openrft.rollout.kv import cache_keyword, left_pad, prefill
 from openrft.rollout.sampling import sample_tokens
 from openrft.rollout.types import Completion, SamplingParams
-
-
-def cache_keyword(model: torch.nn.Module) -> str:
-    """The forward() argument that takes a KV cache: ``cache`` in recent transformers releases,
-    ``past_key_values`` before (the old name still works there, with a deprecation warning)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 class TransformersGenerator:
@@ -74,19 +66,8 @@ class TransformersGenerator:
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
                         rng: torch.Generator) -> list[list[Completion]]:
         device = self.device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):  # left padding: every prompt ends at the same column
-            ids[i, width - len(prompt) :] = torch.tensor(prompt)
-            mask[i, width - len(prompt) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-
-        cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         **{self._cache_kwarg: cache})
-        logits = out.logits[:, -1, :]
+        ids, mask, positions = (t.to(device) for t in left_pad(prompts, self.pad_token_id))
+        logits, cache = prefill(self.model, ids, mask, positions, self._cache_kwarg)
         n = params.n
         if n > 1:  # one prefill per prompt, shared by its n samples
             cache.batch_repeat_interleave(n)
