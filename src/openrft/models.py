@@ -43,7 +43,8 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 
 def configure_threads(threads: int | None) -> int:
-    """One intra-op thread per physical core unless told otherwise (hyper-threads slow matmuls)."""
+    """One intra-op thread per physical core this process may run on, unless told otherwise
+    (hyper-threads slow matmuls; a container's CPU set can be smaller than the machine)."""
     if threads is None:
         try:
             import psutil
@@ -51,6 +52,8 @@ def configure_threads(threads: int | None) -> int:
             threads = psutil.cpu_count(logical=False) or os.cpu_count() or 1
         except ImportError:
             threads = os.cpu_count() or 1
+        if hasattr(os, "sched_getaffinity"):
+            threads = min(threads, len(os.sched_getaffinity(0)))
     torch.set_num_threads(threads)
     return threads
 

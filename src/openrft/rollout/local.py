@@ -53,7 +53,8 @@ class TransformersGenerator:
                  seed: int | None = None) -> list[list[Completion]]:
         rng = self.rng if seed is None else torch.Generator(device=self.device).manual_seed(seed)
         was_training = self.model.training
-        self.model.eval()
+        if was_training:  # eval()/train() walk every module: only when the mode changes
+            self.model.eval()
         try:
             prompts_per_chunk = max(1, self.max_batch_sequences // params.n)
             results: list[list[Completion]] = []
@@ -61,7 +62,8 @@ class TransformersGenerator:
                 results += self._generate_chunk(prompts[start : start + prompts_per_chunk], params, rng)
             return results
         finally:
-            self.model.train(was_training)
+            if was_training:
+                self.model.train()
 
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
                         rng: torch.Generator) -> list[list[Completion]]:
