@@ -19,10 +19,11 @@ from openrft.rollout.kv import left_pad
 from openrft.rollout.types import SamplingParams
 
 
-def plain_generate(demo: Demo, prompts: list[list[int]], params: SamplingParams, seed: int) -> int:
+def plain_generate(model: torch.nn.Module, prompts: list[list[int]], params: SamplingParams, pad_token_id: int,
+                   eos_token_ids: list[int], seed: int) -> int:
     """``model.generate`` as a trainer without its own generator calls it; returns generated tokens (to EOS)."""
-    model, tok = demo.policy.model, demo.parts.tokenizer
-    ids, mask, _ = left_pad(prompts, tok.pad_token_id)
+    device = next(model.parameters()).device
+    ids, mask, _ = (t.to(device) for t in left_pad(prompts, pad_token_id))
     torch.manual_seed(seed)
     was_training = model.training
     model.eval()
@@ -30,15 +31,23 @@ def plain_generate(demo: Demo, prompts: list[list[int]], params: SamplingParams,
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=params.temperature,
                                  top_k=params.top_k, top_p=params.top_p, max_new_tokens=params.max_new_tokens,
-                                 num_return_sequences=params.n, pad_token_id=tok.pad_token_id,
-                                 eos_token_id=demo.parts.eos_ids)
+                                 min_new_tokens=0 if eos_token_ids else params.max_new_tokens,
+                                 num_return_sequences=params.n, pad_token_id=pad_token_id,
+                                 eos_token_id=eos_token_ids or None)
     finally:
         model.train(was_training)
-    new = out[:, ids.shape[1] :]
-    is_end = torch.isin(new, torch.tensor(demo.parts.eos_ids))
+    new = out[:, ids.shape[1] :].cpu()
+    if not eos_token_ids:
+        return new.numel()
+    is_end = torch.isin(new, torch.tensor(eos_token_ids))
     ended = is_end.any(dim=1)
     lengths = torch.where(ended, is_end.int().argmax(dim=1) + 1, torch.full_like(ended, new.shape[1], dtype=torch.long))
     return int(lengths.sum())
+
+
+def model_generate(demo: Demo, prompts: list[list[int]], params: SamplingParams, seed: int) -> int:
+    return plain_generate(demo.policy.model, prompts, params, demo.parts.tokenizer.pad_token_id, demo.parts.eos_ids,
+                          seed)
 
 
 def engine_generate(demo: Demo, prompts: list[list[int]], params: SamplingParams, seed: int) -> int:
@@ -54,7 +63,7 @@ def engine_unshared(demo: Demo, prompts: list[list[int]], params: SamplingParams
     return engine_generate(demo, repeated, single, seed)
 
 
-SYSTEMS = {"engine": engine_generate, "engine, no shared prefill": engine_unshared, "model.generate": plain_generate}
+SYSTEMS = {"engine": engine_generate, "engine, no shared prefill": engine_unshared, "model.generate": model_generate}
 
 
 def rollout_throughput(demo: Demo, prompt_counts: list[int], sample_counts: list[int], repeats: int,
