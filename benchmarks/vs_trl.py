@@ -15,6 +15,7 @@ and checkpointing included, evaluation excluded) is reported beside it.
 
 from __future__ import annotations
 
+import math
 import shutil
 import statistics
 import tempfile
@@ -45,6 +46,7 @@ class RunResult:
     train_reward: list[float] = field(default_factory=list)  # mean rollout reward of each step
     eval_seconds: float = 0.0
     wall_seconds: float = 0.0
+    threads: int = 0
 
     def summary(self, warmup: int) -> dict:
         return {
@@ -62,7 +64,8 @@ class RunResult:
         }
 
 
-def matched_spec(steps: int, seed: int, eval_every: int, threads: int | None, recipe: Path = RECIPE) -> JobSpec:
+def matched_spec(steps: int, seed: int, eval_every: int, threads: int | None, lr: float | None = None,
+                 recipe: Path = RECIPE) -> JobSpec:
     """The demo recipe as both systems run it: no checkpoints until the end, no TensorBoard, the
     reference never refitted (TRL cannot refresh a PEFT reference)."""
     spec = load_job(recipe)
@@ -75,6 +78,8 @@ def matched_spec(steps: int, seed: int, eval_every: int, threads: int | None, re
     spec.checkpoint.keep_top_k = 1
     spec.tracking.tensorboard = False
     spec.runtime.threads = threads
+    if lr is not None:
+        spec.optimizer.lr = lr
     return spec
 
 
@@ -117,6 +122,7 @@ def run_openrft(spec: JobSpec, workdir: Path) -> RunResult:
         if step - 1 in emitted:
             result.intervals.append(emitted[step] - emitted[step - 1] - job.eval_seconds.get(step, 0.0))
     result.eval_seconds = sum(job.eval_seconds.values())
+    result.threads = torch.get_num_threads()
     return result
 
 
@@ -204,11 +210,12 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
     finally:
         rewards.close()
     result.wall_seconds = time.perf_counter() - start
+    result.threads = torch.get_num_threads()
     return result
 
 
 def compare(steps: int, seeds: list[int], eval_every: int, threads: int | None, warmup: int,
-            workdir: Path | None = None, log=print) -> dict:
+            workdir: Path | None = None, lr: float | None = None, log=print) -> dict:
     """Both systems for each seed, alternating which goes first; per-seed and aggregate numbers."""
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="openrft-vs-trl-")) if own_dir else workdir
@@ -218,7 +225,7 @@ def compare(steps: int, seeds: list[int], eval_every: int, threads: int | None, 
         for k, seed in enumerate(seeds):
             order = (run_openrft, run_trl) if k % 2 == 0 else (run_trl, run_openrft)
             for runner in order:
-                spec = matched_spec(steps, seed, eval_every, threads)
+                spec = matched_spec(steps, seed, eval_every, threads, lr)
                 run = runner(spec, workdir)
                 runs.append(run)
                 s = run.summary(warmup)
@@ -228,8 +235,9 @@ def compare(steps: int, seeds: list[int], eval_every: int, threads: int | None, 
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
     load["after"] = load_average()
+    threads_used = runs[0].threads if runs else torch.get_num_threads()
     return summarise(runs, warmup) | {"load": load, "steps": steps, "seeds": seeds, "eval_every": eval_every,
-                                      "warmup_steps_excluded": warmup, "threads": torch.get_num_threads()}
+                                      "warmup_steps_excluded": warmup, "threads": threads_used}
 
 
 def summarise(runs: list[RunResult], warmup: int) -> dict:
@@ -256,3 +264,17 @@ def summarise(runs: list[RunResult], warmup: int) -> dict:
         "openrft_curve": curve(ours),
         "trl_curve": curve(theirs),
     }
+
+
+def verdict(summary: dict) -> str:
+    """Whether OpenRFT's final validation reward is lower than TRL's beyond run-to-run noise: more than two
+    standard errors of the difference of the seed means (each side's std over seeds)."""
+    ours, theirs = summary["openrft_final_val"], summary["trl_final_val"]
+    n = len(summary["speedup_per_seed"])
+    difference = ours["mean"] - theirs["mean"]
+    if n < 2:
+        return f"Difference {difference:+.3f} (one seed: no noise estimate)."
+    noise = math.sqrt(ours["std"] ** 2 / n + theirs["std"] ** 2 / n)
+    lower = difference < -2 * noise
+    return (f"Difference {difference:+.3f}; standard error of the difference {noise:.3f} (std over {n} seeds of each): "
+            + ("OpenRFT is lower beyond noise." if lower else "not lower beyond run-to-run noise."))

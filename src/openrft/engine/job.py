@@ -76,6 +76,8 @@ class RFTJob:
     def _build(self) -> None:
         spec = self.spec
         self.parts: JobParts = build_parts(spec)
+        # threads chosen for this machine are recorded, so a resumed run computes with the same count
+        spec.runtime.threads = self.parts.threads
         self.policy = Policy(self.parts.model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
         self.learner = Learner(
             self.policy,
