@@ -7,6 +7,9 @@ the step's own peak, not the process's history.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import json
 import re
 import subprocess
@@ -19,6 +22,7 @@ import torch
 from benchmarks.common import ROOT, matmul_flops, median_after_warmup
 from benchmarks.demo import Demo, demo_spec, response_tokens, sequence_tokens
 from benchmarks.flops import DecoderShape, learner_step_flops
+from openrft.learner.batch import collate
 
 
 def shape_flops(shape: DecoderShape, rows: int, dtype: torch.dtype = torch.float32, seconds: float = 0.5) -> float:
@@ -93,6 +97,14 @@ def _resident_kib() -> tuple[int, int]:
     return rss, hwm
 
 
+def _release_free_memory() -> None:
+    """Hand freed heap memory back to the kernel (glibc keeps it resident otherwise, and later allocations
+    would reuse it without showing in the resident-memory peak)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def _reset_peak() -> bool:
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -107,21 +119,26 @@ def memory_probe(prompts: int, n: int, micro_batch_tokens: int, threads: int | N
     try:
         demo.rollout(2, n)  # warm up lazy allocations
         demo.learner.step(demo.rollout(2, n))
+        _release_free_memory()
         base, _ = _resident_kib()
         exact = _reset_peak()
         samples = demo.rollout(prompts, n)
         _, generation_peak = _resident_kib()
+        _release_free_memory()
         before_learner, _ = _resident_kib()
         _reset_peak()
         demo.learner.step(samples)
         _, learner_peak = _resident_kib()
         micro_batches = demo.learner.plan(samples)
+        pad = demo.parts.tokenizer.pad_token_id
+        largest = max(collate([samples[i] for i in mb], pad, torch.device("cpu")).padded_tokens for mb in micro_batches)
         return {
             "prompts": prompts,
             "samples_per_prompt": n,
             "samples": len(samples),
             "micro_batch_tokens": micro_batch_tokens,
             "micro_batches": len(micro_batches),
+            "largest_micro_batch_tokens": largest,
             "baseline_mib": base / 1024,
             "generation_peak_mib": generation_peak / 1024,
             "learner_peak_mib": learner_peak / 1024,
@@ -157,7 +174,8 @@ def memory_scaling(global_batches: list[int], micro_budgets: list[int], fixed_mi
         log(f"  global batch {row['samples']:5d} samples, micro {budget} tokens: "
             f"learner +{row['learner_peak_over_baseline_mib']:.0f} MiB over baseline")
         by_micro.append(row)
-    return {"by_global_batch": by_global, "by_micro_batch": by_micro, "fit_micro": _fit(by_micro),
+    fit_micro = _fit(by_micro, key="largest_micro_batch_tokens")
+    return {"by_global_batch": by_global, "by_micro_batch": by_micro, "fit_micro": fit_micro,
             "fit_global": _fit(by_global, key="samples")}
 
 
