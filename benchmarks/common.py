@@ -137,6 +137,13 @@ def threads(count: int | None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
+class NoText:
+    """A tokenizer stand-in for models fed random token ids: there is no text worth decoding."""
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return ""
+
+
 def markdown_table(columns: list[tuple[str, str]], rows: list[dict]) -> list[str]:
     """``columns`` are (key, header) pairs; a header ending in ':' is right-aligned (numbers)."""
     headers = [h.rstrip(":") for _, h in columns]

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from benchmarks.common import matmul_flops, sync, write_results
+from benchmarks.common import NoText, matmul_flops, sync, write_results
 from benchmarks.flops import DecoderShape, learner_step_flops
 from benchmarks.rollout import plain_generate
 
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace, device: torch.device) -> dict:
     policy = Policy(model, lora, need_reference=True)
     learner = Learner(policy, LearnerConfig(algorithm, OptimizerSpec(lr=1e-5), lora, temperature=1.0,
                                             micro_batch_tokens=args.micro_batch_tokens, pad_token_id=0))
-    generator = TransformersGenerator(policy.model, tokenizer=_NoText(), eos_token_ids=[], pad_token_id=0, seed=0,
+    generator = TransformersGenerator(policy.model, tokenizer=NoText(), eos_token_ids=[], pad_token_id=0, seed=0,
                                       max_batch_sequences=args.prompts * args.samples)
     rng = random.Random(0)
     prompts = [[rng.randrange(1, config.vocab_size) for _ in range(args.prompt_tokens)] for _ in range(args.prompts)]
@@ -162,13 +162,6 @@ def run(args: argparse.Namespace, device: torch.device) -> dict:
         "max_memory_allocated_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
     }
     return result
-
-
-class _NoText:
-    """Random token ids have no text worth decoding; the generator only needs ``decode``."""
-
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        return ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from benchmarks.common import ROOT, load_average, median_after_warmup, threads
+from benchmarks.common import ROOT, NoText, load_average, median_after_warmup, threads
 from benchmarks.demo import Demo
 from benchmarks.flops import full_sequence_count, groups_of, shared_prefix_count
 from benchmarks.variants import (
@@ -100,6 +100,55 @@ def generation_ablation(demo: Demo, prompts: int, n: int, repeats: int, log=prin
         log(f"  {name:42s} {seconds:.3f} s  ({seconds / base:.2f}x)")
         rows.append({"variant": name, "generate_s": seconds, "relative": seconds / base})
     return rows
+
+
+def compaction_ablation(repeats: int, fractions: tuple[float, ...] = (2.0, 0.5, 0.25, 0.125), log=print) -> dict:
+    """Dropping ended rows from the decode batch, on a workload whose answers end at very different lengths.
+
+    The demo's answers all end within a few tokens, so this uses a random model of the demo's size whose
+    8 end tokens (of 512) make lengths roughly geometric (mean about 55 of at most 128 new tokens), as in
+    reasoning rollouts. A fraction of 2 never compacts (the behaviour before).
+    """
+    import random
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import openrft.rollout.local as local
+    from openrft.rollout.local import TransformersGenerator
+    from openrft.rollout.types import SamplingParams
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    model = Qwen2ForCausalLM(config).eval()
+    generator = TransformersGenerator(model, NoText(), eos_token_ids=list(range(1, 9)), pad_token_id=0)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(10, 512) for _ in range(32)] for _ in range(16)]
+    params = SamplingParams(n=8, temperature=1.0, max_new_tokens=128)
+    times: dict[float, list[float]] = {f: [] for f in fractions}
+    lengths: list[float] = []
+    before = local.COMPACT_FRACTION
+    try:
+        for rep in range(repeats + 1):
+            for fraction in fractions:
+                local.COMPACT_FRACTION = fraction
+                start = time.perf_counter()
+                groups = generator.generate(prompts, params, seed=rep)
+                times[fraction].append(time.perf_counter() - start)
+                lengths.append(statistics.fmean(len(c.token_ids) for g in groups for c in g))
+    finally:
+        local.COMPACT_FRACTION = before
+    base = median_after_warmup(times[fractions[0]], 1)
+    rows = []
+    for fraction in fractions:
+        seconds = median_after_warmup(times[fraction], 1)
+        label = "never (before)" if fraction > 1 else f"when {fraction:.0%} of the batch has ended"
+        if fraction == before:
+            label += " (engine)"
+        log(f"  compaction {label:40s} {seconds:.3f} s  ({base / seconds:.2f}x)")
+        rows.append({"compaction": label, "generate_s": seconds, "speedup": base / seconds})
+    return {"rows": rows, "mean_length": statistics.fmean(lengths), "max_new_tokens": params.max_new_tokens,
+            "sequences": len(prompts) * params.n}
 
 
 def thread_ablation(demo: Demo, prompts: int, n: int, counts: list[int], repeats: int, log=print) -> list[dict]:
