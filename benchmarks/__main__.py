@@ -44,6 +44,7 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
             "system": s["system"],
             "seed": s["seed"],
             "median": s["median_step_s"],
+            "cpu": s["median_step_cpu_s"],
             "interval": s["median_interval_s"],
             "final": s["final_val_reward"],
             "wall": s["wall_seconds"],
@@ -65,6 +66,9 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         + ", ".join(f"{x:.2f}x" for x in r["speedup_per_seed"])
         + "; wall interval between steps: "
         + ", ".join(f"{x:.2f}x" for x in r["interval_speedup_per_seed"])
+        + "). In CPU seconds of the process, which other processes' load hardly changes: "
+        + f"{r['cpu_speedup_median']:.2f}x (per seed: "
+        + ", ".join(f"{x:.2f}x" for x in r["cpu_speedup_per_seed"])
         + ").",
         "",
         f"Validation reward after {args.steps} steps (mean ± std over seeds): OpenRFT {ov['mean']:.3f} ± "
@@ -77,6 +81,7 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
                 ("system", "system"),
                 ("seed", "seed:"),
                 ("median", "median step s:"),
+                ("cpu", "median step CPU s:"),
                 ("interval", "median interval s:"),
                 ("final", "final val reward:"),
                 ("wall", "wall s:"),
@@ -166,6 +171,7 @@ def learner(args: argparse.Namespace) -> None:
         ("achieved_gflops", "achieved GFLOP/s:"),
         ("peak_gflops", "matmul peak GFLOP/s:"),
         ("fraction", "fraction of peak:"),
+        ("fraction_best", "fraction, best step:"),
         ("shape_gflops", "matmul at model shapes GFLOP/s:"),
     ]
     table = [
@@ -177,7 +183,19 @@ def learner(args: argparse.Namespace) -> None:
             "achieved_gflops": r["achieved_flops_per_s"] / 1e9,
             "peak_gflops": r["matmul_peak_flops_per_s"] / 1e9,
             "fraction": r["fraction_of_matmul_peak"],
+            "fraction_best": r["fraction_of_matmul_peak_best_step"],
             "shape_gflops": r["matmul_flops_per_s_at_model_shapes"] / 1e9,
+        }
+        for r in rows
+    ]
+    shares = [
+        {
+            "samples": r["samples"],
+            "matmul": f"{r['breakdown']['matmul']:.0%}",
+            "attention": f"{r['breakdown']['attention']:.0%}",
+            "other": f"{r['breakdown']['other_ops']:.0%}",
+            "outside": f"{r['breakdown']['outside_ops']:.0%}",
+            "calls": int(r["breakdown"]["op_calls"]),
         }
         for r in rows
     ]
@@ -186,10 +204,24 @@ def learner(args: argparse.Namespace) -> None:
         f"(8 samples per prompt), {torch.get_num_threads()} torch threads, median of {args.repeats} steps after one.",
         "Response tokens are the tokens in the loss; sequence tokens count each sample's prompt and response, what a "
         "trainer without shared prefixes runs. Achieved FLOP/s counts model FLOPs (`benchmarks/flops.py`) over step "
-        "time; the matmul peak is the best fp32 1024x1024 matmul on the same threads; the last column runs the "
-        "model's own linear shapes alone.",
+        "time (median step; and best step, comparable with a best-of peak); the matmul peak is the best fp32 square "
+        "matmul (256 to 2048) on the same threads; the last column runs the model's own linear shapes alone.",
         "",
         *markdown_table(columns, table),
+        "",
+        "## Where a step's time goes (torch profiler, one step)",
+        "",
+        *markdown_table(
+            [
+                ("samples", "samples:"),
+                ("matmul", "matmul kernels:"),
+                ("attention", "attention kernels:"),
+                ("other", "other ops:"),
+                ("outside", "outside ops (Python, autograd, dispatch):"),
+                ("calls", "op calls:"),
+            ],
+            shares,
+        ),
     ]
     write_results("learner", "Learner throughput and achieved FLOP/s", body, {"rows": rows, "load": load}, args.out)
 

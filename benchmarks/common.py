@@ -109,8 +109,8 @@ def sync(device: torch.device) -> None:
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 1.0) -> float:
-    """Measured FLOP/s of a square ``size`` matmul on this device and thread setting, best of several
-    runs: the ceiling the learner's achieved FLOP/s is compared with."""
+    """Measured FLOP/s of a square ``size`` matmul on this device and thread setting, the best of
+    repeated runs for ``seconds``."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     torch.mm(a, b)
@@ -123,6 +123,14 @@ def matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 1024, sec
         sync(device)
         best = max(best, 2 * size**3 / (time.perf_counter() - start))
     return best
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (256, 512, 1024, 2048),
+                seconds: float = 0.5) -> tuple[float, dict[int, float]]:
+    """The machine's measured matmul FLOP/s: the best square size (a size that fits the caches wins on a CPU),
+    and every size's figure."""
+    by_size = {size: matmul_flops(device, dtype, size, seconds) for size in sizes}
+    return max(by_size.values()), by_size
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, matmul_flops, median_after_warmup
+from benchmarks.common import ROOT, matmul_peak, median_after_warmup
 from benchmarks.demo import Demo, demo_spec, response_tokens, sequence_tokens
 from benchmarks.flops import DecoderShape, learner_step_flops
 from openrft.learner.batch import collate
@@ -44,6 +44,34 @@ def shape_flops(shape: DecoderShape, rows: int, dtype: torch.dtype = torch.float
     return total_flops / total_time
 
 
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
+
+
+def step_breakdown(step) -> dict[str, float]:
+    """Shares of one profiled call of ``step``: time inside matmul kernels, inside attention kernels, inside every
+    other op, and outside any op (Python, autograd bookkeeping, dispatch). The profiler slows the step, so these
+    are shares, not times."""
+    from torch.profiler import ProfilerActivity, profile
+
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    wall_us = (time.perf_counter() - start) * 1e6
+    matmul = attention = other = 0.0
+    ops = 0
+    for event in prof.key_averages():
+        ops += event.count
+        if event.key in MATMUL_OPS:
+            matmul += event.self_cpu_time_total
+        elif "scaled_dot_product" in event.key or "attention" in event.key:
+            attention += event.self_cpu_time_total
+        else:
+            other += event.self_cpu_time_total
+    outside = max(0.0, wall_us - matmul - attention - other)
+    return {"matmul": matmul / wall_us, "attention": attention / wall_us, "other_ops": other / wall_us,
+            "outside_ops": outside / wall_us, "op_calls": float(ops)}
+
+
 def learner_throughput(prompts: int, n: int, steps: int, warmup: int, threads: int | None) -> dict:
     """Learner steps on one real rollout batch of the demo job (``prompts`` x ``n`` samples)."""
     demo = Demo.build(demo_spec(threads))
@@ -60,10 +88,12 @@ def learner_throughput(prompts: int, n: int, steps: int, warmup: int, threads: i
         reference = demo.learner.use_kl
         flops = learner_step_flops(shape, samples, rank, reference)
         naive_flops = learner_step_flops(shape, samples, rank, reference, shared_prefix=False)
-        peak = matmul_flops(torch.device("cpu"), torch.float32, 1024)
+        peak, peak_by_size = matmul_peak(torch.device("cpu"), torch.float32)
         rows = max(1, response_tokens(samples) + prompts)  # tokens in one pass, roughly
         at_shape = shape_flops(shape, rows)
+        breakdown = step_breakdown(lambda: demo.learner.step(samples))
         achieved = flops / step_s
+        best_s = min(times[warmup:])
         return {
             "prompts": prompts,
             "samples_per_prompt": n,
@@ -77,11 +107,15 @@ def learner_throughput(prompts: int, n: int, steps: int, warmup: int, threads: i
             "model_flops": flops,
             "model_flops_without_shared_prefix": naive_flops,
             "achieved_flops_per_s": achieved,
+            "achieved_flops_per_s_best_step": flops / best_s,
             "matmul_peak_flops_per_s": peak,
+            "matmul_flops_per_s_by_size": peak_by_size,
             "fraction_of_matmul_peak": achieved / peak,
+            "fraction_of_matmul_peak_best_step": flops / best_s / peak,
             "matmul_flops_per_s_at_model_shapes": at_shape,
             "fraction_of_model_shape_matmul": achieved / at_shape,
             "threads": torch.get_num_threads(),
+            "breakdown": breakdown,
         }
     finally:
         demo.close()

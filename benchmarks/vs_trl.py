@@ -7,10 +7,12 @@ the rollout temperature, a fixed seed). Seeds alternate which system runs first,
 the shared machine's load fall on both.
 
 Step time (the figure compared) is the work of one step: sample prompts, generate, score,
-advantages, forward/backward, optimizer step. OpenRFT: ``perf/time_per_step``; TRL: from
-``on_step_begin`` to ``on_step_end`` (its generation, scoring and loss run inside the step, the
-optimizer step just before ``on_step_end``). The wall interval between consecutive steps (logging
-and checkpointing included, evaluation excluded) is reported beside it.
+advantages, forward/backward, optimizer step. OpenRFT: from the job asking its control whether to
+go on to the step's metrics being emitted; TRL: from ``on_step_begin`` to ``on_step_end`` (its
+generation, scoring and loss run inside the step, the optimizer step just before
+``on_step_end``); evaluation is left out of both. Each is measured in wall seconds and in the
+process's CPU seconds, which the load of other processes hardly changes. The wall interval between
+consecutive steps (logging included, evaluation excluded) is reported beside them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 from benchmarks.common import load_average, median_after_warmup, spread
 from benchmarks.trl_match import grpo_config_kwargs
-from openrft.engine import RFTJob
+from openrft.engine import JobControl, RFTJob
 from openrft.engine.evaluation import EvalResult, evaluate
 from openrft.engine.job import EVAL_SEED_OFFSET
 from openrft.spec.dialects import load_job
@@ -40,7 +42,8 @@ RECIPE = Path(__file__).resolve().parent.parent / "examples" / "arithmetic" / "r
 class RunResult:
     system: str
     seed: int
-    step_times: list[float] = field(default_factory=list)  # the work of each step
+    step_times: list[float] = field(default_factory=list)  # the work of each step, wall seconds
+    step_cpu: list[float] = field(default_factory=list)  # the same, CPU seconds of the process (load-robust)
     intervals: list[float] = field(default_factory=list)  # wall time between steps, evaluation excluded
     val_reward: dict[int, float] = field(default_factory=dict)  # step -> mean validation reward
     train_reward: list[float] = field(default_factory=list)  # mean rollout reward of each step
@@ -53,10 +56,12 @@ class RunResult:
             "system": self.system,
             "seed": self.seed,
             "median_step_s": median_after_warmup(self.step_times, warmup),
+            "median_step_cpu_s": median_after_warmup(self.step_cpu, warmup),
             "median_interval_s": median_after_warmup(self.intervals, warmup),
             "final_val_reward": self.val_reward[max(self.val_reward)],
             "val_reward": {str(k): v for k, v in sorted(self.val_reward.items())},
             "step_times": self.step_times,
+            "step_cpu": self.step_cpu,
             "intervals": self.intervals,
             "train_reward": self.train_reward,
             "eval_seconds": self.eval_seconds,
@@ -83,31 +88,52 @@ def matched_spec(steps: int, seed: int, eval_every: int, threads: int | None, lr
     return spec
 
 
-class _TimedJob(RFTJob):
-    """An RFTJob that records how long its evaluations take (they are excluded from step intervals)."""
+def clock() -> tuple[float, float]:
+    """Wall seconds and the process's CPU seconds (all its threads): CPU time hardly changes with the load
+    of other processes, so the CPU-time ratio checks the wall-time one."""
+    return time.perf_counter(), time.process_time()
 
-    eval_seconds: dict[int, float]
+
+class _StepClock(JobControl):
+    """Notes when each step starts (the job asks its control before every step)."""
+
+    def __init__(self):
+        self.started: dict[int, tuple[float, float]] = {}
+
+    def poll(self, step: int) -> str:
+        self.started[step] = clock()
+        return "continue"
+
+
+class _TimedJob(RFTJob):
+    """An RFTJob that records how long its evaluations take (they are excluded from step times)."""
+
+    eval_time: dict[int, tuple[float, float]]
 
     def _evaluate(self, step: int) -> EvalResult:
-        start = time.perf_counter()
+        wall, cpu = clock()
         result = super()._evaluate(step)
-        self.eval_seconds[step] = time.perf_counter() - start
+        end_wall, end_cpu = clock()
+        self.eval_time[step] = (end_wall - wall, end_cpu - cpu)
         return result
 
 
 def run_openrft(spec: JobSpec, workdir: Path) -> RunResult:
+    """The engine's own job loop. A step runs from the job asking its control whether to go on to the
+    metrics of the step being emitted (rollout, reward, advantages, update, metrics), evaluation left out."""
     result = RunResult("OpenRFT", spec.training.seed)
-    emitted: dict[int, float] = {}
+    ended: dict[int, tuple[float, float]] = {}
     rows: dict[int, dict] = {}
 
     def listener(step: int, metrics: dict[str, float]) -> None:
-        emitted[step] = time.perf_counter()
+        ended[step] = clock()
         rows[step] = metrics
 
     run_dir = workdir / f"openrft-{spec.training.seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    job = _TimedJob(spec, run_dir, show_progress=False, listeners=(listener,))
-    job.eval_seconds = {}
+    control = _StepClock()
+    job = _TimedJob(spec, run_dir, show_progress=False, control=control, listeners=(listener,))
+    job.eval_time = {}
     start = time.perf_counter()
     job.run()
     result.wall_seconds = time.perf_counter() - start
@@ -117,11 +143,13 @@ def run_openrft(spec: JobSpec, workdir: Path) -> RunResult:
             result.val_reward[step] = metrics["val-score/rewards/mean@1"]
         if step == 0:
             continue
-        result.step_times.append(metrics["perf/time_per_step"])
+        eval_wall, eval_cpu = job.eval_time.get(step, (0.0, 0.0))
+        result.step_times.append(ended[step][0] - control.started[step][0] - eval_wall)
+        result.step_cpu.append(ended[step][1] - control.started[step][1] - eval_cpu)
         result.train_reward.append(metrics.get("critic/rewards/mean", float("nan")))
-        if step - 1 in emitted:
-            result.intervals.append(emitted[step] - emitted[step - 1] - job.eval_seconds.get(step, 0.0))
-    result.eval_seconds = sum(job.eval_seconds.values())
+        if step - 1 in ended:
+            result.intervals.append(ended[step][0] - ended[step - 1][0] - eval_wall)
+    result.eval_seconds = sum(wall for wall, _ in job.eval_time.values())
     result.threads = torch.get_num_threads()
     return result
 
@@ -169,7 +197,8 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
 
     class Timing(TrainerCallback):
         def __init__(self):
-            self.begin = self.last_end = 0.0
+            self.begin = (0.0, 0.0)
+            self.last_end = 0.0
 
         def _evaluate(self, model, step: int) -> None:
             start = time.perf_counter()
@@ -184,11 +213,12 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
             self.last_end = time.perf_counter()
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self.begin = time.perf_counter()
+            self.begin = clock()
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            now = time.perf_counter()
-            result.step_times.append(now - self.begin)
+            now, cpu = clock()
+            result.step_times.append(now - self.begin[0])
+            result.step_cpu.append(cpu - self.begin[1])
             result.intervals.append(now - self.last_end)
             result.train_reward.append(step_rewards[-1] if step_rewards else float("nan"))
             step = state.global_step
@@ -246,6 +276,7 @@ def summarise(runs: list[RunResult], warmup: int) -> dict:
     theirs = [s for s in per_run if s["system"] != "OpenRFT"]
     ratios = [t["median_step_s"] / o["median_step_s"] for o, t in zip(ours, theirs)]
     interval_ratios = [t["median_interval_s"] / o["median_interval_s"] for o, t in zip(ours, theirs)]
+    cpu_ratios = [t["median_step_cpu_s"] / o["median_step_cpu_s"] for o, t in zip(ours, theirs)]
     steps = sorted({int(k) for s in per_run for k in s["val_reward"]})
 
     def curve(rows: list[dict]) -> list[dict]:
@@ -257,6 +288,8 @@ def summarise(runs: list[RunResult], warmup: int) -> dict:
         "speedup_per_seed": ratios,
         "speedup_median": statistics.median(ratios),
         "interval_speedup_per_seed": interval_ratios,
+        "cpu_speedup_per_seed": cpu_ratios,
+        "cpu_speedup_median": statistics.median(cpu_ratios),
         "openrft_median_step_s": statistics.median(s["median_step_s"] for s in ours),
         "trl_median_step_s": statistics.median(s["median_step_s"] for s in theirs),
         "openrft_final_val": spread([s["final_val_reward"] for s in ours]),

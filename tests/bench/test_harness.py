@@ -21,7 +21,8 @@ def test_markdown_table_aligns_numbers_right():
 
 
 def _run(system, seed, step, final):
-    return RunResult(system, seed, step_times=[5.0, step, step, step], intervals=[5.0, step, step, step],
+    return RunResult(system, seed, step_times=[5.0, step, step, step], step_cpu=[5.0, step, step, step],
+                     intervals=[5.0, step, step, step],
                      val_reward={0: 0.2, 10: final})
 
 
