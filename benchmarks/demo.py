@@ -8,7 +8,8 @@ from pathlib import Path
 from openrft.engine.rollouts import RolloutGroup, score_groups
 from openrft.engine.setup import JobParts, build_parts
 from openrft.engine.train_batch import build_train_batch
-from openrft.learner import Learner, LearnerConfig, Policy, TrainSample
+from openrft.engine.local_runtime import LocalRuntime
+from openrft.learner import Learner, Policy, TrainSample
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
@@ -27,18 +28,6 @@ def demo_spec(threads: int | None = None, **training) -> JobSpec:
     return spec
 
 
-def learner_config(spec: JobSpec, parts: JobParts) -> LearnerConfig:
-    return LearnerConfig(
-        algorithm=spec.algorithm,
-        optimizer=spec.optimizer,
-        lora=spec.lora,
-        temperature=spec.sampling.temperature,
-        micro_batch_tokens=spec.training.micro_batch_tokens,
-        pad_token_id=parts.tokenizer.pad_token_id,
-        importance_weight_cap=spec.rollout.importance_weight_cap,
-    )
-
-
 @dataclass
 class Demo:
     """The demo model as the engine builds it (LoRA policy, reference on the same weights)."""
@@ -51,13 +40,12 @@ class Demo:
     rewards: RewardRunner
 
     @classmethod
-    def build(cls, spec: JobSpec, learner_cls: type[Learner] = Learner) -> Demo:
+    def build(cls, spec: JobSpec) -> Demo:
+        """Built the way a local job builds it (``LocalRuntime``)."""
         parts = build_parts(spec)
-        policy = Policy(parts.model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
-        learner = learner_cls(policy, learner_config(spec, parts))
-        generator = TransformersGenerator(policy.model, parts.tokenizer, parts.eos_ids, parts.tokenizer.pad_token_id,
-                                          seed=spec.training.seed)
-        return cls(spec, parts, policy, learner, generator, RewardRunner(parts.reward))
+        built = LocalRuntime().build_learner(spec, parts)
+        learner = built.learner
+        return cls(spec, parts, learner.policy, learner, built.generator, RewardRunner(parts.reward))
 
     def params(self, n: int | None = None, max_new_tokens: int | None = None) -> SamplingParams:
         s = self.spec.sampling

@@ -37,6 +37,9 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 SEED = 1234
+# Stopped on the steep part of the learning curve: 27.5% of validation answers right when sampled at
+# temperature 1, 38.5% greedy (`--calibrate` prints the curve every 100 steps).
+DEFAULT_STEPS = 1650
 
 
 def build_tokenizer() -> Qwen2TokenizerFast:
@@ -149,7 +152,9 @@ def sampled_accuracy(model, tokenizer, rows: list[dict], temperature: float = 1.
     return correct / len(rows)
 
 
-def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, report: list[dict] | None) -> None:
+def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, report: list[dict] | None,
+             snapshot_dir: Path | None = None) -> None:
+    """A short supervised pass, stopped while the model is still partly right (see DEFAULT_STEPS)."""
     rng = random.Random(SEED)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
     model.train()
@@ -162,15 +167,26 @@ def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, re
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if report is not None and step % 100 == 0:
-            acc = sampled_accuracy(model, tokenizer, report)
-            print(f"step {step} loss {loss.item():.3f} sampled accuracy {acc:.3f}", flush=True)
+            sampled = sampled_accuracy(model, tokenizer, report)
+            greedy = sampled_accuracy(model, tokenizer, report, 0.0)
+            print(f"step {step} loss {loss.item():.3f} sampled {sampled:.3f} greedy {greedy:.3f}", flush=True)
+            if snapshot_dir is not None:
+                save(model, tokenizer, snapshot_dir / f"step-{step}")
+
+
+def save(model, tokenizer, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=700, help="supervised pre-training steps")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="supervised pre-training steps")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--calibrate", action="store_true", help="print sampled accuracy every 100 steps")
+    parser.add_argument("--snapshot-dir", type=Path, help="with --calibrate: save the model every 100 steps")
     parser.add_argument("--model-dir", type=Path, default=MODEL_DIR)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     args = parser.parse_args()
@@ -192,14 +208,12 @@ def main() -> None:
 
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), tokenizer)
-    pretrain(model, tokenizer, pretrain_rows, args.steps, args.batch_size, validation if args.calibrate else None)
+    pretrain(model, tokenizer, pretrain_rows, args.steps, args.batch_size, validation if args.calibrate else None,
+             args.snapshot_dir)
     print(f"validation sampled accuracy after pre-training: {sampled_accuracy(model, tokenizer, validation):.3f}")
     print(f"validation greedy accuracy after pre-training: {sampled_accuracy(model, tokenizer, validation, 0.0):.3f}")
 
-    args.model_dir.mkdir(parents=True, exist_ok=True)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(args.model_dir)
-    tokenizer.save_pretrained(args.model_dir)
+    save(model, tokenizer, args.model_dir)
     print(f"wrote {args.model_dir} and {args.data_dir}")
 
 

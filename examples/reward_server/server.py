@@ -65,6 +65,9 @@ def score_entry(entry: dict, constant: float | None = None) -> dict:
 
 class RewardServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog (5) is below Nova's default lambda_concurrency_limit (12):
+    # connections beyond it wait for a SYN retransmit (1 s), which a caller with a short timeout sees as one.
+    request_queue_size = 128
 
     def __init__(self, address, options: argparse.Namespace):
         super().__init__(address, RewardHandler)

@@ -1,6 +1,9 @@
 """OpenRFT: reinforcement fine-tuning of open-weight models on hardware you own."""
 
+from __future__ import annotations
+
 import os
+from typing import Any
 
 # torch's OpenMP runtime (libgomp) keeps idle worker threads spinning between parallel regions. On a
 # machine shared with other processes the spinning threads take the cores the working ones need,
@@ -11,3 +14,12 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``openrft.Client`` (the job service SDK), imported on first use."""
+    if name == "Client":
+        from openrft.client import Client
+
+        return Client
+    raise AttributeError(f"module 'openrft' has no attribute {name!r}")

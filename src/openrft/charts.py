@@ -1,8 +1,16 @@
-"""The charts of a run, by metric name: ``openrft plot`` and the dashboard draw these same series."""
+"""The charts of a run, by metric name: ``openrft plot`` and the dashboard draw these same series.
+
+``chart_data`` resolves a chart against the rows of a run (metrics.jsonl, or the job store's metric rows):
+which metric names it draws (the validation ``mean@k`` the run used, every error kind present) and their
+points. ``openrft plot`` draws its result with matplotlib; the dashboard receives it as JSON (``to_json``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+VALIDATION_PREFIX = "val-score/rewards/mean@"
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,32 @@ CHARTS: tuple[Chart, ...] = (
 REWARD_CHARTS = CHARTS[:2]
 
 
+@dataclass(frozen=True)
+class Series:
+    name: str
+    steps: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class ChartData:
+    chart: Chart
+    lines: list[Series]
+    band: tuple[Series, Series] | None  # (low, high), on the same steps
+
+    @property
+    def points(self) -> int:
+        return sum(len(line.steps) for line in self.lines)
+
+    def to_json(self) -> dict[str, Any]:
+        def one(s: Series) -> dict[str, Any]:
+            return {"name": s.name, "steps": s.steps, "values": s.values}
+
+        return {"title": self.chart.title, "metric": self.chart.metric, "points": self.points,
+                "lines": [one(s) for s in self.lines],
+                "band": {"low": one(self.band[0]), "high": one(self.band[1])} if self.band else None}
+
+
 def series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
     """(steps, values) of one metric over the rows of metrics.jsonl that have it."""
     points = [(row["step"], row[metric]) for row in rows if metric in row]
@@ -37,6 +71,24 @@ def validation_metric(rows: list[dict]) -> str:
     """The validation series present in a run (``mean@k`` for the k the run used)."""
     for row in rows:
         for key in row:
-            if key.startswith("val-score/rewards/mean@"):
+            if key.startswith(VALIDATION_PREFIX):
                 return key
     return "val-score/rewards/mean@1"
+
+
+def chart_data(chart: Chart, rows: list[dict]) -> ChartData:
+    """The lines (and min/max band) a chart draws for these rows."""
+    metric = validation_metric(rows) if chart.metric.startswith(VALIDATION_PREFIX) else chart.metric
+    names = sorted({k for r in rows for k in r if k.startswith(metric)}) if chart.prefix_match else [metric]
+    lines = [Series(name, *series(rows, name)) for name in names]
+    band = None
+    if chart.band:
+        low, high = chart.band
+        both = [r for r in rows if low in r and high in r]
+        if both:
+            band = (Series(low, *series(both, low)), Series(high, *series(both, high)))
+    return ChartData(chart, lines, band)
+
+
+def charts_data(rows: list[dict], charts: tuple[Chart, ...] = CHARTS) -> list[ChartData]:
+    return [chart_data(chart, rows) for chart in charts]

@@ -42,7 +42,7 @@ def test_every_problem_reported_together(recipe_factory):
         load_job(path)
     text = str(info.value)
     assert "training_config.global_batch_size: 48 is not one of 16, 32, 64, 128, 256" in text
-    assert "training_config.trainer.optim_config.weight_decay: 2 must be <= 1" in text
+    assert "training_config.trainer.optim_config.weight_decay: 2 is outside [0, 1]" in text
     assert "training_config.trainer.bogus: is not a known field" in text
     assert len(info.value.problems) == 3
 

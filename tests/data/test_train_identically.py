@@ -46,7 +46,7 @@ def spec(train: str, validation: str | None, eval_max: int | None = 2) -> JobSpe
     return JobSpec.model_validate({
         "model": {"name_or_path": "openrft-demo", "dtype": "float32"},
         "data": {"train": train, "validation": validation},
-        "sampling": {"samples_per_prompt": 4, "max_new_tokens": 4, "max_length": 64},
+        "sampling": {"samples_per_prompt": 4, "max_new_tokens": 4, "max_length": 96},
         "training": {"prompts_per_step": 2, "total_steps": 2, "seed": 3},
         "optimizer": {"lr": 1e-2},
         "lora": {"rank": 4, "alpha": 8},

@@ -9,7 +9,7 @@ from openrft.cli import main
 from openrft.rewards.stats import reward_metrics
 from openrft.rewards.types import RewardOutcome
 from openrft.spec.errors import problems_from_validation
-from openrft.spec.rewards import NovaLambdaReward, OpenAIGraderReward, VertexReward, clean_reward_path
+from openrft.spec.rewards import NovaLambdaReward, OpenAIGraderReward, RewardSpec, VertexReward
 
 GRADER = {"type": "multi", "name": "m", "calculate_output": "0.5 * exact + 0.5 * near",
           "graders": {"exact": {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
@@ -100,7 +100,7 @@ def test_dialect_style_construction_and_paths():
                                                                          "regexExtractExpression": "(unclosed"},
                              "stringMatchRewardScorer": {"stringMatchExpression": {"matchOperation": "EXACT_MATCH",
                                                                                    "expression": "x"}}})
-    [problem] = problems_from_validation(info.value)
+    [problem] = problems_from_validation(info.value, VertexReward)
     assert problem.path == "single.parseResponseConfig.regexExtractExpression"
     assert "is not a valid regular expression" in problem.message
     with pytest.raises(ValidationError, match="needs exactly one of stringMatchRewardScorer"):
@@ -109,7 +109,13 @@ def test_dialect_style_construction_and_paths():
         OpenAIGraderReward(grader={"type": "label_model", "name": "l", "model": "m", "labels": ["a"],
                                    "passing_labels": ["b"], "input": [{"role": "user", "content": "x"}]})
     assert "passing_labels ['b'] are not among labels ['a']" in str(info.value)
-    with pytest.raises(ValidationError, match="is not an http"):
+    with pytest.raises(ValidationError, match="is an AWS ARN: OpenRFT calls reward functions over HTTP"):
         NovaLambdaReward(endpoint="arn:aws:lambda:us-east-1:1:function:f")
-    assert clean_reward_path("function.openai_grader.grader.multi.graders.k.python.source") == \
-        "function.grader.graders.k.source"
+    with pytest.raises(ValidationError, match="is not an http"):
+        NovaLambdaReward(endpoint="127.0.0.1:8080")
+    with pytest.raises(ValidationError) as info:
+        RewardSpec.model_validate({"function": {"type": "openai_grader", "grader": {
+            "type": "multi", "name": "m", "calculate_output": "k", "graders": {"k": {"type": "python", "name": "k",
+                                                                                       "source": ""}}}}})
+    [problem] = problems_from_validation(info.value, RewardSpec)
+    assert problem.path == "function.grader.graders.k.source"

@@ -12,7 +12,8 @@ from openrft.spec.errors import SpecError
 from openrft.spec.rewards import NovaLambdaReward, PresetReward
 
 TRAINER = "training_config.trainer"
-ARN = "arn:aws:lambda:us-east-1:123456789012:function:reward"
+URL = "http://127.0.0.1:8080/"  # a server implementing the Nova reward contract (examples/reward_server)
+AWS_ARN = "arn:aws:lambda:us-east-1:123456789012:function:reward"
 
 
 def resolve(doc, train=1000, validation=10):
@@ -36,7 +37,7 @@ SEED_RECIPE = {
             "advantage_strategy": {"number_generation": 4},
             "generator": {"max_new_tokens": 6000, "set_random_seed": True, "temperature": 1, "top_k": 1},
             "rewards": {"preset_reward_function": None,
-                        "api_endpoint": {"lambda_arn": ARN, "lambda_concurrency_limit": 12, "lambda_batch_size": 128}},
+                        "api_endpoint": {"lambda_arn": URL, "lambda_concurrency_limit": 12, "lambda_batch_size": 128}},
         },
         "trainer": {
             "max_steps": 2, "save_steps": 5, "test_steps": 1, "refit_freq": 4, "clip_ratio_high": 0.2,
@@ -62,7 +63,7 @@ def test_the_seed_documents_recipe_resolves_field_by_field():
     assert (s.rollout.replicas, s.rollout.generation_replicas) == (4, 2)
     assert (s.optimizer.lr, s.optimizer.adam_beta2, s.lora.alpha, s.lora.lora_plus_lr_ratio) == (1e-6, 0.95, 64, 64)
     assert (s.algorithm.refit_freq, s.evaluation.interval, s.checkpoint.interval) == (4, 1, 5)
-    assert s.reward.function == NovaLambdaReward(endpoint=ARN, batch_size=128, concurrency_limit=12)
+    assert s.reward.function == NovaLambdaReward(endpoint=URL, batch_size=128, concurrency_limit=12)
     assert (s.tracking.mlflow_tracking_uri, s.tracking.mlflow_experiment_name, s.tracking.mlflow_run_name) == (
         "http://127.0.0.1:5000", "exp", "r1")
     # 2 steps of 8 prompts over 750 training prompts (1000 lines, 250 held out)
@@ -128,17 +129,35 @@ def test_all_recipe_problems_are_reported_together():
 
 def test_rewards_preset_endpoint_or_lambda_arn():
     assert resolve(nova_recipe()).spec.reward.function == PresetReward(name="exact_match")
-    doc = nova_recipe({"rollout": {"rewards": {}}}, run={"reward_lambda_arn": ARN})
-    assert resolve(doc).spec.reward.function == NovaLambdaReward(endpoint=ARN)
-    doc = nova_recipe({"rollout": {"rewards": {"api_endpoint": {"lambda_arn": ARN, "lambda_batch_size": 7}}}},
-                      run={"reward_lambda_arn": ARN})
-    assert resolve(doc).spec.reward.function == NovaLambdaReward(endpoint=ARN, batch_size=7, concurrency_limit=12)
+    doc = nova_recipe({"rollout": {"rewards": {}}}, run={"reward_lambda_arn": URL})
+    assert resolve(doc).spec.reward.function == NovaLambdaReward(endpoint=URL)
+    doc = nova_recipe({"rollout": {"rewards": {"api_endpoint": {"lambda_arn": URL, "lambda_batch_size": 7}}}},
+                      run={"reward_lambda_arn": URL})
+    assert resolve(doc).spec.reward.function == NovaLambdaReward(endpoint=URL, batch_size=7, concurrency_limit=12)
     doc["run"]["reward_lambda_arn"] = "http://127.0.0.1:9/other"
     assert problems(doc)[0].startswith("run.reward_lambda_arn: 'http://127.0.0.1:9/other' differs from")
     both = nova_recipe({"rollout": {"rewards": {"preset_reward_function": "exact_match",
-                                                "api_endpoint": {"lambda_arn": ARN}}}})
+                                                "api_endpoint": {"lambda_arn": URL}}}})
     assert problems(both)[0].startswith("training_config.rollout.rewards.api_endpoint: is an alternative to "
                                         "preset_reward_function")
+
+
+ARN_ERROR = ("'arn:aws:lambda:us-east-1:123456789012:function:reward' is an AWS ARN: OpenRFT calls reward functions "
+             "over HTTP: give the URL of a server implementing the Nova Lambda contract, e.g. http://127.0.0.1:8080/ "
+             "— see docs/rewards.md")
+
+
+@pytest.mark.parametrize(
+    ("rewards", "run", "field"),
+    [
+        ({"api_endpoint": {"lambda_arn": AWS_ARN}}, {}, "training_config.rollout.rewards.api_endpoint.lambda_arn"),
+        ({}, {"reward_lambda_arn": AWS_ARN}, "run.reward_lambda_arn"),
+    ],
+)
+def test_an_aws_lambda_arn_is_refused_with_the_other_problems(rewards, run, field):
+    doc = nova_recipe({"rollout": {"rewards": rewards, "generator": {"temperature": -1}}}, run=run)
+    assert problems(doc) == ["training_config.rollout.generator.temperature: -1 must be >= 0.0",
+                             f"{field}: {ARN_ERROR}"]
 
 
 def test_off_policy_age_defaults_to_two_and_sync_is_age_zero():
@@ -172,7 +191,7 @@ BEDROCK_HP = {"epochCount": 2, "batchSize": 64, "learningRate": 1e-5, "maxPrompt
 
 
 def bedrock(nested: bool, hp=None, **top):
-    blocks = {"hyperParameters": BEDROCK_HP if hp is None else hp, "graderConfig": {"lambdaGrader": {"lambdaArn": ARN}}}
+    blocks = {"hyperParameters": BEDROCK_HP if hp is None else hp, "graderConfig": {"lambdaGrader": {"lambdaArn": URL}}}
     doc = {"jobName": "bedrock-job", "baseModelIdentifier": "openrft-demo",
            "customizationType": "REINFORCEMENT_FINE_TUNING", "roleArn": "arn:aws:iam::1:role/x",
            "trainingDataConfig": {"s3Uri": "train.jsonl"},
@@ -191,7 +210,7 @@ def test_bedrock_request_in_either_shape(nested):
     assert (s.training.prompts_per_step, s.sampling.samples_per_prompt, s.training.total_steps) == (8, 8, 250)
     assert (s.optimizer.lr, s.evaluation.interval, s.sampling.reasoning_effort) == (1e-5, 5, "medium")
     assert (s.sampling.max_new_tokens, s.sampling.max_length) == (512, 1536)
-    assert s.reward.function == NovaLambdaReward(endpoint=ARN)
+    assert s.reward.function == NovaLambdaReward(endpoint=URL)
     assert (s.name, s.output_dir, s.data.validation) == ("bedrock-job", "/jobs/out", "/jobs/val.jsonl")
     assert s.lora.alpha == 64 and s.checkpoint.interval == 5  # the recipe's defaults for what Bedrock lacks
     assert [str(w) for w in r.warnings] == ["roleArn: is an AWS setting; OpenRFT ignores it"]
@@ -228,6 +247,14 @@ def test_bedrock_ranges(hp, error):
 )
 def test_bedrock_values_just_inside_the_ranges_resolve(hp):
     assert resolve(bedrock(False, hp)).spec.training.total_steps >= 1
+
+
+def test_bedrock_refuses_an_aws_lambda_arn_with_the_other_problems():
+    doc = bedrock(True, {**BEDROCK_HP, "batchSize": 15})
+    doc["customizationConfig"]["rftConfig"]["graderConfig"]["lambdaGrader"]["lambdaArn"] = AWS_ARN
+    assert problems(doc) == [
+        "customizationConfig.rftConfig.hyperParameters.batchSize: 15 is outside [16, 512]",
+        f"customizationConfig.rftConfig.graderConfig.lambdaGrader.lambdaArn: {ARN_ERROR}"]
 
 
 def test_bedrock_blocks_in_both_places_are_refused():

@@ -148,3 +148,21 @@ def test_extensions_the_job_covers_are_refused():
     del doc["openrft"]["seed"], doc["openrft"]["eval_samples_per_prompt"]
     s = resolve(doc).spec
     assert (s.lora.rank, s.lora.alpha, s.sampling.max_new_tokens, s.sampling.max_length) == (8, 16.0, 64, 64 + 8192)
+
+
+def test_grader_errors_are_reported_at_the_users_paths_with_the_other_problems():
+    doc = openai_job({"n_epochs": 0})
+    doc["method"]["reinforcement"]["grader"] = {
+        "type": "multi", "name": "m", "calculate_output": "a + python", "graders": {
+            "a": {**OPENAI_GRADER, "operation": "equals"},
+            "python": {"type": "python", "name": "p", "source": ""},
+            "judge": {"type": "score_model", "name": "j", "model": "m",
+                      "input": [{"role": "user", "content": [{"type": "input_text", "text": "ok"},
+                                                             {"type": "input_text"}]}]}}}
+    g = "method.reinforcement.grader.graders"
+    assert problems(doc) == [
+        f"{H}.n_epochs: 0 is outside [1, 50]",
+        f"{g}.a.operation: 'equals' is not one of 'eq', 'ne', 'like', 'ilike'",
+        f"{g}.python.source: '' string should have at least 1 character",
+        f"{g}.judge.input[0].content[1].text: is required",
+    ]

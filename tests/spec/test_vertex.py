@@ -238,13 +238,32 @@ def test_local_files_are_counted(data_dir):
 
 
 def test_rewards_single_or_composite_but_not_both():
-    composite = {"weightedRewardConfigs": [{"rewardConfig": {"rewardName": "a"}, "weight": 1}]}
+    scorer = {"stringMatchRewardScorer": {"stringMatchExpression": {
+        "matchOperation": "EXACT_MATCH", "expression": "{{references.ground_truth_answer}}"}}}
+    composite = {"weightedRewardConfigs": [{"rewardConfig": {"rewardName": "a", **scorer}, "weight": 1}]}
     doc = vertex_request()
     doc["reinforcementTuningSpec"]["compositeRewardConfig"] = composite
     assert problems(doc) == ["reinforcementTuningSpec.compositeRewardConfig: is an alternative to singleRewardConfig: "
                              "set one of them"]
     del doc["reinforcementTuningSpec"]["singleRewardConfig"]
     assert resolve(doc).spec.reward.function == VertexReward(composite=composite)
+
+
+def test_a_reward_config_needs_one_scorer_and_errors_name_the_users_field():
+    doc = vertex_request()
+    del doc["reinforcementTuningSpec"]["singleRewardConfig"]
+    doc["reinforcementTuningSpec"]["compositeRewardConfig"] = {"weightedRewardConfigs": [
+        {"rewardConfig": {"rewardName": "a"}, "weight": 1},
+        {"rewardConfig": {"rewardName": "b", "stringMatchRewardScorer": {"stringMatchExpression": {
+            "matchOperation": "SUBSTRING", "expression": "x"}}}, "weight": 1}]}
+    found = problems(doc)
+    at = "reinforcementTuningSpec.compositeRewardConfig.weightedRewardConfigs"
+    assert found[0].startswith(f"{at}[0].rewardConfig: {{'rewardName': 'a'}} a reward config needs exactly one of "
+                               "stringMatchRewardScorer, codeExecutionRewardScorer, cloudRunRewardScorer, "
+                               "autoraterScorer; got none")
+    assert found[1] == (f"{at}[1].rewardConfig.stringMatchRewardScorer.stringMatchExpression.matchOperation: "
+                        "'SUBSTRING' is not one of 'EXACT_MATCH', 'PARTIAL_MATCH', 'REGEX_CONTAINS'")
+    assert len(found) == 2
 
 
 def test_provenance_says_where_each_value_came_from():

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from openrft.errors import OpenRFTError
 
-COMMAND_MODULES = ("train", "evaluate", "plot", "spec", "rewards")
+COMMAND_MODULES = ("train", "evaluate", "plot", "spec", "rewards", "serve_model", "serve", "worker", "keys", "jobs")
 
 
 def build_parser() -> argparse.ArgumentParser:

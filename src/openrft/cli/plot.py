@@ -22,27 +22,22 @@ def run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from openrft.charts import CHARTS, REWARD_CHARTS, series, validation_metric
+    from openrft.charts import CHARTS, REWARD_CHARTS, charts_data
     from openrft.engine.metrics import read_metrics
 
     run_dir = Path(args.run_dir)
     rows = read_metrics(run_dir / "metrics.jsonl")
     if not rows:
         raise OpenRFTError(f"{run_dir} has no metrics.jsonl with any step")
-    charts = CHARTS if args.all else REWARD_CHARTS
+    charts = charts_data(rows, CHARTS if args.all else REWARD_CHARTS)
     fig, axes = plt.subplots(len(charts), 1, figsize=(8, 2.8 * len(charts)), sharex=True, squeeze=False)
-    for ax, chart in zip(axes[:, 0], charts):
-        metric = validation_metric(rows) if chart.metric.startswith("val-score/rewards/mean@") else chart.metric
-        names = sorted({k for r in rows for k in r if k.startswith(metric)}) if chart.prefix_match else [metric]
-        for name in names:
-            steps, values = series(rows, name)
-            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=name)
-        if chart.band:
-            low_steps, low = series(rows, chart.band[0])
-            _, high = series(rows, chart.band[1])
-            if low_steps:
-                ax.fill_between(low_steps, low, high, alpha=0.2, label="min/max")
-        ax.set_title(chart.title)
+    for ax, data in zip(axes[:, 0], charts):
+        for line in data.lines:
+            ax.plot(line.steps, line.values, marker="o" if len(line.steps) < 30 else None, label=line.name)
+        if data.band:
+            low, high = data.band
+            ax.fill_between(low.steps, low.values, high.values, alpha=0.2, label="min/max")
+        ax.set_title(data.chart.title)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
     axes[-1, 0].set_xlabel("step")

@@ -31,10 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
     from openrft.spec.provenance import OPENRFT_DEFAULT, leaf_paths
 
-    resolution = resolve_job(args.job, args.dialect)
+    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples)
     if args.json:
         print(json.dumps(resolution.to_json(), indent=2))
         return 0
@@ -58,9 +59,10 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
 
-    resolution = resolve_job(args.job, args.dialect)
+    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples)
     report = check_job(resolution.spec)
     report["total_steps"] = resolution.total_steps
     report["warnings"] = [str(w) for w in resolution.warnings]
@@ -83,10 +85,11 @@ def run_validate(args: argparse.Namespace) -> int:
 def check_job(spec) -> dict[str, Any]:
     """Every problem of a resolved job that can be found without training: the reward can be built, the
     datasets load (all bad lines of both files), the model resolves and, when it is local, every prompt
-    fits ``max_length``."""
+    fits ``max_length``, and an object-store output location can be written to."""
     from openrft.data.loader import DatasetError, load_dataset, split_validation
     from openrft.engine.setup import render_prompts
     from openrft.models import load_tokenizer, resolve_model_path
+    from openrft.storage import StorageError, check_output_location, is_object_store
 
     problems: list[str] = []
     require_reference = False
@@ -122,6 +125,11 @@ def check_job(spec) -> dict[str, Any]:
             prompts_checked = True
     except OpenRFTError as exc:
         problems.append(f"model: {exc}")
+    if is_object_store(spec.output_dir):
+        try:
+            check_output_location(spec.output_dir)
+        except StorageError as exc:
+            problems.append(f"output: {exc}")
     return {"valid": not problems, "problems": problems, "train_examples": len(train),
             "validation_examples": len(validation), "prompts_checked": prompts_checked}
 

@@ -12,7 +12,8 @@ from openrft.errors import OpenRFTError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="run an RFT job from a Nova recipe, Vertex request or OpenAI job file")
     p.add_argument("job", nargs="?", help="the job file (YAML or JSON, any dialect)")
-    p.add_argument("--output", "-o", help="run directory (default: the job's output location, else runs/NAME)")
+    p.add_argument("--output", "-o", help="run directory (default: the job's output location, else runs/NAME; with "
+                   "an s3:// or gs:// output location, the local directory it is uploaded from)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its latest checkpoint")
     p.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
@@ -22,27 +23,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from openrft.data.loader import count_examples
     from openrft.engine import RFTJob
+    from openrft.runtime import runtime_for
     from openrft.spec.dialects import resolve_job
+    from openrft.spec.locations import is_remote, resolve_location
 
     if args.resume:
-        job = RFTJob.from_run_dir(args.resume, show_progress=not args.quiet)
+        job = RFTJob.from_run_dir(args.resume, runtime_factory=runtime_for, show_progress=not args.quiet)
     else:
         if not args.job:
             raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
-        resolution = resolve_job(args.job, args.dialect)
+        resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples)
         for warning in resolution.warnings:
             print(f"warning: {warning}")
         spec = resolution.spec
         if args.steps:
             spec.training.total_steps = args.steps
-        run_dir = Path(args.output or spec.output_dir or Path("runs") / spec.name)
+        remote = spec.output_dir if spec.output_dir and is_remote(spec.output_dir) else None
+        local = None if remote else resolve_location(spec.output_dir, Path.cwd())  # a path or file:// URI
+        run_dir = Path(args.output or local or Path("runs") / spec.name)
+        if remote:
+            print(f"training in {run_dir}; outputs are uploaded to {remote}")
         if run_dir.exists() and any(run_dir.iterdir()):
             if not args.overwrite:
                 raise OpenRFTError(f"run directory {run_dir} is not empty: pass --overwrite, or --resume {run_dir}")
             if not (run_dir / "spec.json").exists():
                 raise OpenRFTError(f"{run_dir} is not an OpenRFT run directory; --overwrite only replaces runs")
             shutil.rmtree(run_dir)
-        job = RFTJob(spec, run_dir, show_progress=not args.quiet)
+        job = RFTJob(spec, run_dir, show_progress=not args.quiet, runtime=runtime_for(spec))
     summary = job.run()
     return 0 if summary["status"] in ("succeeded", "paused") else 1

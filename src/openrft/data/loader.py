@@ -13,7 +13,10 @@ from openrft.data.records import Example
 from openrft.data.validation import parse_record
 from openrft.data.vertex_format import is_vertex_record, parse_vertex_record
 from openrft.errors import OpenRFTError
+from openrft.spec.dialects.common import DatasetUnreadable
 from openrft.spec.job import held_out_count
+from openrft.spec.locations import is_remote
+from openrft.storage import StorageError, read_text
 
 MAX_REPORTED = 50
 
@@ -41,12 +44,29 @@ class DatasetError(OpenRFTError):
 
 
 def open_lines(location: str) -> Iterable[str]:
-    """The lines of a local file; a missing file is a clear error naming it."""
+    """The lines of a local file or of an object at a URI (``s3://``, ``gs://``, ... through fsspec); a missing
+    file, object or bucket is a clear error naming it."""
+    if is_remote(location) or location.startswith("file://"):
+        try:
+            text = read_text(location)
+        except StorageError as exc:
+            raise DatasetError(location, [LineProblem(location, 0, "<file>", exc.reason)]) from None
+        yield from text.splitlines(keepends=True)
+        return
     path = Path(location)
     if not path.is_file():
         raise DatasetError(location, [LineProblem(location, 0, "<file>", "does not exist or is not a file")])
     with path.open(encoding="utf-8") as f:
         yield from f
+
+
+def count_examples(location: str) -> int:
+    """Non-blank lines of a dataset at a path or URI: the job resolver's ``dataset_size`` where datasets may
+    live in an object store (the spec layer itself reads local files only)."""
+    try:
+        return sum(1 for line in open_lines(location) if line.strip())
+    except DatasetError as exc:
+        raise DatasetUnreadable(exc.problems[0].message) from None
 
 
 def parse_lines(lines: Iterable[str], location: str, require_reference: bool,

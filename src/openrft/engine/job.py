@@ -14,19 +14,22 @@ import psutil
 import torch
 
 from openrft.data.sampler import EpochSampler
-from openrft.engine.checkpoints import CheckpointManager, save_adapter
+from openrft.engine.async_rollouts import AsyncRolloutSource
+from openrft.engine.checkpoints import CheckpointInfo, CheckpointManager, save_adapter
 from openrft.engine.evaluation import EvalResult, evaluate
+from openrft.engine.local_runtime import LocalRuntime, Runtime
 from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
+from openrft.engine.mlflow_tracking import MlflowTracker
+from openrft.engine.outputs import output_mirror
 from openrft.engine.progress import ProgressReporter
 from openrft.engine.rollouts import SyncRolloutSource
 from openrft.engine.setup import JobParts, build_parts
 from openrft.engine.train_batch import build_train_batch
-from openrft.errors import CheckpointError
-from openrft.learner import Learner, LearnerConfig, Policy
+from openrft.errors import CheckpointError, OpenRFTError
 from openrft.rewards.runner import RewardRunner
-from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
 from openrft.spec.job import JobSpec
+from openrft.storage import StorageError
 
 Command = Literal["continue", "pause", "cancel"]
 EVAL_SEED_OFFSET = 1_000_003
@@ -52,7 +55,9 @@ class StopAfter(JobControl):
 class RFTJob:
     def __init__(self, spec: JobSpec, run_dir: str | Path, *, resume: bool = False, show_progress: bool = True,
                  control: JobControl | None = None, listeners: tuple[MetricsListener, ...] = (),
-                 on_event: Callable[[str, str], None] | None = None):
+                 on_event: Callable[[str, str], None] | None = None, runtime: Runtime | None = None):
+        """``runtime`` places the learner and generation replicas (default: this process); a spec with
+        ``rollout.runtime: ray`` needs ``openrft.runtime.runtime_for(spec)``."""
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.resume = resume
@@ -61,40 +66,33 @@ class RFTJob:
         self.listeners = listeners
         self.on_event = on_event or (lambda level, message: None)
         self.checkpoints = CheckpointManager(self.run_dir, spec.checkpoint.keep_top_k)
+        self.mirror = output_mirror(spec.output_dir, self.run_dir)
+        self.runtime = runtime or LocalRuntime()
+        if spec.rollout.runtime != self.runtime.name:
+            raise OpenRFTError(f"rollout.runtime is {spec.rollout.runtime!r} but the job was given the "
+                               f"{self.runtime.name!r} runtime; build it with openrft.runtime.runtime_for(spec)")
 
     @classmethod
-    def from_run_dir(cls, run_dir: str | Path, **kwargs) -> RFTJob:
-        """Resume the run in ``run_dir`` with the spec it was started with."""
+    def from_run_dir(cls, run_dir: str | Path, runtime_factory: Callable[[JobSpec], Runtime] | None = None,
+                     **kwargs) -> RFTJob:
+        """Resume the run in ``run_dir`` with the spec it was started with (and a runtime built for it)."""
         spec_path = Path(run_dir) / "spec.json"
         if not spec_path.exists():
             raise CheckpointError(f"{run_dir} is not an OpenRFT run directory (no spec.json)")
         spec = JobSpec.model_validate_json(spec_path.read_text())
+        if runtime_factory is not None:
+            kwargs["runtime"] = runtime_factory(spec)
         return cls(spec, run_dir, resume=True, **kwargs)
 
     # setup ----------------------------------------------------------------------------------------
 
     def _build(self) -> None:
         spec = self.spec
-        self.parts: JobParts = build_parts(spec)
-        # threads chosen for this machine are recorded, so a resumed run computes with the same count
-        spec.runtime.threads = self.parts.threads
-        self.policy = Policy(self.parts.model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
-        self.learner = Learner(
-            self.policy,
-            LearnerConfig(
-                algorithm=spec.algorithm,
-                optimizer=spec.optimizer,
-                lora=spec.lora,
-                temperature=spec.sampling.temperature,
-                micro_batch_tokens=spec.training.micro_batch_tokens,
-                pad_token_id=self.parts.tokenizer.pad_token_id,
-                importance_weight_cap=spec.rollout.importance_weight_cap,
-            ),
-        )
-        self.generator = TransformersGenerator(
-            self.policy.model, self.parts.tokenizer, self.parts.eos_ids, self.parts.tokenizer.pad_token_id,
-            seed=spec.training.seed,
-        )
+        self.parts: JobParts = build_parts(spec, load_model=self.runtime.loads_model_locally)
+        if self.runtime.loads_model_locally:  # the threads chosen here are recorded: a resumed run uses the same
+            spec.runtime.threads = self.parts.threads
+        learner_parts = self.runtime.build_learner(spec, self.parts)
+        self.learner, self.model, self.generator = learner_parts.learner, learner_parts.model, learner_parts.generator
         self.rewards = RewardRunner(self.parts.reward)
         self.train_params = SamplingParams(
             n=spec.sampling.samples_per_prompt,
@@ -113,8 +111,17 @@ class RFTJob:
         )
         sampler = EpochSampler(len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle,
                                spec.training.seed)
-        self.rollouts = SyncRolloutSource(self.generator, self.rewards, sampler, self.parts.datasets.train,
-                                          self.parts.train_prompts, self.train_params)
+        if spec.rollout.strategy == "sync":
+            self.rollouts = SyncRolloutSource(self.generator, self.rewards, sampler, self.parts.datasets.train,
+                                              self.parts.train_prompts, self.train_params)
+        else:
+            replicas = self.runtime.generation_replicas(spec, self.parts, learner_parts, self.run_dir)
+            self.rollouts = AsyncRolloutSource(
+                replicas, self.rewards, sampler, self.parts.datasets.train, self.parts.train_prompts,
+                self.train_params, batch_size=spec.training.prompts_per_step,
+                age_tolerance=spec.rollout.age_tolerance, adapter_state=learner_parts.adapter_state,
+                on_event=self.on_event,
+            )
         self.sampler = sampler
 
     def _state(self, step: int) -> dict:
@@ -145,17 +152,27 @@ class RFTJob:
     # the loop -------------------------------------------------------------------------------------
 
     def run(self) -> dict:
+        try:
+            return self._run()
+        finally:
+            self.runtime.close()
+
+    def _run(self) -> dict:
         started = time.monotonic()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.baseline: float | None = None
         self.last_val: float | None = None
+        if self.mirror is not None:  # before anything is loaded: a wrong bucket fails in seconds
+            self.mirror.check(resuming=self.resume)
         self._build()
         start_step = self._restore() if self.resume else 0
         if not self.resume:
             (self.run_dir / "spec.json").write_text(self.spec.model_dump_json(indent=2))
         total = self.spec.training.total_steps
+        tracker = (MlflowTracker.start(self.spec, self.run_dir, self.resume, self.on_event)
+                   if self.spec.tracking.mlflow_tracking_uri else None)
         sink = MetricsSink(self.run_dir, self.spec.tracking.tensorboard)
-        for listener in self.listeners:
+        for listener in (*self.listeners, *((tracker.log_metrics,) if tracker else ())):
             sink.add_listener(listener)
         progress = ProgressReporter(total, start_step, enabled=self.show_progress)
         status = "succeeded"
@@ -173,8 +190,7 @@ class RFTJob:
                     step -= 1
                     latest = self.checkpoints.latest()
                     if command == "pause" and (latest is None or latest.step != step):
-                        self.checkpoints.save(step, self.policy.model, self._state(step), self.last_val,
-                                              self.learner.version)
+                        self._checkpoint(step, self.last_val)
                     break
                 metrics = self._train_step(step)
                 val = None
@@ -183,18 +199,52 @@ class RFTJob:
                     val = self.last_val = result.mean_reward
                     metrics.update(result.metrics(self.spec.evaluation.samples_per_prompt))
                     progress.eval_done(step, result.mean_reward, result.pass_rate)
-                if self._due(step, self.spec.checkpoint.interval) or step == total:
-                    info = self.checkpoints.save(step, self.policy.model, self._state(step), val, self.learner.version)
-                    self.on_event("info", f"checkpoint saved at step {step}: {info.path}")
+                # metrics first: a checkpoint at step N then implies N's metrics were written, so a run
+                # killed between the two resumes from the previous checkpoint and rewrites them once
                 sink.emit(step, metrics)
+                if self._due(step, self.spec.checkpoint.interval) or step == total:
+                    info = self._checkpoint(step, val)
+                    self.on_event("info", f"checkpoint saved at step {step}: {info.path}")
                 progress.step_done(step, metrics.get("critic/rewards/mean"), metrics["perf/time_per_step"])
+                if self._due(step, self.spec.checkpoint.interval) and step != total:
+                    self._mirror_outputs(final=False)
+        except BaseException:
+            if tracker is not None:
+                tracker.finish("failed", None)
+            raise
         finally:
             progress.close()
             sink.close()
+            self.rollouts.close()
             self.rewards.close()
-        summary = self._finish(status, step, time.monotonic() - started)
+        try:
+            summary = self._finish(status, step, time.monotonic() - started)  # uploads to a remote output location
+        except BaseException:
+            if tracker is not None:
+                tracker.finish("failed", None)
+            raise
+        if tracker is not None:
+            tracker.finish(status, self.run_dir / "adapter" if status == "succeeded" else None,
+                           (self.run_dir / "manifest.json", self.run_dir / "summary.json"))
         progress.summary(summary)
         return summary
+
+    def _checkpoint(self, step: int, val_reward: float | None) -> CheckpointInfo:
+        return self.checkpoints.save(step, self.model, self._state(step), val_reward, self.learner.version)
+
+    def _mirror_outputs(self, final: bool) -> None:
+        """Upload the run directory to the job's remote output location. During training a failed upload is a
+        warning (the next checkpoint tries again); at the end it fails the job, naming where the outputs are."""
+        if self.mirror is None:
+            return
+        try:
+            count = self.mirror.sync()
+        except StorageError as exc:
+            if final:
+                raise StorageError(exc.uri, f"{exc.reason}; the outputs are in {self.run_dir.resolve()}") from None
+            self.on_event("warn", f"upload to {exc.uri} failed ({exc.reason}); retried at the next checkpoint")
+            return
+        self.on_event("info", f"uploaded {count} file(s) to {self.mirror.uri}")
 
     @staticmethod
     def _due(step: int, interval: int) -> bool:
@@ -210,6 +260,7 @@ class RFTJob:
         else:
             self.on_event("warn", f"step {step}: every sample's reward failed; no update")
         self.generator.set_policy_version(self.learner.version)
+        self.rollouts.policy_updated(self.learner.version)
         t2 = time.perf_counter()
         tokens = sum(len(g.prompt_ids) + len(c.token_ids) for g in groups for c in g.completions)
         metrics.update(
@@ -223,6 +274,7 @@ class RFTJob:
                 "training/policy_version": float(self.learner.version),
             }
         )
+        metrics.update(self.rollouts.step_metrics())
         if torch.cuda.is_available():
             metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
         return metrics
@@ -235,7 +287,7 @@ class RFTJob:
         adapter_dir = self.run_dir / "adapter"
         best = self.checkpoints.best()
         if status == "succeeded":
-            save_adapter(self.policy.model, adapter_dir)
+            save_adapter(self.model, adapter_dir)
         summary = {
             "status": status,
             "steps": step,
@@ -248,13 +300,20 @@ class RFTJob:
             "wall_seconds": wall_seconds,
             "base_model": self.spec.model.name_or_path,
         }
+        if self.mirror is not None:
+            summary["output_uri"] = self.mirror.uri
         if status == "succeeded":
-            manifest = {"checkpoint_path": str(adapter_dir.resolve()), "base_model": self.spec.model.name_or_path,
+            manifest = {"checkpoint_path": self._location(adapter_dir), "base_model": self.spec.model.name_or_path,
                         "job_name": self.spec.name, "steps": step,
-                        "checkpoints": [c.path for c in self.checkpoints.list()]}
+                        "checkpoints": [self._location(c.path) for c in self.checkpoints.list()]}
             _write_json(self.run_dir / "manifest.json", manifest)
         _write_json(self.run_dir / "summary.json", {k: _json_safe(v) for k, v in summary.items()})
+        self._mirror_outputs(final=True)
         return summary
+
+    def _location(self, path: Path | str) -> str:
+        """Where an output lives for whoever reads the manifest: its URI when mirrored, else its local path."""
+        return self.mirror.uri_of(path) if self.mirror is not None else str(Path(path).resolve())
 
 
 def _json_safe(value):

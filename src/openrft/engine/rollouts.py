@@ -28,20 +28,28 @@ class RolloutGroup:
         return min(c.policy_version for c in self.completions)
 
 
-def score_groups(rewards: RewardRunner, examples: list[Example], groups: list[list[Completion]],
-                 step: int) -> list[list[RewardOutcome]]:
-    """Score every completion of every group in one batched call."""
-    samples = [
+def reward_samples(examples: list[Example], groups: list[list[Completion]], step: int) -> list[RewardSample]:
+    """Every completion of every group, flattened in group order, as reward samples."""
+    return [
         RewardSample(example=example, completion=c.text, step=step, sample_index=j)
         for example, group in zip(examples, groups)
         for j, c in enumerate(group)
     ]
-    flat = rewards.score(samples)
+
+
+def split_outcomes(groups: list[list[Completion]], flat: list[RewardOutcome]) -> list[list[RewardOutcome]]:
+    """The flat outcomes of ``reward_samples`` regrouped per prompt."""
     out, start = [], 0
     for group in groups:
         out.append(flat[start : start + len(group)])
         start += len(group)
     return out
+
+
+def score_groups(rewards: RewardRunner, examples: list[Example], groups: list[list[Completion]],
+                 step: int) -> list[list[RewardOutcome]]:
+    """Score every completion of every group in one batched call."""
+    return split_outcomes(groups, rewards.score(reward_samples(examples, groups, step)))
 
 
 class SyncRolloutSource:
@@ -59,6 +67,12 @@ class SyncRolloutSource:
         groups = self.generator.generate(prompts, self.params)
         outcomes = score_groups(self.rewards, examples, groups, step)
         return [RolloutGroup(e, p, g, o) for e, p, g, o in zip(examples, prompts, groups, outcomes)]
+
+    def policy_updated(self, version: int) -> None:
+        """The generator shares the learner's model: nothing to send."""
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
 
     def state_dict(self) -> dict:
         return {"sampler": self.sampler.state_dict()}

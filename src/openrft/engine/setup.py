@@ -72,7 +72,7 @@ class JobParts:
     datasets: Datasets
     reward: RewardFunction
     tokenizer: object
-    model: torch.nn.Module
+    model: torch.nn.Module | None
     train_prompts: list[list[int]]
     val_prompts: list[list[int]]
     eos_ids: list[int]
@@ -81,7 +81,22 @@ class JobParts:
     threads: int
 
 
-def build_parts(spec: JobSpec) -> JobParts:
+def load_generation_config(spec: JobSpec):
+    """An object with the model's ``generation_config`` (its end tokens), without loading weights."""
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(resolve_model_path(spec.model.name_or_path),
+                                                  revision=spec.model.revision)
+    except OSError:
+        config = None
+    return SimpleNamespace(generation_config=config)
+
+
+def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
+    """Everything but the model when ``load_model`` is False (the learner loads it elsewhere: a Ray actor)."""
     reward = build_reward(spec.reward)
     datasets = load_datasets(spec, reward.requires_reference)
     resolve_model_path(spec.model.name_or_path)  # fails fast on a missing path
@@ -93,7 +108,8 @@ def build_parts(spec: JobSpec) -> JobParts:
     longest = max(len(p) for p in train_prompts + val_prompts)
     max_new_tokens = min(spec.sampling.max_new_tokens, spec.sampling.max_length - longest)
     torch.manual_seed(spec.training.seed)  # adapter initialisation
-    model = load_causal_lm(spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision)
+    model = (load_causal_lm(spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision)
+             if load_model else None)
     return JobParts(
         datasets=datasets,
         reward=reward,
@@ -101,7 +117,7 @@ def build_parts(spec: JobSpec) -> JobParts:
         model=model,
         train_prompts=train_prompts,
         val_prompts=val_prompts,
-        eos_ids=eos_token_ids(tokenizer, model),
+        eos_ids=eos_token_ids(tokenizer, model if model is not None else load_generation_config(spec)),
         max_new_tokens=max_new_tokens,
         device=device,
         threads=threads,

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
-from openrft.spec.rewards import RewardSpec, SingleRewardConfig, clean_reward_path
+from openrft.spec.rewards import RewardSpec, SingleRewardConfig
 
 OUR_TYPES = ("preset", "vertex", "openai_grader", "nova_lambda", "callable")
 GRADER_TYPES = ("string_check", "text_similarity", "python", "score_model", "label_model", "multi")
@@ -64,7 +64,7 @@ def reward_spec_from_document(document: Any, source: str | None = None) -> Rewar
     try:
         return RewardSpec.model_validate(wrapped)
     except ValidationError as exc:
-        problems = [FieldProblem(clean_reward_path(p.path), p.message, p.value) for p in problems_from_validation(exc)]
+        problems = problems_from_validation(exc, RewardSpec)
         if prefix:
             problems = [_map_path(p, prefix) for p in problems]
         raise SpecError(problems, source) from None

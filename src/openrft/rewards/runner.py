@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Coroutine
@@ -27,6 +28,11 @@ class RewardRunner:
 
     def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         return self.run(self._timed(samples)) if samples else []
+
+    def submit(self, samples: list[RewardSample]) -> concurrent.futures.Future[list[RewardOutcome]]:
+        """Start scoring and return at once: callers that overlap scoring with other work (the
+        asynchronous rollout source) wait on, or add a callback to, the future."""
+        return asyncio.run_coroutine_threadsafe(self._timed(samples), self._loop)
 
     async def _timed(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         start = time.perf_counter()

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from openrft.errors import OpenRFTError
+from openrft.spec.error_paths import user_loc
 
 _MISSING = object()
 
@@ -55,15 +56,16 @@ def _bound_message(kind: str, ctx: dict[str, Any]) -> str:
     return f"must be {words[kind]} {ctx.get(key)}"
 
 
-def problems_from_validation(error: ValidationError, prefix: str = "", skip: int = 0) -> list[FieldProblem]:
-    """Translate pydantic's errors into user-facing problems with dotted paths and plain wording.
+def problems_from_validation(error: ValidationError, model: Any, prefix: str = "", skip: int = 0) -> list[FieldProblem]:
+    """Translate pydantic's errors from validating ``model`` into user-facing problems with plain wording,
+    each at the user's own dotted path (without the union tags pydantic adds, see ``error_paths``).
 
     ``skip`` drops the first parts of each location: validating ``VertexReward(single=raw)`` with
     ``prefix="reinforcementTuningSpec.singleRewardConfig", skip=1`` names the user's own field.
     """
     problems = []
     for item in error.errors(include_url=False):
-        loc = [p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))][skip:]
+        loc = user_loc(model, item["loc"])[skip:]
         path = join_path(loc, prefix)
         kind = item["type"]
         value = item.get("input", _MISSING)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 # ------------------------------------------------------------------------------------------------
 # shared helpers
@@ -117,7 +117,7 @@ class CloudRunRewardScorer(_Strict):
     @field_validator("cloudRunUri")
     @classmethod
     def _http(cls, value: str) -> str:
-        return _check_http_url(value)
+        return _check_http_url(value, "serve your function behind an HTTP endpoint (see docs/rewards.md)")
 
 
 class GenerationConfig(_Strict):
@@ -223,11 +223,23 @@ class OutputText(_Strict):
 ContentPart = Annotated[InputText | OutputText, Field(discriminator="type")]
 
 
+def _content_shape(value: object) -> str:
+    return "text" if isinstance(value, str) else "parts" if isinstance(value, list) else "part"
+
+
+MessageContent = Annotated[
+    Annotated[str, Tag("text")] | Annotated[ContentPart, Tag("part")] | Annotated[list[ContentPart], Tag("parts")],
+    Discriminator(_content_shape),
+]
+"""A string, one content part or a list of them; told apart by shape, so that a wrong part gets only
+the errors of its own shape."""
+
+
 class GraderMessage(_Strict):
     """One judge prompt message; ``content`` may hold ``{{item.x}}`` / ``{{sample.output_text}}`` templates."""
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | ContentPart | list[ContentPart]
+    content: MessageContent
     type: Literal["message"] | None = None
 
     def text(self) -> str:
@@ -364,18 +376,23 @@ class OpenAIGraderReward(_Strict):
 # Nova Lambda and Python callables
 
 
-def _check_http_url(value: str) -> str:
+def _check_http_url(value: str, advice: str) -> str:
     if not re.match(r"^https?://[^/\s]+", value):
-        raise ValueError(
-            "is not an http(s) URL: OpenRFT calls reward functions over HTTP; serve your function "
-            "behind an HTTP endpoint (see examples/reward_server)"
-        )
+        what = "is an AWS ARN" if value.startswith("arn:") else "is not an http(s) URL"
+        raise ValueError(f"{what}: OpenRFT calls reward functions over HTTP: {advice}")
     return value
+
+
+NOVA_ENDPOINT_ADVICE = ("give the URL of a server implementing the Nova Lambda contract, e.g. http://127.0.0.1:8080/ "
+                        "— see docs/rewards.md")
 
 
 class NovaLambdaReward(_Strict):
     """The Nova reward "Lambda" batch contract, called over HTTP at ``endpoint``: up to ``batch_size``
-    samples per call, at most ``concurrency_limit`` calls in flight."""
+    samples per call, at most ``concurrency_limit`` calls in flight.
+
+    The Nova and Bedrock dialects put their Lambda ARN fields here: in OpenRFT they hold the URL of a
+    server implementing the contract (examples/reward_server); an actual AWS ARN is refused."""
 
     type: Literal["nova_lambda"] = "nova_lambda"
     endpoint: str
@@ -385,7 +402,7 @@ class NovaLambdaReward(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _http(cls, value: str) -> str:
-        return _check_http_url(value)
+        return _check_http_url(value, NOVA_ENDPOINT_ADVICE)
 
 
 class CallableReward(_Strict):
@@ -482,21 +499,3 @@ class RewardSpec(_Strict):
     remote: RemoteCallSpec = RemoteCallSpec()
     judge: JudgeSpec = JudgeSpec()
     sandbox: SandboxSpec = SandboxSpec()
-
-
-_TAG_AFTER = (
-    (re.compile(r"(^|\.)function\.(preset|vertex|openai_grader|nova_lambda|callable)(?=[.\[]|$)"), r"\1function"),
-    (re.compile(r"(^|\.)grader\.(string_check|text_similarity|python|score_model|label_model|multi)(?=[.\[]|$)"),
-     r"\1grader"),
-    (re.compile(r"(\.graders\.[^.\[]+)\.(string_check|text_similarity|python|score_model|label_model)(?=[.\[]|$)"),
-     r"\1"),
-    (re.compile(r"(\.content(?:\[\d+\])?)\.(input_text|output_text)(?=[.\[]|$)"), r"\1"),
-)
-
-
-def clean_reward_path(path: str) -> str:
-    """Drop the union tags pydantic puts in error paths (``function.openai_grader.grader.multi.graders``
-    -> ``function.grader.graders``), so that a path names the user's own fields."""
-    for pattern, replacement in _TAG_AFTER:
-        path = pattern.sub(replacement, path)
-    return path

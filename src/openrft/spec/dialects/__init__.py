@@ -110,7 +110,7 @@ def _canonical(document: Any, source: str | None) -> Resolution:
     try:
         spec = JobSpec.model_validate(document)
     except ValidationError as exc:
-        raise SpecError(problems_from_validation(exc), source) from None
+        raise SpecError(problems_from_validation(exc, JobSpec), source) from None
     written = {path: Source("user", path) for path in leaf_paths(document)}
     return Resolution(spec, complete(spec, written))
 

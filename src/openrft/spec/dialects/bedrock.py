@@ -25,6 +25,7 @@ from openrft.spec.dialects.common import (
     count_examples,
     fmt,
     steps_for_epochs,
+    tracking_from_metadata,
     training_prompts,
     validate_all,
 )
@@ -142,6 +143,7 @@ def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer:
     if tags or request.customModelName:
         b.user("metadata", {**tags, **({"customModelName": request.customModelName} if request.customModelName
                                        else {})}, "jobTags, customModelTags, customModelName")
+    tracking_from_metadata(b, tags, "jobTags")
     b.model(request.baseModelIdentifier, base_dir, "baseModelIdentifier")
     base_learning_rate(b, request.baseModelIdentifier, request.openrft)  # informational: learningRate is set
     b.user("data.train", resolve_location(request.trainingDataConfig.s3Uri, base_dir), "trainingDataConfig.s3Uri")
@@ -188,7 +190,7 @@ def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer:
         b.problem(f"{at}graderConfig", "is required: graderConfig.lambdaGrader.lambdaArn names the reward function")
     else:
         field = f"{at}graderConfig.lambdaGrader.lambdaArn"
-        config = build_reward(b, lambda: NovaLambdaReward(endpoint=grader.lambdaGrader.lambdaArn), field)
+        config = build_reward(b, NovaLambdaReward, field, endpoint=grader.lambdaGrader.lambdaArn)
         if config is not None:
             b.user("reward.function", config, field)
     return b.build(source, prompts)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from openrft.spec.error_paths import user_loc
 from openrft.spec.errors import FieldProblem, SpecError, join_path, problems_from_validation
 from openrft.spec.job import JobSpec
 from openrft.spec.locations import resolve_location
@@ -85,8 +86,8 @@ class SpecBuilder:
     def _user_problems(self, exc: ValidationError) -> list[FieldProblem]:
         """Canonical validation errors, each at the user's field its value came from when there is one."""
         out = []
-        for problem, item in zip(problems_from_validation(exc), exc.errors(include_url=False)):
-            canonical = join_path([p for p in item["loc"] if not str(p).startswith("function-")])
+        for problem, item in zip(problems_from_validation(exc, JobSpec), exc.errors(include_url=False)):
+            canonical = join_path(user_loc(JobSpec, item["loc"]))
             source = self.sources.get(canonical)
             if source and source.field:
                 out.append(FieldProblem(source.field, f"resolves to {problem}"))

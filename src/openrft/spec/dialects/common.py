@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from openrft.spec.dialects.builder import SpecBuilder, was_set
+from openrft.spec.error_paths import user_loc
 from openrft.spec.errors import FieldProblem, outside, problems_from_validation
 from openrft.spec.job import DataSpec, ModelSpec
 from openrft.spec.locations import is_remote
@@ -110,6 +111,17 @@ def apply_extensions(b: SpecBuilder, ext: OpenRFTExtensions, covered: dict[str, 
             b.take(path, ext, name, f"openrft.{name}", note=None if was_set(ext, name) else OPENRFT_DEFAULT)
 
 
+MLFLOW_SETTINGS = ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name")
+"""Nova's ``run.mlflow_*`` names; Vertex ``labels`` and OpenAI ``metadata`` carry them under the same keys."""
+
+
+def tracking_from_metadata(b: SpecBuilder, values: dict[str, str], field: str) -> None:
+    """MLflow settings given as key-value metadata (``labels.mlflow_tracking_uri``) -> ``tracking.*``."""
+    for name in MLFLOW_SETTINGS:
+        if name in values:
+            b.user(f"tracking.{name}", values[name], f"{field}.{name}")
+
+
 def base_learning_rate(b: SpecBuilder, model: str, ext: OpenRFTExtensions) -> float:
     """``model.base_learning_rate``: the extension's, else the model's known rate, else ModelSpec's default."""
     if ext.base_learning_rate is not None:
@@ -205,16 +217,17 @@ def fmt(value: Fraction | float) -> str:
     return f"{number:g}" if number == int(number) else f"{number:.4g}"
 
 
-def build_reward(b: SpecBuilder, factory: Callable[[], Any], field: str, skip: int = 1) -> Any | None:
-    """A reward config model built from user input; its validation errors are recorded at ``field``."""
-    try:
-        return factory()
-    except ValidationError as exc:
-        b.problems.extend(problems_from_validation(exc, field, skip))
-        return None
-
-
 M = TypeVar("M", bound=BaseModel)
+
+
+def build_reward(b: SpecBuilder, model: type[M], field: str, **values: Any) -> M | None:
+    """A reward config ``model(**values)`` built from user input, the value at the user's ``field``; its
+    validation errors are recorded at ``field`` (followed by the path inside the value)."""
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        b.problems.extend(problems_from_validation(exc, model, field, skip=1))
+        return None
 
 
 def validate_all(model: type[M], raw: dict[str, Any]) -> tuple[M | None, list[FieldProblem]]:
@@ -224,19 +237,15 @@ def validate_all(model: type[M], raw: dict[str, Any]) -> tuple[M | None, list[Fi
     try:
         return model.model_validate(raw), []
     except ValidationError as exc:
-        problems = problems_from_validation(exc)
+        problems = problems_from_validation(exc, model)
         pruned = copy.deepcopy(raw)
         for item in exc.errors(include_url=False):
-            if item["type"] == "missing" or not _drop(pruned, [p for p in item["loc"] if not _is_tag(p)]):
+            if item["type"] == "missing" or not _drop(pruned, user_loc(model, item["loc"])):
                 return None, problems
         try:
             return model.model_validate(pruned), problems
         except ValidationError:
             return None, problems
-
-
-def _is_tag(part: Any) -> bool:
-    return isinstance(part, str) and part.startswith("function-")
 
 
 def _drop(data: Any, loc: list[Any]) -> bool:

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from openrft.spec.dialects.builder import SpecBuilder
 from openrft.spec.dialects.common import (
+    MLFLOW_SETTINGS,
     DatasetSizer,
     OpenRFTExtensions,
     Strict,
@@ -198,7 +199,7 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
     resolve_optimizer(b, trainer)
     resolve_intervals(b, trainer)
     _rewards(b, run, rollout.rewards)
-    for name in ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"):
+    for name in MLFLOW_SETTINGS:
         b.take(f"tracking.{name}", run, name, f"run.{name}")
     curriculum = trainer.adaptive_curriculum
     if curriculum is not None and curriculum.enable:
@@ -294,14 +295,13 @@ def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
                f"{REWARDS}.preset_reward_function")
     elif endpoint:
         field = f"{REWARDS}.api_endpoint"
-        config = build_reward(b, lambda: NovaLambdaReward(endpoint=endpoint.lambda_arn,
-                                                          batch_size=endpoint.lambda_batch_size,
-                                                          concurrency_limit=endpoint.lambda_concurrency_limit),
-                              f"{field}.lambda_arn")
+        config = build_reward(b, NovaLambdaReward, f"{field}.lambda_arn", endpoint=endpoint.lambda_arn,
+                              batch_size=endpoint.lambda_batch_size,
+                              concurrency_limit=endpoint.lambda_concurrency_limit)
         if config is not None:
             b.user("reward.function", config, field)
     elif arn:
-        config = build_reward(b, lambda: NovaLambdaReward(endpoint=arn), "run.reward_lambda_arn")
+        config = build_reward(b, NovaLambdaReward, "run.reward_lambda_arn", endpoint=arn)
         if config is not None:
             b.user("reward.function", config, "run.reward_lambda_arn")
     else:

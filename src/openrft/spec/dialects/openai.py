@@ -30,6 +30,7 @@ from openrft.spec.dialects.common import (
     fmt,
     steps_for_epochs,
     steps_per_epoch,
+    tracking_from_metadata,
     training_prompts,
     validate_all,
     vertex_default_epochs,
@@ -151,12 +152,14 @@ def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileR
         b.user("name", job.suffix, "suffix")
     if job.metadata:
         b.user("metadata", dict(job.metadata), "metadata")
+        tracking_from_metadata(b, job.metadata, "metadata")
     if job.seed is not None:
         b.user("training.seed", job.seed, "seed")
     else:
         b.default("training.seed", ext.seed, "seed", "OpenRFT's fixed seed (OpenAI would draw one)")
     if job.integrations:
-        b.warn("integrations", "are not supported by OpenRFT; ignored (metrics go to metrics.jsonl and TensorBoard)")
+        b.warn("integrations", "are not supported by OpenRFT; ignored (metrics go to metrics.jsonl and TensorBoard, "
+               "and to MLflow with metadata.mlflow_tracking_uri)")
 
     b.model(job.model, base_dir, "model")
     base_rate = base_learning_rate(b, job.model, ext)
@@ -178,7 +181,7 @@ def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileR
 
     prompts = _steps(b, hp, sizer) if train is not None else None
     grader = job.method.reinforcement.grader
-    config = build_reward(b, lambda: OpenAIGraderReward(grader=grader), "method.reinforcement.grader")
+    config = build_reward(b, OpenAIGraderReward, "method.reinforcement.grader", grader=grader)
     if config is not None:
         b.user("reward.function", config, "method.reinforcement.grader")
     return b.build(source, prompts)

@@ -26,6 +26,7 @@ from openrft.spec.dialects.common import (
     fmt,
     steps_for_epochs,
     steps_per_epoch,
+    tracking_from_metadata,
     training_prompts,
     validate_all,
     vertex_default_epochs,
@@ -108,6 +109,7 @@ def _resolve(request: VertexRequest, base_dir: Path, source: str | None, sizer: 
         meta = {"labels": request.labels} if request.labels else {}
         b.user("metadata", {**meta, **({"description": request.description} if request.description else {})},
                "labels, description")
+    tracking_from_metadata(b, request.labels, "labels")
 
     b.model(request.baseModel, base_dir, "baseModel")
     base_rate = base_learning_rate(b, request.baseModel, ext)
@@ -227,10 +229,10 @@ def _reward(b: SpecBuilder, rts: VertexTuningSpec) -> None:
         b.problem(SPEC, "names no reward: set singleRewardConfig or compositeRewardConfig")
         return
     if single is not None:
-        config = build_reward(b, lambda: VertexReward(single=single), f"{SPEC}.singleRewardConfig")
+        config = build_reward(b, VertexReward, f"{SPEC}.singleRewardConfig", single=single)
         field = f"{SPEC}.singleRewardConfig"
     else:
-        config = build_reward(b, lambda: VertexReward(composite=composite), f"{SPEC}.compositeRewardConfig")
+        config = build_reward(b, VertexReward, f"{SPEC}.compositeRewardConfig", composite=composite)
         field = f"{SPEC}.compositeRewardConfig"
     if config is not None:
         b.user("reward.function", config, field)

@@ -1,0 +1,191 @@
+"""Generation on a remote OpenAI-compatible server that serves LoRA adapters by name: vLLM or ours.
+
+Only the part of vLLM's API that vLLM documents is used:
+
+- ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
+  ``{"lora_name"}`` (vLLM: ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``). Each
+  policy version is written as a PEFT adapter directory and loaded under a new, version-suffixed
+  name (vLLM refuses to load a name twice); the previous version is then unloaded. ``lora_path`` is
+  read by the server, so the adapter directory must be on a filesystem the server sees.
+- ``POST /v1/completions`` with the prompts as token ids (``prompt: list[list[int]]``), ``n``,
+  ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``stop_token_ids``, ``logprobs: 0`` (the
+  sampled token's log-prob only) and ``return_tokens_as_token_ids: true`` (tokens come back as
+  ``token_id:N``, so the completion's token ids are exact, not re-tokenized text). Choices come
+  back prompt by prompt, ``n`` each, in ``index`` order.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+import torch
+
+from openrft.errors import OpenRFTError
+from openrft.rollout.types import Completion, SamplingParams
+from openrft.spec.job import LoraSpec
+
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+
+
+class GenerationServerError(OpenRFTError):
+    """The generation server refused a request or could not be reached."""
+
+
+def lora_target_modules(weights: dict[str, torch.Tensor]) -> list[str]:
+    """Module names that carry LoRA weights (``...q_proj.lora_A.weight`` -> ``q_proj``)."""
+    names = {key.split(".lora_")[0].rsplit(".", 1)[-1] for key in weights if ".lora_" in key}
+    if not names:
+        raise ValueError("the weights hold no LoRA matrices (lora_A / lora_B)")
+    return sorted(names)
+
+
+def write_peft_adapter(weights: dict[str, torch.Tensor], lora: LoraSpec, base_model: str, directory: Path) -> Path:
+    """A PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``) from the
+    policy's adapter state, loadable by vLLM and ``PeftModel.from_pretrained``."""
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
+                        target_modules=lora_target_modules(weights), task_type="CAUSAL_LM",
+                        base_model_name_or_path=base_model)
+    config.save_pretrained(str(directory))
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
+    save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
+    return directory
+
+
+def parse_token_id(token: str) -> int:
+    if not token.startswith("token_id:"):
+        raise GenerationServerError(f"the server returned token {token!r}, not 'token_id:N': it ignored "
+                                    "return_tokens_as_token_ids (vLLM supports it; is this a vLLM server?)")
+    return int(token.split(":", 1)[1])
+
+
+class RemoteGenerator:
+    """A ``Generator`` whose samples come from ``base_url`` (``http://host:8000`` or ``.../v1``)."""
+
+    def __init__(self, base_url: str, *, adapter_dir: Path, lora: LoraSpec, base_model: str,
+                 eos_token_ids: list[int], adapter_prefix: str = "openrft", served_model: str | None = None,
+                 timeout_s: float = 600.0, retries: int = 3, api_key: str | None = None):
+        root = base_url.rstrip("/")
+        self.base_url = root if root.endswith("/v1") else f"{root}/v1"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
+        self.adapter_dir, self.lora, self.base_model = Path(adapter_dir), lora, base_model
+        self.eos_token_ids, self.adapter_prefix, self.retries = list(eos_token_ids), adapter_prefix, retries
+        self.served_model = served_model
+        self._adapter: str | None = None
+        self._version = 0
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def set_policy_version(self, version: int) -> None:
+        self._version = version
+
+    # adapters -----------------------------------------------------------------------------------
+
+    def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        name = f"{self.adapter_prefix}-v{version}"
+        path = write_peft_adapter(weights, self.lora, self.base_model, self.adapter_dir / name)
+        if name != self._adapter:
+            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
+        previous, self._adapter, self._version = self._adapter, name, version
+        if previous and previous != name:
+            self._post("/unload_lora_adapter", {"lora_name": previous})
+            shutil.rmtree(self.adapter_dir / previous, ignore_errors=True)
+
+    # generation ---------------------------------------------------------------------------------
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seed: int | None = None) -> list[list[Completion]]:
+        if not prompts:
+            return []
+        body = {
+            "model": self._adapter or self._base_name(),
+            "prompt": [list(p) for p in prompts],
+            "n": params.n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k if params.top_k > 0 else -1,
+            "max_tokens": params.max_new_tokens,
+            "stop_token_ids": self.eos_token_ids,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        choices = sorted(self._post("/completions", body).json()["choices"], key=lambda c: c["index"])
+        if len(choices) != len(prompts) * params.n:
+            raise GenerationServerError(f"{self.base_url}/completions returned {len(choices)} choices for "
+                                        f"{len(prompts)} prompts x n={params.n}")
+        groups = []
+        for p, prompt in enumerate(prompts):
+            groups.append([self._completion(prompt, c) for c in choices[p * params.n : (p + 1) * params.n]])
+        return groups
+
+    def _completion(self, prompt: list[int], choice: dict) -> Completion:
+        logprobs = choice.get("logprobs") or {}
+        tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")
+        if tokens is None or values is None or len(tokens) != len(values):
+            raise GenerationServerError(f"{self.base_url}/completions returned a choice without token log-probs")
+        return Completion(
+            prompt_ids=list(prompt),
+            token_ids=[parse_token_id(t) for t in tokens],
+            logprobs=[float(v) for v in values],
+            text=choice.get("text") or "",
+            finish_reason="stop" if choice.get("finish_reason") == "stop" else "length",
+            policy_version=self._version,
+        )
+
+    def _base_name(self) -> str:
+        if self.served_model is None:
+            data = self._get("/models").json()["data"]
+            self.served_model = next((m["id"] for m in data if not m.get("parent")), data[0]["id"])
+        return self.served_model
+
+    # HTTP ---------------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> httpx.Response:
+        return self._call("GET", path, None)
+
+    def _post(self, path: str, body: dict) -> httpx.Response:
+        return self._call("POST", path, body)
+
+    def _call(self, method: str, path: str, body: dict | None) -> httpx.Response:
+        url = f"{self.base_url}{path}"
+        for attempt in range(self.retries + 1):
+            try:
+                response = self.client.request(method, path, json=body)
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise GenerationServerError(f"cannot reach the generation server at {url}: "
+                                                f"{type(exc).__name__}: {exc}") from None
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code not in TRANSIENT_STATUS or attempt == self.retries:
+                    raise GenerationServerError(f"{method} {url} failed with HTTP {response.status_code}: "
+                                                f"{_error_message(response)}")
+            time.sleep(min(0.5 * 2**attempt, 8.0))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message"))
+    if isinstance(body, dict) and "message" in body:
+        return str(body["message"])
+    return response.text[:500]

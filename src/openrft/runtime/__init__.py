@@ -1,0 +1,25 @@
+"""Where a job's pieces run: this process (``local``) or Ray actors (``ray``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from openrft.engine.local_runtime import LocalRuntime, Runtime
+from openrft.errors import OpenRFTError
+from openrft.spec.job import JobSpec
+
+
+def runtime_for(spec: JobSpec, on_event: Callable[[str, str], None] | None = None) -> Runtime:
+    """The runtime ``spec.rollout.runtime`` names; Ray is imported only when asked for."""
+    if spec.rollout.runtime == "local":
+        return LocalRuntime()
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise OpenRFTError("rollout.runtime is 'ray' but Ray is not installed: pip install 'openrft[ray]'") from None
+    from openrft.runtime.ray_runtime import RayRuntime
+
+    return RayRuntime(spec, on_event)
+
+
+__all__ = ["LocalRuntime", "Runtime", "runtime_for"]

@@ -1,0 +1,339 @@
+"""The Ray runtime (``rollout.runtime: ray``): the learner and the generation replicas are Ray actors.
+
+- One placement group holds a bundle for the learner and one per generation replica
+  (``rollout.generation_replicas``), one CPU each (``runtime.threads`` CPUs when set) and one GPU
+  each when the cluster has enough; the job waits for it and fails with the missing resources named.
+- The learner actor loads the model, trains, and evaluates. After each update its adapter state is
+  returned by an actor call, so the weights go into Ray's object store once and every replica
+  fetches them from there by reference (adapter weights only with LoRA, never the base model).
+- A replica whose actor dies is replaced in its bundle, given the adapter it was serving, and its
+  in-flight generation call is issued again with the same random stream (so the result is the same).
+- The job's own process keeps the loop, the rewards, the metrics and the checkpoints; it reads the
+  adapter files from the learner for checkpoints, so no shared filesystem is needed.
+
+``rollout.ray_address`` connects to an existing cluster (``auto``, ``ray://host:10001``, ...); without
+it a Ray instance is started for the job and shut down after. Every node needs OpenRFT installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from openrft.engine.async_rollouts import GenerationReplica
+from openrft.engine.local_runtime import LearnerParts, learner_config, remote_replicas, replica_seed
+from openrft.engine.setup import JobParts
+from openrft.errors import OpenRFTError
+from openrft.rollout.types import Completion, SamplingParams
+from openrft.spec.job import JobSpec
+
+PLACEMENT_TIMEOUT_S = 120.0
+MAX_REPLICA_RESTARTS = 5
+
+
+def _load_model(spec: JobSpec):
+    from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, pick_device, pick_dtype
+
+    configure_threads(spec.runtime.threads or 1)
+    device = pick_device(spec.runtime.device)
+    tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
+    torch.manual_seed(spec.training.seed)  # as the local runtime: the same adapter initialisation
+    model = load_causal_lm(spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision)
+    return model, tokenizer, eos_token_ids(tokenizer, model)
+
+
+class LearnerActor:
+    """Policy, learner and an evaluation generator on one actor."""
+
+    def __init__(self, spec_json: str):
+        from openrft.learner import Learner, Policy
+        from openrft.rollout.local import TransformersGenerator
+
+        spec = JobSpec.model_validate_json(spec_json)
+        model, tokenizer, eos = _load_model(spec)
+        self.policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
+        self.learner = Learner(self.policy, learner_config(spec, tokenizer.pad_token_id))
+        self.generator = TransformersGenerator(self.policy.model, tokenizer, eos, tokenizer.pad_token_id,
+                                               seed=spec.training.seed)
+
+    def version(self) -> int:
+        return self.learner.version
+
+    def step(self, samples: list) -> tuple[dict[str, float], int]:
+        metrics = self.learner.step(samples)
+        self.generator.set_policy_version(self.learner.version)
+        return metrics, self.learner.version
+
+    def state_dict(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_state_dict(self, state: dict) -> int:
+        self.learner.load_state_dict(state)
+        self.generator.set_policy_version(self.learner.version)
+        return self.learner.version
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        return self.policy.adapter_state()
+
+    def adapter_files(self) -> dict[str, bytes]:
+        from openrft.engine.checkpoints import save_adapter
+
+        with tempfile.TemporaryDirectory() as tmp:
+            save_adapter(self.policy.model, Path(tmp))
+            return {str(p.relative_to(tmp)): p.read_bytes() for p in Path(tmp).rglob("*") if p.is_file()}
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None) -> list[list[Completion]]:
+        return self.generator.generate(prompts, params, seed=seed)
+
+
+class GenerationActor:
+    """A generation replica: its own copy of the base model, the policy's adapter loaded by version."""
+
+    def __init__(self, spec_json: str, seed: int):
+        from peft import get_peft_model
+
+        from openrft.learner.policy import POLICY_ADAPTER, lora_config
+        from openrft.rollout.local import TransformersGenerator
+
+        spec = JobSpec.model_validate_json(spec_json)
+        model, tokenizer, eos = _load_model(spec)
+        if spec.lora.enabled:
+            model = get_peft_model(model, lora_config(spec.lora), adapter_name=POLICY_ADAPTER)
+        self.lora = spec.lora.enabled
+        self.generator = TransformersGenerator(model, tokenizer, eos, tokenizer.pad_token_id, seed=seed)
+
+    def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> int:
+        if self.lora:
+            self.generator.load_adapter(weights, version)
+        else:
+            self.generator.model.load_state_dict(weights)
+            self.generator.set_policy_version(version)
+        return os.getpid()
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 rng_state: torch.Tensor | None) -> tuple[list[list[Completion]], torch.Tensor]:
+        if rng_state is not None:
+            self.generator.rng.set_state(rng_state)
+        groups = self.generator.generate(prompts, params)
+        return groups, self.generator.rng.get_state()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+# the driver's side ------------------------------------------------------------------------------
+
+
+class RayLearner:
+    """The learner as the loop sees it (``step``, ``version``, state), running on ``LearnerActor``."""
+
+    def __init__(self, actor):
+        import ray
+
+        self.actor, self._ray = actor, ray
+        self.version = ray.get(actor.version.remote())
+
+    def step(self, samples: list) -> dict[str, float]:
+        metrics, self.version = self._ray.get(self.actor.step.remote(samples))
+        return metrics
+
+    def state_dict(self) -> dict:
+        return self._ray.get(self.actor.state_dict.remote())
+
+    def load_state_dict(self, state: dict) -> None:
+        self.version = self._ray.get(self.actor.load_state_dict.remote(state))
+
+
+class RayAdapterWriter:
+    """What checkpoints save (``save_pretrained``): the learner's adapter files, written here."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def save_pretrained(self, directory: str) -> None:
+        import ray
+
+        for name, data in ray.get(self.actor.adapter_files.remote()).items():
+            path = Path(directory) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+
+class RayEvalGenerator:
+    """Evaluation on the learner actor (always with a seed); ``rng`` only keeps the checkpoint format."""
+
+    def __init__(self, actor):
+        self.actor = actor
+        self.rng = torch.Generator()
+        self._version = 0
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def set_policy_version(self, version: int) -> None:
+        self._version = version
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
+        import ray
+
+        return ray.get(self.actor.generate.remote(prompts, params, seed))
+
+
+class RayReplica:
+    """A generation replica on a ``GenerationActor``; replaced (and its call re-issued) if it dies."""
+
+    def __init__(self, start: Callable[[], Any], name: str, on_event: Callable[[str, str], None],
+                 max_restarts: int = MAX_REPLICA_RESTARTS):
+        self.start, self.name, self.on_event, self.max_restarts = start, name, on_event, max_restarts
+        self.actor = start()
+        self.restarts = 0
+        self._adapter: tuple[Any, int] | None = None
+
+    def load_adapter(self, weights: Any, version: int) -> None:
+        self._adapter = (weights, version)
+        self._call(lambda actor: actor.load_adapter.remote(weights, version))
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 rng_state: Any | None) -> tuple[list[list[Completion]], Any]:
+        return self._call(lambda actor: actor.generate.remote(prompts, params, rng_state))
+
+    def _call(self, submit: Callable[[Any], Any]) -> Any:
+        import ray
+        from ray.exceptions import RayActorError
+
+        while True:
+            try:
+                return ray.get(submit(self.actor))
+            except RayActorError as exc:
+                if self.restarts >= self.max_restarts:
+                    raise OpenRFTError(f"generation replica {self.name} died {self.restarts + 1} times; "
+                                       f"last: {exc}") from None
+                self.restarts += 1
+                self.on_event("warn", f"generation replica {self.name} died; replacing it and re-issuing its work "
+                                      f"(restart {self.restarts})")
+                self.actor = self.start()
+                if self._adapter is not None:
+                    ray.get(self.actor.load_adapter.remote(*self._adapter))
+
+    def close(self) -> None:
+        import ray
+
+        ray.kill(self.actor, no_restart=True)
+
+
+class RayRuntime:
+    name = "ray"
+    loads_model_locally = False
+
+    def __init__(self, spec: JobSpec, on_event: Callable[[str, str], None] | None = None):
+        self.spec, self.on_event = spec, on_event or (lambda level, message: None)
+        self.replicas: list[RayReplica] = []
+        self._started_ray = False
+        self._group = None
+        self._learner = None
+
+    def _connect(self):
+        import ray
+
+        if not ray.is_initialized():
+            address = self.spec.rollout.ray_address
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=True, logging_level="WARNING")
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise OpenRFTError(f"rollout.ray_address {address!r}: cannot connect to a Ray cluster: {exc}") \
+                    from None
+            self._started_ray = address is None
+        return ray
+
+    def _placement(self):
+        """One bundle for the learner, one per generation replica; GPUs when the cluster has one per bundle."""
+        ray = self._connect()
+        from ray.util.placement_group import placement_group
+
+        count = 1 + self.spec.rollout.generation_replicas
+        cpus = float(self.spec.runtime.threads or 1)
+        gpus = 1.0 if self.spec.runtime.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= count else 0.0
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        group = placement_group([dict(bundle) for _ in range(count)], strategy="PACK")
+        ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not ready:
+            ray.util.remove_placement_group(group)
+            raise OpenRFTError(
+                f"the Ray cluster cannot place the job: it needs {count} x {bundle} (1 learner + "
+                f"rollout.generation_replicas {count - 1}); the cluster has {ray.cluster_resources()}")
+        self._group, self._bundle = group, bundle
+        return ray
+
+    def _options(self, index: int) -> dict:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        strategy = PlacementGroupSchedulingStrategy(placement_group=self._group, placement_group_bundle_index=index)
+        return {"num_cpus": self._bundle["CPU"], "num_gpus": self._bundle.get("GPU", 0),
+                "scheduling_strategy": strategy, "max_concurrency": 1}
+
+    def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
+        ray = self._placement()
+        if spec.rollout.replicas > 1:
+            self.on_event("warn", f"rollout.replicas is {spec.rollout.replicas}: the Ray runtime runs the learner as "
+                                  "one actor (data-parallel learners are not implemented)")
+        actor = ray.remote(LearnerActor).options(**self._options(0)).remote(spec.model_dump_json())
+        self._learner = actor
+        return LearnerParts(RayLearner(actor), RayAdapterWriter(actor), RayEvalGenerator(actor),
+                            lambda: actor.adapter_state.remote())
+
+    def generation_replicas(self, spec: JobSpec, parts: JobParts, learner: LearnerParts,
+                            run_dir: Path) -> list[GenerationReplica]:
+        import ray
+
+        if spec.rollout.generator_base_url:
+            return [_FetchingReplica(r) for r in remote_replicas(spec, parts, run_dir)]
+        remote_class = ray.remote(GenerationActor)
+        spec_json = spec.model_dump_json()
+
+        def starter(index: int) -> Callable[[], Any]:
+            seed = replica_seed(spec.training.seed, index)
+            return lambda: remote_class.options(**self._options(1 + index)).remote(spec_json, seed)
+
+        self.replicas = [RayReplica(starter(i), f"ray-{i}", self.on_event)
+                         for i in range(spec.rollout.generation_replicas)]
+        return list(self.replicas)
+
+    def close(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for replica in self.replicas:
+            with contextlib.suppress(Exception):  # already closed or dead
+                replica.close()
+        if self._learner is not None:
+            ray.kill(self._learner, no_restart=True)
+        if self._group is not None:
+            ray.util.remove_placement_group(self._group)
+        if self._started_ray:
+            ray.shutdown()
+
+
+class _FetchingReplica:
+    """A remote-server replica under the Ray runtime: adapter weights arrive as object refs."""
+
+    def __init__(self, replica: GenerationReplica):
+        self.replica, self.name = replica, replica.name
+
+    def load_adapter(self, weights: Any, version: int) -> None:
+        import ray
+
+        self.replica.load_adapter(ray.get(weights) if isinstance(weights, ray.ObjectRef) else weights, version)
+
+    def generate(self, prompts, params, rng_state):
+        return self.replica.generate(prompts, params, rng_state)
+
+    def close(self) -> None:
+        self.replica.close()

@@ -1,0 +1,1 @@
+"""The job service: REST API (OpenAI- and Vertex-compatible), durable job store, workers."""

@@ -1,0 +1,57 @@
+"""The FastAPI application: OpenAI fine-tuning routes, Vertex tuning-job routes, Nova recipes, one store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from openrft import __version__
+from openrft.service import dashboard, routes_files, routes_nova, routes_openai, routes_vertex
+from openrft.service.auth import Authenticator
+from openrft.service.config import ServiceConfig
+from openrft.service.errors import install_handlers
+from openrft.service.limits import BodyLimit
+from openrft.service.store import Store
+from openrft.service.submission import Submitter
+
+DESCRIPTION = """Reinforcement fine-tuning as a service. The OpenAI fine-tuning API (files, jobs, events,
+checkpoints, graders), Vertex-style tuning jobs and Nova recipes share one job store; workers run the jobs."""
+
+
+def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
+    """The app; ``store`` None builds it for its OpenAPI document only."""
+    app = FastAPI(title="OpenRFT", version=__version__, description=DESCRIPTION)
+    app.state.config = config
+    if store is not None:
+        config.ensure_dirs()
+        app.state.store = store
+        app.state.auth = Authenticator(store, require_key=not config.loopback_only)
+        app.state.submitter = Submitter(store, config)
+    install_handlers(app)
+    app.add_middleware(BodyLimit, max_request_bytes=config.max_request_bytes,
+                       max_upload_bytes=config.max_upload_bytes)
+    app.include_router(routes_files.router)
+    app.include_router(routes_openai.router)
+    app.include_router(routes_nova.router)
+    app.include_router(routes_vertex.build_router("v1"))
+    app.include_router(routes_vertex.build_router("v1beta1", include_in_schema=False))
+
+    dashboard.mount(app)  # the web dashboard at / (service/dashboard)
+
+    @app.get("/health", tags=["openrft"])
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__}
+
+    return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document the server serves at ``/openapi.json`` (committed as docs/openapi.json)."""
+    return create_app(ServiceConfig.build("/nonexistent-openrft-data", "sqlite://")).openapi()
+
+
+if __name__ == "__main__":  # python -m openrft.service.app > docs/openapi.json
+    import json
+
+    print(json.dumps(openapi_document(), indent=2, sort_keys=True))

@@ -1,0 +1,50 @@
+"""Service settings: where the data lives, which database, limits and timings. Passed in, never global."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def default_data_dir() -> Path:
+    """``$OPENRFT_HOME``, else ``~/.openrft``."""
+    return Path(os.environ.get("OPENRFT_HOME") or Path.home() / ".openrft")
+
+
+@dataclass
+class ServiceConfig:
+    data_dir: Path
+    database_url: str
+    host: str = "127.0.0.1"
+    max_request_bytes: int = 1 << 20  # JSON bodies
+    max_upload_bytes: int = 512 << 20  # files
+    heartbeat_interval_s: float = 2.0
+    heartbeat_timeout_s: float = 30.0
+    poll_interval_s: float = 0.5
+    cancel_grace_s: float = 10.0
+    max_attempts: int = 3
+
+    @classmethod
+    def build(cls, data_dir: str | Path | None = None, database_url: str | None = None, **kwargs) -> ServiceConfig:
+        root = Path(data_dir).expanduser() if data_dir else default_data_dir()
+        url = database_url or os.environ.get("OPENRFT_DATABASE_URL") or f"sqlite:///{root / 'openrft.db'}"
+        return cls(data_dir=root.resolve(), database_url=url, **kwargs)
+
+    @property
+    def files_dir(self) -> Path:
+        return self.data_dir / "files"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "runs"
+
+    def ensure_dirs(self) -> None:
+        for path in (self.data_dir, self.files_dir, self.runs_dir):
+            path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def loopback_only(self) -> bool:
+        return self.host in LOOPBACK_HOSTS

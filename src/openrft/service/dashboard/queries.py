@@ -1,0 +1,86 @@
+"""What the dashboard shows, read from the job store: job summaries with their latest rewards, a job's
+metric rows, events and checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from openrft.charts import VALIDATION_PREFIX, charts_data
+from openrft.service.store import Store
+from openrft.service.store.models import Checkpoint, Event, Job, StepMetrics
+
+TRAIN_REWARD = "critic/rewards/mean"
+ACTIVE_STATUSES = ("validating_files", "queued", "running", "pausing")
+
+
+def latest_rewards(store: Store, job_id: str) -> tuple[float | None, float | None]:
+    """(train, validation) reward of the latest steps that have them; rows are read newest first and only
+    until both are found (validation runs every few steps)."""
+    train = validation = None
+    query = (select(StepMetrics.data).where(StepMetrics.job_id == job_id).order_by(StepMetrics.step.desc())
+             .execution_options(yield_per=32))
+    with store.session() as s:
+        for data in s.scalars(query):
+            if train is None and TRAIN_REWARD in data:
+                train = data[TRAIN_REWARD]
+            if validation is None:
+                validation = next((v for k, v in data.items() if k.startswith(VALIDATION_PREFIX)), None)
+            if train is not None and validation is not None:
+                break
+    return train, validation
+
+
+def job_summary(store: Store, job: Job) -> dict[str, Any]:
+    train, validation = latest_rewards(store, job.id)
+    spec = job.spec or {}
+    return {
+        "id": job.id,
+        "name": job.display_name or job.suffix or spec.get("name"),
+        "status": job.status,
+        "control": job.control,
+        "dialect": job.api,
+        "model": job.model,
+        "step": job.last_step,
+        "total_steps": job.total_steps,
+        "train_reward": train,
+        "validation_reward": validation,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "error": job.error_message,
+        "active": job.status in ACTIVE_STATUSES,
+    }
+
+
+def metric_rows(store: Store, job_id: str) -> list[dict[str, Any]]:
+    return [{"step": r.step, **r.data} for r in store.metrics(job_id)]
+
+
+def events_after(store: Store, job_id: str, after: int, limit: int = 500) -> list[dict[str, Any]]:
+    """Oldest first, the events newer than sequence number ``after``."""
+    with store.session() as s:
+        rows = s.scalars(select(Event).where(Event.job_id == job_id, Event.seq > after).order_by(Event.seq)
+                         .limit(limit))
+        return [{"seq": e.seq, "created_at": e.created_at, "level": e.level, "type": e.type, "message": e.message}
+                for e in rows]
+
+
+def checkpoints(store: Store, job_id: str) -> list[dict[str, Any]]:
+    """Every kept checkpoint, by step, with its validation reward (no server paths: tenants see ids)."""
+    with store.session() as s:
+        rows = s.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step))
+        return [{"id": c.id, "step": c.step, "val_reward": c.val_reward, "created_at": c.created_at} for c in rows]
+
+
+def job_page(store: Store, job: Job, after_event: int) -> dict[str, Any]:
+    """Everything the job page draws: the summary, each chart's series (``openrft.charts``: the same
+    series ``openrft plot`` draws), checkpoints, and the events after ``after_event``."""
+    rows = metric_rows(store, job.id)
+    return {
+        "job": job_summary(store, job),
+        "charts": [c.to_json() for c in charts_data(rows)],
+        "checkpoints": checkpoints(store, job.id),
+        "events": events_after(store, job.id, after_event),
+    }

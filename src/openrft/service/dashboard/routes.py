@@ -1,0 +1,39 @@
+"""The dashboard's page and JSON routes. Data routes authenticate like the rest of the API (Bearer key)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import FileResponse
+
+from openrft.service.auth import current_owner
+from openrft.service.dashboard import queries
+
+# UI routes: kept out of the OpenAPI document (docs/openapi.json), which describes the public API
+router = APIRouter(tags=["dashboard"], include_in_schema=False)
+Owner = Annotated[str, Depends(current_owner)]
+INDEX = Path(__file__).parent / "static" / "index.html"
+
+
+@router.get("/")
+def index() -> FileResponse:
+    """The dashboard page (job list; ``/?job=ID`` shows one job). It holds no data: no key needed for it."""
+    return FileResponse(INDEX, media_type="text/html", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/v1/dashboard/jobs")
+def jobs(request: Request, owner: Owner, limit: Annotated[int, Query(ge=1, le=100)] = 50) -> dict[str, Any]:
+    """The tenant's newest jobs with their status, dialect, model, steps and latest rewards."""
+    store = request.app.state.store
+    rows, more = store.list_jobs(owner, limit)
+    return {"data": [queries.job_summary(store, job) for job in rows], "has_more": more}
+
+
+@router.get("/v1/dashboard/jobs/{job_id}")
+def job(request: Request, owner: Owner, job_id: str,
+        after_event: Annotated[int, Query(ge=0, description="events after this sequence number")] = 0) -> dict:
+    """One job's page: summary, chart series, checkpoints, new events."""
+    store = request.app.state.store
+    return queries.job_page(store, store.get_job(owner, job_id), after_event)

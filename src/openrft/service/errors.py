@@ -1,0 +1,112 @@
+"""API errors in each family's shape: OpenAI ``{"error": {message, type, param, code}}`` and Google
+``{"error": {code, message, status, details}}`` for the Vertex routes. Spec and dataset problems
+come back as 400 naming every field path."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from openrft.data.loader import DatasetError
+from openrft.errors import OpenRFTError
+from openrft.service.store import Conflict, NotFound
+from openrft.spec.errors import SpecError, join_path
+
+log = logging.getLogger("openrft.service")
+
+GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                 405: "UNIMPLEMENTED", 409: "FAILED_PRECONDITION", 413: "OUT_OF_RANGE", 500: "INTERNAL"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
+                 problems: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.problems = problems or []
+
+
+def is_google_path(path: str) -> bool:
+    return path.startswith(("/v1/projects/", "/v1beta1/projects/"))
+
+
+def error_response(path: str, error: ApiError) -> JSONResponse:
+    if is_google_path(path):
+        details = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [{"field": p["param"], "description": p["message"]} for p in error.problems]}]
+        body = {"error": {"code": error.status, "message": error.message,
+                          "status": GOOGLE_STATUS.get(error.status, "UNKNOWN"),
+                          "details": details if error.problems else []}}
+    else:
+        kind = {401: "authentication_error", 404: "invalid_request_error", 500: "server_error"}.get(
+            error.status, "invalid_request_error")
+        body = {"error": {"message": error.message, "type": kind, "param": error.param, "code": error.code}}
+        if error.problems:
+            body["error"]["problems"] = error.problems
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
+def from_spec_error(exc: SpecError, code: str = "invalid_job") -> ApiError:
+    problems = [{"param": p.path, "message": str(p)} for p in exc.problems]
+    return ApiError(400, str(exc), code, problems[0]["param"] if problems else None, problems)
+
+
+def from_dataset_error(exc: DatasetError, field: str, shown_as: str | None = None) -> ApiError:
+    """Dataset problems name the file (by its id, not the server path), line and field."""
+    text = str(exc)
+    if shown_as:
+        text = text.replace(exc.location, shown_as)
+    problems = [{"param": field, "message": str(p).replace(exc.location, shown_as or exc.location)}
+                for p in exc.problems]
+    return ApiError(400, f"{field}: {text}", "invalid_training_file" if "validation" not in field else
+                    "invalid_validation_file", field, problems)
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return error_response(request.url.path, exc)
+
+    @app.exception_handler(NotFound)
+    async def _not_found(request: Request, exc: NotFound):
+        return error_response(request.url.path, ApiError(404, f"no such object: {exc.args[0]}", "not_found"))
+
+    @app.exception_handler(Conflict)
+    async def _conflict(request: Request, exc: Conflict):
+        return error_response(request.url.path, ApiError(409, str(exc), exc.code))
+
+    @app.exception_handler(SpecError)
+    async def _spec_error(request: Request, exc: SpecError):
+        return error_response(request.url.path, from_spec_error(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        problems = []
+        for item in exc.errors():
+            loc = [p for p in item.get("loc", ()) if p not in ("body", "query", "path", "header")]
+            problems.append({"param": join_path(loc), "message": f"{join_path(loc)}: {item.get('msg')}"})
+        message = "; ".join(p["message"] for p in problems) or "invalid request"
+        error = ApiError(400, message, "invalid_request", problems[0]["param"] if problems else None, problems)
+        return error_response(request.url.path, error)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        return error_response(request.url.path, ApiError(exc.status_code, str(exc.detail), None))
+
+    @app.exception_handler(OpenRFTError)
+    async def _openrft(request: Request, exc: OpenRFTError):
+        return error_response(request.url.path, ApiError(400, str(exc), "invalid_request"))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(request.url.path, ApiError(500, "internal server error", "server_error"))

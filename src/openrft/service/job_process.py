@@ -1,0 +1,167 @@
+"""One job in its own process: ``python -m openrft.service.job_process JOB_ID --attempt N ...``.
+
+Started by a worker. Runs the engine on the job's spec (resuming from the run directory's latest
+checkpoint if there is one), streams metrics, events and checkpoints into the store, polls the store
+for pause and cancel between steps, and records the outcome. Exits when its worker dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import threading
+import time
+import traceback
+
+from openrft.data.loader import DatasetError
+from openrft.engine import JobControl, RFTJob
+from openrft.engine.checkpoints import CheckpointManager
+from openrft.engine.job import Command
+from openrft.errors import CheckpointError, ModelNotFoundError, OpenRFTError, RewardError
+from openrft.service.config import ServiceConfig
+from openrft.service.metrics_events import checkpoint_metrics, event_data, event_message
+from openrft.service.store import CheckpointRecord, Store
+from openrft.service.store.base import new_id
+from openrft.service.store.models import Job
+from openrft.service.views import final_model_name
+from openrft.spec.errors import SpecError
+from openrft.spec.job import JobSpec
+
+ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
+    (DatasetError, "invalid_training_file"),
+    (SpecError, "invalid_job"),
+    (ModelNotFoundError, "model_not_found"),
+    (RewardError, "reward_error"),
+    (CheckpointError, "checkpoint_error"),
+    (OpenRFTError, "job_error"),
+)
+
+
+class StoreControl(JobControl):
+    """Between steps, asks the store whether a pause or cancel was requested."""
+
+    def __init__(self, store: Store, job_id: str):
+        self.store = store
+        self.job_id = job_id
+
+    def poll(self, step: int) -> Command:
+        control = self.store.controls([self.job_id]).get(self.job_id)
+        return control if control in ("pause", "cancel") else "continue"  # type: ignore[return-value]
+
+
+class JobRunner:
+    def __init__(self, store: Store, config: ServiceConfig, job_id: str, attempt: int):
+        self.store = store
+        self.config = config
+        self.job: Job = store.get_job(None, job_id)
+        self.attempt = attempt
+        self.spec = JobSpec.model_validate(self.job.spec)
+        self.run_dir = config.runs_dir / job_id
+        self.checkpoints = CheckpointManager(self.run_dir, self.spec.checkpoint.keep_top_k)
+        self.step_metrics: dict[int, dict[str, float]] = {}
+
+    # listeners the engine calls ------------------------------------------------------------------------
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        total = self.spec.training.total_steps
+        self.step_metrics[step] = metrics
+        self.store.record_step(self.job.id, step, metrics, event_data(step, total, metrics),
+                               event_message(step, total, metrics))
+
+    def on_event(self, level: str, message: str) -> None:
+        message = message.replace(str(self.run_dir), f"runs/{self.job.id}")  # no server paths to tenants
+        self.store.add_event(self.job.id, level if level in ("info", "warn", "error") else "info", message)
+        self.sync_checkpoints()  # the engine announces each saved checkpoint with an event
+
+    def sync_checkpoints(self) -> None:
+        records = [CheckpointRecord(c.step, c.path, c.val_reward,
+                                    checkpoint_metrics(c.step, self.step_metrics.get(c.step)))
+                   for c in self.checkpoints.list()]
+        self.store.sync_checkpoints(self.job.id, records)
+
+    # the run ----------------------------------------------------------------------------------------------
+
+    def build(self) -> RFTJob:
+        kwargs = {"show_progress": False, "control": StoreControl(self.store, self.job.id),
+                  "listeners": (self.on_metrics,), "on_event": self.on_event}
+        latest = self.checkpoints.latest() if (self.run_dir / "spec.json").exists() else None
+        if latest is not None:
+            self.store.truncate_after(self.job.id, latest.step)
+            self.step_metrics = {r.step: r.data for r in self.store.metrics(self.job.id)}
+            self.on_event("info", f"Resuming from the checkpoint at step {latest.step}")
+            return RFTJob.from_run_dir(self.run_dir, **kwargs)
+        if self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
+        self.store.truncate_after(self.job.id, -1)
+        return RFTJob(self.spec, self.run_dir, **kwargs)
+
+    def run(self) -> int:
+        try:
+            summary = self.build().run()
+        except Exception as exc:
+            code = next((c for kind, c in ERROR_CODES if isinstance(exc, kind)), "internal_error")
+            message = str(exc) if isinstance(exc, OpenRFTError) else f"{exc.__class__.__name__}: {exc}"
+            if code == "internal_error":
+                traceback.print_exc()
+            param = "training_file" if code == "invalid_training_file" else None
+            self.store.finish(self.job.id, self.attempt, "failed", f"Job failed: {message}", "error",
+                              error_code=code, error_message=message, error_param=param)
+            return 0
+        self.sync_checkpoints()
+        status, step = summary["status"], summary["steps"]
+        if status == "succeeded":
+            self.store.finish(self.job.id, self.attempt, "succeeded", "The job has successfully completed",
+                              fine_tuned_model=final_model_name(self.job),
+                              trained_tokens=self.store.trained_tokens(self.job.id),
+                              result_files=[self.result_file()])
+        elif status == "paused":
+            self.store.finish(self.job.id, self.attempt, "paused", f"Job paused after step {step}; checkpoint saved")
+        else:
+            self.store.finish(self.job.id, self.attempt, "cancelled", f"Job cancelled after step {step}")
+        return 0
+
+    def result_file(self) -> str:
+        """The run's metrics.jsonl as a file of the job's owner (purpose fine-tune-results)."""
+        file_id = new_id("file-")
+        source = self.run_dir / "metrics.jsonl"
+        target = self.config.files_dir / file_id
+        shutil.copyfile(source, target)
+        self.store.add_file(self.job.owner, f"{self.job.id}-metrics.jsonl", "fine-tune-results",
+                            target.stat().st_size, file_id, file_id)
+        return file_id
+
+
+def watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    """Exit as soon as the worker that started this process is gone (its jobs get requeued)."""
+
+    def loop() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(3)
+            time.sleep(interval_s)
+
+    threading.Thread(target=loop, name="openrft-parent-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m openrft.service.job_process")
+    parser.add_argument("job_id")
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.parent_pid:
+        watch_parent(args.parent_pid)
+    config = ServiceConfig.build(args.data_dir, args.database_url)
+    store = Store.open(config.database_url, run_migrations=False)
+    try:
+        return JobRunner(store, config, args.job_id, args.attempt).run()
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""OpenAI fine-tuning routes (CONTRACTS.md §3): jobs, events, checkpoints, controls, graders."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from openrft.service import graders
+from openrft.service.auth import current_owner
+from openrft.service.errors import ApiError
+from openrft.service.schemas import (
+    FineTuningJob,
+    GraderRunRequest,
+    GraderValidateRequest,
+    JobCheckpoint,
+    JobCreateRequest,
+    JobEvent,
+    Page,
+)
+from openrft.service.views import event_seq, openai_checkpoint, openai_event, openai_job
+
+router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"])
+Owner = Annotated[str, Depends(current_owner)]
+
+
+@router.post("/jobs", response_model=FineTuningJob)
+def create_job(request: Request, owner: Owner, body: JobCreateRequest) -> FineTuningJob:
+    document = body.model_dump(exclude_unset=True)
+    job = request.app.state.submitter.create(owner, document, "openai")
+    return openai_job(job)
+
+
+@router.get("/jobs", response_model=Page[FineTuningJob])
+def list_jobs(request: Request, owner: Owner, after: str | None = None,
+              limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[FineTuningJob]:
+    jobs, more = request.app.state.store.list_jobs(owner, limit, after)
+    data = [openai_job(j) for j in jobs]
+    return Page[FineTuningJob](data=data, has_more=more, first_id=data[0].id if data else None,
+                               last_id=data[-1].id if data else None)
+
+
+@router.get("/jobs/{job_id}", response_model=FineTuningJob)
+def get_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
+    return openai_job(request.app.state.store.get_job(owner, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=FineTuningJob)
+def cancel_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
+    return openai_job(request.app.state.store.request_cancel(owner, job_id))
+
+
+@router.post("/jobs/{job_id}/pause", response_model=FineTuningJob)
+def pause_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
+    return openai_job(request.app.state.store.request_pause(owner, job_id))
+
+
+@router.post("/jobs/{job_id}/resume", response_model=FineTuningJob)
+def resume_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
+    return openai_job(request.app.state.store.request_resume(owner, job_id))
+
+
+@router.get("/jobs/{job_id}/events", response_model=Page[JobEvent])
+def list_events(request: Request, owner: Owner, job_id: str, after: str | None = None,
+                limit: Annotated[int, Query(ge=1, le=1000)] = 20) -> Page[JobEvent]:
+    """Newest first; ``after`` is the id of the last event of the previous page."""
+    store = request.app.state.store
+    store.get_job(owner, job_id)
+    cursor = None
+    if after is not None:
+        cursor = event_seq(after)
+        if cursor is None:
+            raise ApiError(400, f"after: {after!r} is not an event id (ftevent-N)", "invalid_cursor", "after")
+    events, more = store.list_events(job_id, cursor, limit)
+    data = [openai_event(e) for e in events]
+    return Page[JobEvent](data=data, has_more=more, first_id=data[0].id if data else None,
+                          last_id=data[-1].id if data else None)
+
+
+@router.get("/jobs/{job_id}/checkpoints", response_model=Page[JobCheckpoint])
+def list_checkpoints(request: Request, owner: Owner, job_id: str, after: str | None = None,
+                     limit: Annotated[int, Query(ge=1, le=100)] = 10) -> Page[JobCheckpoint]:
+    """The best three checkpoints by validation reward, best first."""
+    store = request.app.state.store
+    job = store.get_job(owner, job_id)
+    best = store.best_checkpoints(job_id, 3)
+    if after is not None:
+        ids = [c.id for c in best]
+        best = best[ids.index(after) + 1:] if after in ids else []
+    data = [openai_checkpoint(c, job) for c in best[:limit]]
+    return Page[JobCheckpoint](data=data, has_more=len(best) > limit, first_id=data[0].id if data else None,
+                               last_id=data[-1].id if data else None)
+
+
+@router.get("/jobs/{job_id}/metrics", response_model=Page[dict[str, Any]], tags=["openrft"])
+def list_metrics(request: Request, owner: Owner, job_id: str) -> Page[dict[str, Any]]:
+    """OpenRFT: every recorded step's metrics (Nova names), oldest first."""
+    store = request.app.state.store
+    store.get_job(owner, job_id)
+    return Page[dict[str, Any]](data=[{"step": r.step, **r.data} for r in store.metrics(job_id)], has_more=False)
+
+
+@router.post("/alpha/graders/run")
+def run_grader(owner: Owner, body: GraderRunRequest) -> dict[str, Any]:
+    return graders.run(body.grader, body.model_sample, body.item, body.reference_answer)
+
+
+@router.post("/alpha/graders/validate")
+def validate_grader(owner: Owner, body: GraderValidateRequest) -> dict[str, Any]:
+    return graders.validate_grader(body.grader)

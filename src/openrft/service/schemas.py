@@ -1,0 +1,191 @@
+"""The API's request and response shapes (OpenAI fine-tuning objects, Vertex tuning jobs).
+
+Pure pydantic, no server imports: the SDK (``openrft.client``) parses responses with these too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+JobStatus = Literal["validating_files", "queued", "running", "pausing", "paused", "succeeded", "failed", "cancelled"]
+
+
+class _Open(BaseModel):
+    """Responses keep fields a newer server adds."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# OpenAI objects -------------------------------------------------------------------------------------------
+
+
+class ErrorObject(_Open):
+    code: str | None = None
+    message: str
+    param: str | None = None
+
+
+class FileObject(_Open):
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    status: str = "processed"
+    expires_at: int | None = None
+    status_details: str | None = None
+
+
+class FileDeleted(_Open):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool
+
+
+class FineTuningJob(_Open):
+    id: str
+    object: Literal["fine_tuning.job"] = "fine_tuning.job"
+    created_at: int
+    finished_at: int | None = None
+    estimated_finish: int | None = None
+    error: ErrorObject | None = None
+    fine_tuned_model: str | None = None
+    model: str
+    organization_id: str = "org-openrft"
+    status: JobStatus
+    trained_tokens: int | None = None
+    training_file: str | None = None
+    validation_file: str | None = None
+    seed: int | None = None
+    suffix: str | None = None
+    metadata: dict[str, str] | None = None
+    method: dict[str, Any] = Field(default_factory=dict)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    result_files: list[str] = Field(default_factory=list)
+    integrations: list[dict[str, Any]] = Field(default_factory=list)
+    step: int = Field(0, description="OpenRFT: the last step with recorded metrics")
+    total_steps: int = Field(0, description="OpenRFT: steps the job runs in all")
+
+
+class JobEvent(_Open):
+    id: str
+    object: Literal["fine_tuning.job.event"] = "fine_tuning.job.event"
+    created_at: int
+    level: Literal["info", "warn", "error"]
+    message: str
+    type: Literal["message", "metrics"] = "message"
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobCheckpoint(_Open):
+    id: str
+    object: Literal["fine_tuning.job.checkpoint"] = "fine_tuning.job.checkpoint"
+    created_at: int
+    fine_tuned_model_checkpoint: str
+    fine_tuning_job_id: str
+    step_number: int
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class Page(_Open, Generic[T]):
+    object: Literal["list"] = "list"
+    data: list[T]
+    has_more: bool
+    first_id: str | None = None
+    last_id: str | None = None
+
+
+# OpenAI requests ------------------------------------------------------------------------------------------
+
+
+class JobCreateRequest(BaseModel):
+    """``POST /v1/fine_tuning/jobs``: checked in full by the OpenAI dialect (errors name the field)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    training_file: str
+    validation_file: str | None = None
+    seed: int | None = None
+    suffix: str | None = Field(None, max_length=64)
+    metadata: dict[str, str] | None = None
+    method: dict[str, Any] | None = None
+    hyperparameters: dict[str, Any] | None = None
+
+
+class GraderRunRequest(BaseModel):
+    grader: dict[str, Any]
+    model_sample: str
+    item: Any = None
+    reference_answer: Any = None
+
+
+class GraderValidateRequest(BaseModel):
+    grader: dict[str, Any]
+
+
+# Vertex objects ---------------------------------------------------------------------------------------------
+
+VertexState = Literal[
+    "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED",
+    "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED", "JOB_STATE_PAUSED",
+]
+
+
+class GoogleStatus(_Open):
+    code: int
+    message: str
+    details: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TunedModel(_Open):
+    model: str | None = None
+    endpoint: str | None = None
+    checkpoints: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TuningJob(_Open):
+    name: str
+    tunedModelDisplayName: str | None = None
+    description: str | None = None
+    baseModel: str
+    state: VertexState
+    createTime: str
+    startTime: str | None = None
+    endTime: str | None = None
+    updateTime: str
+    error: GoogleStatus | None = None
+    reinforcementTuningSpec: dict[str, Any] | None = None
+    tunedModel: TunedModel | None = None
+    labels: dict[str, str] | None = None
+
+
+class TuningJobList(_Open):
+    tuningJobs: list[TuningJob] = Field(default_factory=list)
+    nextPageToken: str | None = None
+
+
+class TuningJobCreateRequest(BaseModel):
+    """``POST .../tuningJobs``: checked in full by the Vertex dialect."""
+
+    model_config = ConfigDict(extra="allow")
+
+    baseModel: str
+    tunedModelDisplayName: str | None = None
+    description: str | None = None
+    labels: dict[str, str] | None = None
+    reinforcementTuningSpec: dict[str, Any]
+
+
+class ValidateRewardRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    sampleResponse: dict[str, Any]
+    example: dict[str, Any]
+    singleRewardConfig: dict[str, Any] | None = None
+    compositeRewardConfig: dict[str, Any] | None = None

@@ -1,0 +1,193 @@
+"""Jobs and their lifecycle: create, list, control requests, atomic claims, heartbeats, the reaper.
+
+Every state change is a conditional UPDATE (``WHERE status = ...``), so two processes racing on the
+same job cannot both win. Statuses are the OpenAI ones; the Vertex routes map them to JOB_STATE_*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select, update
+
+from openrft.service.store.base import Conflict, NotFound, Repo, now, now_s
+from openrft.service.store.models import Event, Job
+
+ACTIVE = ("running", "pausing")
+TERMINAL = ("succeeded", "failed", "cancelled")
+STATUSES = ("validating_files", "queued", "running", "pausing", "paused", "succeeded", "failed", "cancelled")
+
+
+def _event(job_id: str, message: str, level: str = "info") -> Event:
+    return Event(job_id=job_id, created_at=now_s(), level=level, type="message", message=message, data={})
+
+
+class JobsRepo(Repo):
+    def create_job(self, job: Job, message: str = "Validated the job; queued") -> Job:
+        job.created_at = job.created_at or now_s()
+        job.updated_at = now()
+        job.attempts = 0
+        job.last_step = 0
+        with self.session() as s:
+            s.add(job)
+            s.add(_event(job.id, f"Created fine-tuning job: {job.id}"))
+            s.add(_event(job.id, message))
+        return job
+
+    def get_job(self, owner: str | None, job_id: str) -> Job:
+        """A job of ``owner`` (None: any owner, for workers); NotFound otherwise."""
+        with self.session() as s:
+            query = select(Job).where(Job.id == job_id)
+            if owner is not None:
+                query = query.where(Job.owner == owner)
+            job = s.scalar(query)
+        if job is None:
+            raise NotFound(job_id)
+        return job
+
+    def list_jobs(self, owner: str, limit: int = 20, after: str | None = None) -> tuple[list[Job], bool]:
+        """Newest first; ``after`` is the last job id of the previous page."""
+        with self.session() as s:
+            query = select(Job).where(Job.owner == owner)
+            if after:
+                cursor = s.scalar(select(Job.seq).where(Job.id == after, Job.owner == owner))
+                if cursor is None:
+                    raise NotFound(after)
+                query = query.where(Job.seq < cursor)
+            rows = list(s.scalars(query.order_by(Job.seq.desc()).limit(limit + 1)))
+        return rows[:limit], len(rows) > limit
+
+    def _transition(self, job_id: str, expected: str, message: str | None, level: str = "info",
+                    **values: Any) -> bool:
+        with self.session() as s:
+            result = s.execute(update(Job).where(Job.id == job_id, Job.status == expected)
+                               .values(updated_at=now(), **values))
+            if result.rowcount != 1:
+                return False
+            if message:
+                s.add(_event(job_id, message, level))
+        return True
+
+    # requests from the API ---------------------------------------------------------------------------
+
+    def request_cancel(self, owner: str, job_id: str) -> Job:
+        for _ in range(5):
+            job = self.get_job(owner, job_id)
+            if job.status in TERMINAL:
+                raise Conflict(f"job {job_id} is already {job.status}", "job_not_cancellable")
+            if job.status in ACTIVE:
+                if job.control == "cancel" or self._transition(job_id, job.status, "Cancellation requested",
+                                                               control="cancel"):
+                    return self.get_job(owner, job_id)
+            elif self._transition(job_id, job.status, "Job cancelled", status="cancelled", control=None,
+                                  finished_at=now_s()):
+                return self.get_job(owner, job_id)
+        raise Conflict(f"job {job_id} changed state while being cancelled; try again", "concurrent_update")
+
+    def request_pause(self, owner: str, job_id: str) -> Job:
+        for _ in range(5):
+            job = self.get_job(owner, job_id)
+            if job.status == "running" and job.control != "cancel":
+                if self._transition(job_id, "running", "Pause requested: checkpointing", status="pausing",
+                                    control="pause"):
+                    return self.get_job(owner, job_id)
+            elif job.status == "queued":
+                if self._transition(job_id, "queued", "Job paused", status="paused"):
+                    return self.get_job(owner, job_id)
+            else:
+                raise Conflict(f"job {job_id} is {job.status}: only a running or queued job can be paused",
+                               "job_not_pausable")
+        raise Conflict(f"job {job_id} changed state while being paused; try again", "concurrent_update")
+
+    def request_resume(self, owner: str, job_id: str) -> Job:
+        job = self.get_job(owner, job_id)
+        if job.status != "paused":
+            raise Conflict(f"job {job_id} is {job.status}: only a paused job can be resumed", "job_not_resumable")
+        if not self._transition(job_id, "paused", "Job resumed: queued", status="queued", control=None):
+            raise Conflict(f"job {job_id} changed state while being resumed; try again", "concurrent_update")
+        return self.get_job(owner, job_id)
+
+    # workers ---------------------------------------------------------------------------------------------
+
+    def claim_job(self, worker_id: str) -> Job | None:
+        """Take the oldest queued job, atomically: one UPDATE; PostgreSQL skips rows another worker locked."""
+        t = now()
+        oldest = select(Job.seq).where(Job.status == "queued").order_by(Job.seq).limit(1)
+        if self.engine.dialect.name == "postgresql":
+            oldest = oldest.with_for_update(skip_locked=True)
+        with self.session() as s:
+            claimed = s.execute(
+                update(Job)
+                .where(Job.seq == oldest.scalar_subquery(), Job.status == "queued")
+                .values(status="running", worker_id=worker_id, heartbeat_at=t, updated_at=t,
+                        attempts=Job.attempts + 1, control=None)
+                .returning(Job.id)
+            ).scalar()
+            if claimed is None:
+                return None
+            s.execute(update(Job).where(Job.id == claimed, Job.started_at.is_(None)).values(started_at=int(t)))
+            s.add(_event(claimed, f"Job started on worker {worker_id}"))
+        return self.get_job(None, claimed)
+
+    def heartbeat(self, worker_id: str, job_ids: Sequence[str]) -> None:
+        if not job_ids:
+            return
+        with self.session() as s:
+            s.execute(update(Job).where(Job.id.in_(list(job_ids)), Job.worker_id == worker_id,
+                                        Job.status.in_(ACTIVE)).values(heartbeat_at=now()))
+
+    def controls(self, job_ids: Sequence[str]) -> dict[str, str | None]:
+        with self.session() as s:
+            rows = s.execute(select(Job.id, Job.control).where(Job.id.in_(list(job_ids)))).all()
+        return dict(rows)  # type: ignore[arg-type]
+
+    def reap_expired(self, timeout_s: float, max_attempts: int) -> list[str]:
+        """Jobs whose worker stopped heartbeating: requeued (they resume from their last checkpoint),
+        cancelled if a cancel was pending, failed after ``max_attempts`` starts."""
+        deadline = now() - timeout_s
+        with self.session() as s:
+            stale = list(s.scalars(select(Job).where(Job.status.in_(ACTIVE), Job.heartbeat_at < deadline)))
+        reaped = []
+        for job in stale:
+            lost = f"worker {job.worker_id} stopped heartbeating"
+            base = {"worker_id": None, "heartbeat_at": None}
+            if job.control == "cancel":
+                ok = self._transition(job.id, job.status, f"{lost}; job cancelled", status="cancelled",
+                                      finished_at=now_s(), control=None, **base)
+            elif job.attempts >= max_attempts:
+                ok = self._transition(job.id, job.status, f"{lost}; giving up after {job.attempts} attempts",
+                                      "error", status="failed", finished_at=now_s(), error_code="worker_lost",
+                                      error_message=f"{lost} {job.attempts} times", **base)
+            elif job.control == "pause":
+                ok = self._transition(job.id, job.status, f"{lost}; job paused at its last checkpoint",
+                                      status="paused", control=None, **base)
+            else:
+                ok = self._transition(job.id, job.status, f"{lost}; requeued to resume from the last checkpoint",
+                                      "warn", status="queued", **base)
+            if ok:
+                reaped.append(job.id)
+        return reaped
+
+    def requeue(self, job_id: str, worker_id: str, reason: str) -> bool:
+        """A worker hands back a job it cannot finish (it is shutting down)."""
+        with self.session() as s:
+            result = s.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id,
+                                                 Job.status.in_(ACTIVE))
+                               .values(status="queued", worker_id=None, heartbeat_at=None, updated_at=now()))
+            if result.rowcount == 1:
+                s.add(_event(job_id, f"{reason}; requeued", "warn"))
+            return result.rowcount == 1
+
+    def finish(self, job_id: str, attempt: int, status: str, message: str, level: str = "info",
+               **values: Any) -> bool:
+        """The job process's last word; ignored if the job was reaped and claimed again meanwhile."""
+        assert status in ("succeeded", "failed", "cancelled", "paused")
+        extra = {} if status == "paused" else {"finished_at": now_s()}
+        with self.session() as s:
+            result = s.execute(update(Job).where(Job.id == job_id, Job.attempts == attempt, Job.status.in_(ACTIVE))
+                               .values(status=status, control=None, worker_id=None, heartbeat_at=None,
+                                       updated_at=now(), **extra, **values))
+            if result.rowcount == 1:
+                s.add(_event(job_id, message, level))
+            return result.rowcount == 1

@@ -1,0 +1,147 @@
+"""Job submission: the dialect parser and dataset validation run before a job is queued.
+
+Every problem comes back as a 400 naming the user's own field path. Datasets are named by file id
+(``training_file: file-abc``, or a file id in Vertex's ``trainingDatasetUri`` / Nova's
+``run.data_s3_path``); on a server with API keys, server-side paths are refused for data and models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openrft.data.loader import DatasetError
+from openrft.errors import OpenRFTError, RewardError
+from openrft.service.config import ServiceConfig
+from openrft.service.dialect_fields import DATA_FIELDS, MODEL_FIELD, REWARD_FIELD
+from openrft.service.dialect_fields import get_field as _get
+from openrft.service.dialect_fields import set_field as _set
+from openrft.service.errors import ApiError, from_dataset_error, from_spec_error
+from openrft.service.store import Store
+from openrft.service.store.base import new_id
+from openrft.service.store.models import Job
+from openrft.spec.dialects import parse_document
+from openrft.spec.errors import FieldProblem, SpecError
+from openrft.spec.job import JobSpec
+from openrft.spec.locations import is_remote
+
+
+@dataclass
+class Prepared:
+    spec: JobSpec
+    document: dict[str, Any]
+
+
+class Submitter:
+    def __init__(self, store: Store, config: ServiceConfig):
+        self.store = store
+        self.config = config
+
+    def allow_server_paths(self) -> bool:
+        """Server-side paths are the single user's own on a loopback server with no API keys."""
+        return self.config.loopback_only and not self.store.any_keys()
+
+    def file_path(self, owner: str, file_id: str, field: str) -> str:
+        row = self.store.get_file(owner, file_id)
+        if row is None:
+            raise ApiError(400, f"{field}: no file {file_id!r}: upload it with POST /v1/files (purpose fine-tune)",
+                           "invalid_file", field)
+        return str(self.config.files_dir / row.storage_name)
+
+    def prepare(self, owner: str, document: dict[str, Any], dialect: str) -> Prepared:
+        """Parse and validate; raises ApiError (400) naming the field paths."""
+        document = _copy(document)
+        shown: dict[str, str] = {}  # server path -> what the user wrote (the file id)
+        for path in DATA_FIELDS[dialect]:
+            value = _get(document, path)
+            field = ".".join(path)
+            if isinstance(value, str) and value.startswith("file-"):
+                local = self.file_path(owner, value, field)
+                shown[local] = value
+                if dialect != "openai":  # the OpenAI dialect resolves ids itself, through the resolver
+                    _set(document, path, local)
+
+        def resolver(value: str) -> str:
+            """File ids -> stored paths; other values are server paths, the single local user's only."""
+            field = next((".".join(p) for p in DATA_FIELDS[dialect] if _get(document, p) == value), "file")
+            if not value.startswith("file-") and self.allow_server_paths():
+                return value
+            try:
+                return self.file_path(owner, value, field)
+            except ApiError as exc:
+                raise LookupError(exc.message.split(": ", 1)[-1]) from None
+
+        try:
+            spec = parse_document(document, dialect, Path.cwd(), None, resolver)  # type: ignore[arg-type]
+        except SpecError as exc:
+            raise from_spec_error(exc) from None
+        self._check_locations(spec, dialect, shown)
+        self._validate_data(spec, dialect, shown)
+        return Prepared(spec, document)
+
+    def _check_locations(self, spec: JobSpec, dialect: str, shown: dict[str, str]) -> None:
+        if self.allow_server_paths():
+            return
+        problems = []
+        files_dir = str(self.config.files_dir) + "/"
+        for path, location in zip(DATA_FIELDS[dialect], (spec.data.train, spec.data.validation)):
+            if location and location not in shown and not location.startswith(files_dir) and not is_remote(location):
+                problems.append(FieldProblem(".".join(path), "names a server path; upload the file (POST /v1/files) "
+                                             "and use its id", location))
+        if Path(spec.model.name_or_path).is_absolute():
+            problems.append(FieldProblem(MODEL_FIELD[dialect], "is a server path; use a model name",
+                                         spec.model.name_or_path))
+        if problems:
+            raise from_spec_error(SpecError(problems))
+
+    def _validate_data(self, spec: JobSpec, dialect: str, shown: dict[str, str]) -> None:
+        from openrft.engine.setup import load_datasets  # the engine imports torch: not at server start
+        from openrft.rewards import build_reward
+
+        try:
+            reward = build_reward(spec.reward)
+        except (RewardError, SpecError) as exc:
+            if isinstance(exc, SpecError):
+                raise from_spec_error(exc) from None
+            field = REWARD_FIELD[dialect]
+            raise ApiError(400, f"{field}: {exc}", "invalid_reward", field) from None
+        try:
+            load_datasets(spec, reward.requires_reference)
+        except DatasetError as exc:
+            train, validation = DATA_FIELDS[dialect]
+            field = ".".join(validation if exc.location == spec.data.validation else train)
+            raise from_dataset_error(exc, field, shown.get(exc.location)) from None
+        except OpenRFTError as exc:
+            raise ApiError(400, str(exc), "invalid_job") from None
+        finally:
+            asyncio.run(reward.aclose())
+
+    def create(self, owner: str, document: dict[str, Any], dialect: str, api: str | None = None) -> Job:
+        prepared = self.prepare(owner, document, dialect)
+        spec, body = prepared.spec, document
+        train_field, validation_field = DATA_FIELDS[dialect]
+        job = Job(
+            id=new_id("ftjob-"),
+            owner=owner,
+            api=api or dialect,
+            status="queued",
+            request=body,
+            spec=spec.model_dump(mode="json"),
+            model=_get(body, tuple(MODEL_FIELD[dialect].split("."))) or spec.model.name_or_path,
+            display_name=body.get("tunedModelDisplayName") if dialect == "vertex" else spec.name,
+            training_file=_get(body, train_field),
+            validation_file=_get(body, validation_field),
+            seed=spec.training.seed,
+            suffix=body.get("suffix") if dialect == "openai" else None,
+            user_metadata=body.get("metadata") if dialect == "openai" else body.get("labels"),
+            total_steps=spec.training.total_steps,
+        )
+        return self.store.create_job(job, f"Validated {job.training_file or 'the training data'}; job queued")
+
+
+def _copy(document: dict[str, Any]) -> dict[str, Any]:
+    import copy
+
+    return copy.deepcopy(document)

@@ -1,0 +1,142 @@
+"""Workers: claim queued jobs atomically, run each in its own process, heartbeat, reap the dead.
+
+A worker loop, every ``poll_interval``: reaps jobs whose heartbeat expired (any worker may), notices
+its finished job processes, heartbeats its running jobs and kills those whose cancel was ignored past
+a grace period, then claims new jobs up to its concurrency. Job processes exit when their worker dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+from openrft.service.config import ServiceConfig
+from openrft.service.launchers import ForkLauncher, JobHandle, SpawnLauncher
+from openrft.service.store import Store
+from openrft.service.store.base import new_id
+
+log = logging.getLogger("openrft.worker")
+
+
+@dataclass
+class RunningJob:
+    job_id: str
+    attempt: int
+    process: JobHandle
+    cancel_seen_at: float | None = None
+
+
+class Worker:
+    def __init__(self, store: Store, config: ServiceConfig, concurrency: int = 1, worker_id: str | None = None,
+                 launcher: SpawnLauncher | ForkLauncher | None = None):
+        self.store = store
+        self.config = config
+        self.launcher = launcher or SpawnLauncher(config)
+        self.concurrency = max(1, concurrency)
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('')[:6]}"
+        self.running: dict[str, RunningJob] = {}
+        self._last_beat = 0.0
+
+    # one turn of the loop --------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat >= self.config.heartbeat_interval_s:
+            self._last_beat = now
+            self.store.heartbeat(self.worker_id, list(self.running))
+            for job_id in self.store.reap_expired(self.config.heartbeat_timeout_s, self.config.max_attempts):
+                log.warning("requeued job %s: its worker stopped heartbeating", job_id)
+        self._collect_finished()
+        self._enforce_cancels()
+        while len(self.running) < self.concurrency:
+            job = self.store.claim_job(self.worker_id)
+            if job is None:
+                break
+            self._start(job.id, job.attempts)
+
+    def _start(self, job_id: str, attempt: int) -> None:
+        logs = self.config.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        process = self.launcher.start(job_id, attempt, logs / f"{job_id}.log")
+        self.running[job_id] = RunningJob(job_id, attempt, process)
+        log.info("worker %s started job %s (attempt %d, pid %d)", self.worker_id, job_id, attempt, process.pid)
+
+    def _collect_finished(self) -> None:
+        for job_id, running in list(self.running.items()):
+            code = running.process.poll()
+            if code is None:
+                continue
+            del self.running[job_id]
+            if code != 0:
+                self._process_died(running, code)
+
+    def _process_died(self, running: RunningJob, code: int) -> None:
+        """The job process ended without recording an outcome (killed, out of memory, a crash)."""
+        job = self.store.get_job(None, running.job_id)
+        if job.status not in ("running", "pausing") or job.attempts != running.attempt:
+            return
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        if job.control == "cancel":
+            self.store.finish(job.id, running.attempt, "cancelled", f"Job cancelled (job process stopped: {how})")
+        elif job.attempts >= self.config.max_attempts:
+            self.store.finish(job.id, running.attempt, "failed", f"Job process ended with {how}", "error",
+                              error_code="job_process_died",
+                              error_message=f"the job process ended with {how} on {job.attempts} attempts; "
+                                            f"see {self.config.data_dir / 'logs' / (job.id + '.log')}")
+        else:
+            self.store.requeue(job.id, self.worker_id, f"Job process ended with {how}")
+
+    def _enforce_cancels(self) -> None:
+        if not self.running:
+            return
+        controls = self.store.controls(list(self.running))
+        now = time.monotonic()
+        for job_id, running in self.running.items():
+            if controls.get(job_id) != "cancel":
+                continue
+            if running.cancel_seen_at is None:
+                running.cancel_seen_at = now
+            elif now - running.cancel_seen_at > self.config.cancel_grace_s:
+                log.warning("job %s ignored its cancel for %.0fs: killing it", job_id, self.config.cancel_grace_s)
+                running.process.kill()
+
+    # the loop ------------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("worker %s polling %s", self.worker_id, self.store.engine.url.render_as_string(hide_password=True))
+        try:
+            while not stop.is_set():
+                try:
+                    self.tick()
+                except Exception:  # a database hiccup must not kill the worker; the next turn retries
+                    log.exception("worker turn failed")
+                stop.wait(self.config.poll_interval_s)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop the job processes and hand their jobs back (they resume from their last checkpoint)."""
+        for running in self.running.values():
+            if running.process.poll() is None:
+                running.process.terminate()
+        deadline = time.monotonic() + 10
+        for running in self.running.values():
+            try:
+                running.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                running.process.kill()
+                running.process.wait(30)
+            self.store.requeue(running.job_id, self.worker_id, "Worker shut down")
+        self.running.clear()
+
+
+def start_in_thread(worker: Worker) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), name="openrft-worker", daemon=True)
+    thread.start()
+    return thread, stop

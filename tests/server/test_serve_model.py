@@ -1,0 +1,188 @@
+"""``openrft serve-model`` on 127.0.0.1, driven by the official ``openai`` client and by OpenRFT's
+remote generator (the vLLM subset of the API): adapters load by name and change the outputs, and the
+returned log-probs are the model's."""
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+
+from openrft.cli import main
+from openrft.models import eos_token_ids, load_causal_lm, load_tokenizer
+from openrft.rollout.prompts import render_prompt
+from openrft.rollout.remote import GenerationServerError, RemoteGenerator, lora_target_modules
+from openrft.rollout.sampling import scaled_log_probs
+from openrft.rollout.types import SamplingParams
+from openrft.spec.job import LoraSpec
+
+PROMPT = [{"role": "user", "content": "What is 95-73?"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    return load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32), load_tokenizer("openrft-demo")
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory):
+    """A PEFT LoRA adapter with random (non-zero) B matrices: it changes the model's outputs."""
+    torch.manual_seed(0)
+    base = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules="all-linear",
+                                                 init_lora_weights=False))
+    directory = tmp_path_factory.mktemp("adapter") / "random-lora"
+    peft_model.save_pretrained(str(directory))
+    return directory, {k: v.clone() for k, v in get_peft_model_state_dict(peft_model).items()}, peft_model.eval()
+
+
+@pytest.fixture(scope="module")
+def server(adapter, tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    command = [str(Path(sys.executable).parent / "openrft"), "serve-model", "openrft-demo", "--host", "127.0.0.1",
+               "--port", str(port), "--adapter", f"startup={adapter[0]}", "--threads", "1"]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"serve-model exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.5)
+    else:
+        process.terminate()
+        pytest.fail(f"serve-model did not start within 180 s: {log.read_text()[-2000:]}")
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+
+
+def _teacher_forced_logp(model, prompt_ids, token_ids, temperature=1.0):
+    ids = torch.tensor([prompt_ids + token_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
+    return scaled_log_probs(logits, temperature).gather(-1, torch.tensor(token_ids).unsqueeze(-1)).squeeze(-1)
+
+
+def test_models_adapters_and_different_outputs(server, client, adapter):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == ["openrft-demo", "startup"]
+
+    r = httpx.post(f"{server}/v1/load_lora_adapter", json={"lora_name": "tuned", "lora_path": str(adapter[0])})
+    assert r.status_code == 200 and "tuned" in r.text
+    again = httpx.post(f"{server}/v1/load_lora_adapter", json={"lora_name": "tuned", "lora_path": str(adapter[0])})
+    assert again.status_code == 400 and "already been loaded" in again.json()["error"]["message"]
+    cards = {m["id"]: m for m in httpx.get(f"{server}/v1/models").json()["data"]}
+    assert cards["tuned"]["parent"] == "openrft-demo" and cards["tuned"]["root"] == str(adapter[0])
+
+    base = client.chat.completions.create(model="openrft-demo", messages=PROMPT, max_tokens=8, temperature=0)
+    tuned = client.chat.completions.create(model="tuned", messages=PROMPT, max_tokens=8, temperature=0)
+    startup = client.chat.completions.create(model="startup", messages=PROMPT, max_tokens=8, temperature=0)
+    assert base.choices[0].message.content != tuned.choices[0].message.content
+    assert tuned.choices[0].message.content == startup.choices[0].message.content  # the same adapter twice
+    assert base.choices[0].message.role == "assistant" and base.usage.completion_tokens >= 1
+
+    assert httpx.post(f"{server}/v1/unload_lora_adapter", json={"lora_name": "tuned"}).status_code == 200
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.chat.completions.create(model="tuned", messages=PROMPT, max_tokens=2)
+    missing = httpx.post(f"{server}/v1/unload_lora_adapter", json={"lora_name": "tuned"})
+    assert missing.status_code == 404
+    bad_path = httpx.post(f"{server}/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"})
+    assert bad_path.status_code == 400 and "/nonexistent" in bad_path.json()["error"]["message"]
+
+
+def test_completions_with_token_ids_n_and_logprobs(client, model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    other = [{"role": "user", "content": "What is 30+45?"}]
+    prompts = [render_prompt(tokenizer, PROMPT), render_prompt(tokenizer, other)]
+    result = client.completions.create(model="openrft-demo", prompt=prompts, n=3, max_tokens=6, temperature=0.7,
+                                       logprobs=2, seed=5, extra_body={"top_k": 8, "return_tokens_as_token_ids": True})
+    assert [c.index for c in result.choices] == list(range(6))
+    for choice in result.choices:
+        prompt = prompts[choice.index // 3]
+        token_ids = [int(t.split(":")[1]) for t in choice.logprobs.tokens]
+        assert choice.finish_reason in ("stop", "length") and 1 <= len(token_ids) <= 6
+        expected = _teacher_forced_logp(model, prompt, token_ids, temperature=0.7)
+        assert torch.allclose(torch.tensor(choice.logprobs.token_logprobs), expected, atol=1e-4)
+        for token, lp, top in zip(choice.logprobs.tokens, choice.logprobs.token_logprobs, choice.logprobs.top_logprobs):
+            assert top[token] == lp and len(top) in (2, 3)  # the sampled token and the top 2
+            assert max(top.values()) >= lp
+    again = client.completions.create(model="openrft-demo", prompt=prompts, n=3, max_tokens=6, temperature=0.7,
+                                      seed=5, extra_body={"top_k": 8})
+    assert [c.text for c in again.choices] == [c.text for c in result.choices]  # a seed makes it repeatable
+
+    chat = client.chat.completions.create(model="openrft-demo", messages=PROMPT, n=2, max_tokens=5, temperature=1.0,
+                                          logprobs=True, top_logprobs=3)
+    assert len(chat.choices) == 2
+    content = chat.choices[0].logprobs.content
+    assert content and all(len(t.top_logprobs) == 3 for t in content)
+    assert all(t.top_logprobs[0].logprob >= t.top_logprobs[-1].logprob for t in content)
+
+    with pytest.raises(openai.BadRequestError, match="stream"):
+        client.completions.create(model="openrft-demo", prompt=prompts[0], stream=True)
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.completions.create(model="openrft-demo", prompt=prompts[0], max_tokens=100_000)
+
+
+def test_remote_generator_loads_versions_and_samples_with_exact_logprobs(server, adapter, model_and_tokenizer,
+                                                                        tmp_path):
+    model, tokenizer = model_and_tokenizer
+    _, weights, peft_model = adapter
+    assert lora_target_modules(weights) == ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
+    lora = LoraSpec(rank=4, alpha=16)
+    generator = RemoteGenerator(server, adapter_dir=tmp_path / "served", lora=lora, base_model="openrft-demo",
+                                eos_token_ids=eos_token_ids(tokenizer, model), adapter_prefix="job-r0")
+    prompt = render_prompt(tokenizer, PROMPT)
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=6)
+
+    generator.load_adapter({k: torch.zeros_like(v) if "lora_B" in k else v for k, v in weights.items()}, 0)
+    generator.load_adapter(weights, 1)
+    served = [m["id"] for m in httpx.get(f"{server}/v1/models").json()["data"]]
+    assert "job-r0-v1" in served and "job-r0-v0" not in served  # the previous version was unloaded
+    assert not (tmp_path / "served" / "job-r0-v0").exists()
+
+    [group] = generator.generate([prompt], params)
+    assert len(group) == 4 and generator.policy_version == 1
+    for completion in group:
+        assert completion.policy_version == 1 and completion.prompt_ids == prompt
+        expected = _teacher_forced_logp(peft_model, prompt, completion.token_ids)
+        assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-4)
+        stops = completion.finish_reason == "stop"
+        assert stops == (completion.token_ids[-1] in generator.eos_token_ids)
+        assert completion.text == tokenizer.decode(completion.token_ids[:-1] if stops else completion.token_ids,
+                                                   skip_special_tokens=True)
+    generator.close()
+
+    down = RemoteGenerator("http://127.0.0.1:9", adapter_dir=tmp_path / "x", lora=lora, base_model="m",
+                           eos_token_ids=[0], retries=0)
+    with pytest.raises(GenerationServerError, match=r"cannot reach the generation server at http://127\.0\.0\.1:9/v1"):
+        down.generate([prompt], params)
+    shutil.rmtree(tmp_path / "served", ignore_errors=True)
+
+
+def test_cli_rejects_a_malformed_adapter_argument(capsys):
+    assert main(["serve-model", "openrft-demo", "--adapter", "no-equals-sign"]) == 2
+    assert "expected NAME=PATH" in capsys.readouterr().err
