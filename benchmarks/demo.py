@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from openrft.engine.local_runtime import LocalRuntime
 from openrft.engine.rollouts import RolloutGroup, score_groups
 from openrft.engine.setup import JobParts, build_parts
 from openrft.engine.train_batch import build_train_batch
-from openrft.engine.local_runtime import LocalRuntime
 from openrft.learner import Learner, Policy, TrainSample
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.local import TransformersGenerator
