@@ -35,8 +35,9 @@ def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":!benchmarks/results"],  # results written earlier in the same run are not code
+        # uncommitted changes to what the numbers depend on (results written earlier in the run are not)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks",
+                                "examples", "pyproject.toml", ":!benchmarks/results"],
                                cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
