@@ -31,7 +31,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests scripts benchmarks
 	$(VENV)/bin/ruff format src tests scripts
 
-# CPU benchmark suites (about 15-25 minutes on 2 cores; not part of `make test`): OpenRFT vs TRL's
+# CPU benchmark suites (about 12-20 minutes on 2 cores; not part of `make test`): OpenRFT vs TRL's
 # GRPOTrainer, rollout and learner throughput, memory, optimisations, threads. Results land in
 # benchmarks/results/*.{md,json}; see docs/performance.md. TRL is a benchmark-only dependency.
 BENCH_STAMP := $(VENV)/.bench-installed
