@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # The CPU build of torch; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test lint format clean-demo demo-model
+.PHONY: venv demo test lint format clean-demo demo-model bench bench-quick bench-gpu
 
 venv: $(STAMP)
 
@@ -20,16 +20,35 @@ demo: $(STAMP)
 	$(VENV)/bin/openrft train examples/arithmetic/recipe.yaml --output runs/demo --overwrite
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/ruff format --check src tests scripts
 
 format: $(STAMP)
-	$(VENV)/bin/ruff check --fix src tests scripts
+	$(VENV)/bin/ruff check --fix src tests scripts benchmarks
 	$(VENV)/bin/ruff format src tests scripts
+
+# CPU benchmark suites (about 12-20 minutes on 2 cores; not part of `make test`): OpenRFT vs TRL's
+# GRPOTrainer, rollout and learner throughput, memory, optimisations, threads. Results land in
+# benchmarks/results/*.{md,json}; see docs/performance.md. TRL is a benchmark-only dependency.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+bench-quick: $(BENCH_STAMP)
+	$(PY) -m benchmarks --quick
+
+# One NVIDIA GPU: a random Qwen2-0.5B-shaped model in bf16 (says so and exits without a GPU).
+bench-gpu: $(STAMP)
+	$(PY) -m benchmarks gpu
 
 # Rebuild the bundled demo model and dataset (deterministic; the result is committed).
 demo-model: $(STAMP)

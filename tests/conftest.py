@@ -38,7 +38,9 @@ def small_recipe(tmp_path: Path, **trainer) -> Path:
                 **trainer,
             },
         },
-        "openrft": {"eval_max_examples": 16, "tensorboard": False, "lora_rank": 4},
+        # one thread: the engine's default depends on the machine's load, and runs compared bit for bit
+        # (straight against resumed) must compute alike
+        "openrft": {"eval_max_examples": 16, "tensorboard": False, "lora_rank": 4, "threads": 1},
     }
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))

@@ -43,16 +43,35 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 
 def configure_threads(threads: int | None) -> int:
-    """One intra-op thread per physical core unless told otherwise (hyper-threads slow matmuls)."""
-    if threads is None:
-        try:
-            import psutil
+    """Set torch's intra-op threads: ``threads``, or the engine's choice for this machine.
 
-            threads = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-        except ImportError:
-            threads = os.cpu_count() or 1
+    The choice is one thread per physical core this process may run on (hyper-threads slow
+    matmuls; a container's CPU set can be smaller than the machine), but no more than the cores
+    left idle by other processes at the start (the 1-minute load average): on a shared machine,
+    threads beyond the idle cores only wait for each other (docs/performance.md, "Threads").
+    """
+    if threads is None:
+        threads = default_threads(*machine_cpus(), os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
     torch.set_num_threads(threads)
     return threads
+
+
+def machine_cpus() -> tuple[int, int]:
+    """(physical cores, logical CPUs) available to this process."""
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False) or logical
+    except ImportError:
+        physical = logical
+    return min(physical, logical), logical
+
+
+def default_threads(physical: int, logical: int, load: float) -> int:
+    """One per physical core, capped by the CPUs other processes leave idle (never fewer than one)."""
+    idle = int(logical - load + 0.5)
+    return max(1, min(physical, idle))
 
 
 def load_tokenizer(name_or_path: str, revision: str | None = None):

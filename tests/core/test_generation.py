@@ -32,7 +32,7 @@ def test_behaviour_logprobs_match_training_forward():
     for i, s in enumerate(samples):
         n = len(s.response_ids)
         recorded = torch.tensor([c for g in groups for c in g][i].logprobs)
-        assert torch.allclose(logp[i, -n:], recorded, atol=1e-4), (logp[i, -n:], recorded)
+        assert torch.allclose(logp[i, :n], recorded, atol=1e-4), (logp[i, :n], recorded)
 
 
 def test_completions_end_at_eos_and_text_excludes_it():

@@ -89,6 +89,8 @@ class RFTJob:
     def _build(self) -> None:
         spec = self.spec
         self.parts: JobParts = build_parts(spec, load_model=self.runtime.loads_model_locally)
+        if self.runtime.loads_model_locally:  # the threads chosen here are recorded: a resumed run uses the same
+            spec.runtime.threads = self.parts.threads
         learner_parts = self.runtime.build_learner(spec, self.parts)
         self.learner, self.model, self.generator = learner_parts.learner, learner_parts.model, learner_parts.generator
         self.rewards = RewardRunner(self.parts.reward)

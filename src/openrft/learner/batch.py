@@ -1,10 +1,18 @@
-"""Training samples and their packing into micro-batches sized by token count."""
+"""Training samples and their packing into shared-prefix micro-batches sized by token count.
+
+The ``n`` samples of a GRPO group share their prompt. A micro-batch holds each distinct prompt
+once and every response as a row that continues its prompt's KV cache, so a forward/backward
+pass costs ``prompts * prompt_width + rows * response_width`` padded tokens instead of
+``rows * (prompt_width + response_width)``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from openrft.rollout.kv import left_pad
 
 
 @dataclass
@@ -23,63 +31,116 @@ class TrainSample:
 
 @dataclass
 class MicroBatch:
-    """Left-padded so that every response ends at the last column: the LM head then only runs over
-    the last ``response_width + 1`` positions (``logits_to_keep``)."""
+    """Prompts left-padded (each ends at the last column of ``prompt_ids``); responses right-padded,
+    row ``i`` continuing prompt ``prompt_index[i]`` at position ``len(prompt)``."""
 
-    input_ids: torch.Tensor  # [batch, width]
-    attention_mask: torch.Tensor  # [batch, width]
-    position_ids: torch.Tensor  # [batch, width]
-    targets: torch.Tensor  # [batch, response_width]: the tokens predicted at the kept positions
-    response_mask: torch.Tensor  # [batch, response_width]: 1 on response tokens
-    advantages: torch.Tensor  # [batch]
-    behaviour_logp: torch.Tensor | None  # [batch, response_width]
-    response_width: int
+    prompt_ids: torch.Tensor  # [prompts, prompt_width]
+    prompt_mask: torch.Tensor  # [prompts, prompt_width]
+    prompt_positions: torch.Tensor  # [prompts, prompt_width]
+    prompt_index: torch.Tensor  # [rows]: the prompt each response continues
+    response_ids: torch.Tensor  # [rows, response_width]: the tokens the policy is scored on
+    response_mask: torch.Tensor  # [rows, response_width]: 1 on response tokens
+    response_positions: torch.Tensor  # [rows, response_width]
+    advantages: torch.Tensor  # [rows]
+    behaviour_logp: torch.Tensor | None  # [rows, response_width]
+
+    @property
+    def targets(self) -> torch.Tensor:
+        return self.response_ids
+
+    @property
+    def response_width(self) -> int:
+        return self.response_ids.shape[1]
+
+    @property
+    def padded_tokens(self) -> int:
+        return self.prompt_ids.numel() + self.response_ids.numel()
+
+
+def padded_cost(prompt_lengths: list[int], response_lengths: list[int]) -> int:
+    """Padded tokens of a micro-batch with these distinct prompts and these responses."""
+    return len(prompt_lengths) * max(prompt_lengths) + len(response_lengths) * max(response_lengths)
 
 
 def plan_micro_batches(samples: list[TrainSample], max_tokens: int) -> list[list[int]]:
-    """Indices of samples grouped so that ``count * longest <= max_tokens`` (at least one sample each).
+    """Indices of samples grouped into micro-batches of at most ``max_tokens`` padded tokens
+    (``padded_cost``), each sample's prompt counted once per micro-batch; at least one sample each.
 
-    Sorting by length keeps padding small; the order inside the global batch does not change the
-    gradient because the loss is a sum divided by the global token count.
+    Groups (samples with the same prompt) are kept together when they fit and sorted by prompt and
+    response length, which keeps padding small. The order inside the global batch does not change
+    the gradient because the loss is a sum divided by the global token count.
     """
-    order = sorted(range(len(samples)), key=lambda i: samples[i].length)
-    groups: list[list[int]] = []
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, sample in enumerate(samples):
+        groups.setdefault(tuple(sample.prompt_ids), []).append(index)
+    units: list[list[int]] = []
+    for members in groups.values():
+        members.sort(key=lambda i: len(samples[i].response_ids))
+        units += _split_group(samples, members, max_tokens)
+    units.sort(key=lambda u: (len(samples[u[0]].prompt_ids), len(samples[u[-1]].response_ids)))
+
+    plan: list[list[int]] = []
     current: list[int] = []
-    for index in order:
-        longest = samples[index].length  # sorted ascending: the newest is the longest
-        if current and (len(current) + 1) * longest > max_tokens:
-            groups.append(current)
-            current = []
-        current.append(index)
+    prompt_width = response_width = prompt_count = 0
+    for unit in units:
+        p = len(samples[unit[0]].prompt_ids)
+        r = len(samples[unit[-1]].response_ids)
+        cost = (prompt_count + 1) * max(prompt_width, p) + (len(current) + len(unit)) * max(response_width, r)
+        if current and cost > max_tokens:
+            plan.append(current)
+            current, prompt_width, response_width, prompt_count = [], 0, 0, 0
+        current.extend(unit)
+        prompt_width, response_width, prompt_count = max(prompt_width, p), max(response_width, r), prompt_count + 1
     if current:
-        groups.append(current)
-    return groups
+        plan.append(current)
+    return plan
+
+
+def _split_group(samples: list[TrainSample], members: list[int], max_tokens: int) -> list[list[int]]:
+    """A group too large for one micro-batch, in chunks that each carry the prompt (sorted members)."""
+    prompt = len(samples[members[0]].prompt_ids)
+    chunks: list[list[int]] = [[]]
+    for index in members:  # ascending response length: the newest is the longest
+        if chunks[-1] and prompt + (len(chunks[-1]) + 1) * len(samples[index].response_ids) > max_tokens:
+            chunks.append([])
+        chunks[-1].append(index)
+    return chunks
 
 
 def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device) -> MicroBatch:
-    width = max(s.length for s in samples)
-    response_width = max(len(s.response_ids) for s in samples)
-    n = len(samples)
-    input_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)
-    response_mask = torch.zeros((n, response_width), dtype=torch.float32)
-    behaviour = torch.zeros((n, response_width)) if any(s.behaviour_logp is not None for s in samples) else None
+    prompt_of: dict[tuple[int, ...], int] = {}
+    prompts: list[list[int]] = []
+    index: list[int] = []
+    for s in samples:
+        key = tuple(s.prompt_ids)
+        if key not in prompt_of:
+            prompt_of[key] = len(prompts)
+            prompts.append(s.prompt_ids)
+        index.append(prompt_of[key])
+    prompt_ids, prompt_mask, prompt_positions = left_pad(prompts, pad_token_id)
+
+    width = max(len(s.response_ids) for s in samples)
+    rows = len(samples)
+    response_ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((rows, width), dtype=torch.float32)
+    behaviour = torch.zeros((rows, width)) if any(s.behaviour_logp is not None for s in samples) else None
     for i, s in enumerate(samples):
-        sequence = s.prompt_ids + s.response_ids
-        input_ids[i, width - len(sequence) :] = torch.tensor(sequence)
-        attention_mask[i, width - len(sequence) :] = 1
         r = len(s.response_ids)
-        response_mask[i, response_width - r :] = 1
+        response_ids[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
+        response_mask[i, :r] = 1
         if behaviour is not None and s.behaviour_logp is not None:
-            behaviour[i, response_width - r :] = torch.tensor(s.behaviour_logp)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+            behaviour[i, :r] = torch.tensor(s.behaviour_logp)
+    prompt_index = torch.tensor(index, dtype=torch.long)
+    start = prompt_mask.sum(-1)[prompt_index]  # each response begins right after its prompt
+    response_positions = start.unsqueeze(-1) + torch.arange(width)
     return MicroBatch(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        position_ids=position_ids.to(device),
-        targets=input_ids[:, width - response_width :].to(device),
+        prompt_ids=prompt_ids.to(device),
+        prompt_mask=prompt_mask.to(device),
+        prompt_positions=prompt_positions.to(device),
+        prompt_index=prompt_index.to(device),
+        response_ids=response_ids.to(device),
         response_mask=response_mask.to(device),
+        response_positions=response_positions.to(device),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
         behaviour_logp=behaviour.to(device) if behaviour is not None else None,
-        response_width=response_width,
     )

@@ -11,6 +11,7 @@ from openrft.algo.loss import entropy_from_logits, policy_loss_terms, truncated_
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
+from openrft.rollout.kv import cache_keyword, continue_from, prefill
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
 
 
@@ -26,10 +27,21 @@ class LearnerConfig:
 
 
 def response_logits(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> torch.Tensor:
-    """Temperature-scaled logits ``[batch, response_width, vocab]`` predicting ``mb.targets``."""
-    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
-                logits_to_keep=mb.response_width + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float()
+    """Temperature-scaled logits ``[rows, response_width, vocab]`` predicting ``mb.response_ids``.
+
+    Shared prefix: the prompts run once (the LM head on their last position only, which predicts
+    each response's first token), their KV cache is gathered onto the response rows, and the
+    responses (all but their last token, which predicts nothing) run on top of it.
+    """
+    kwarg = cache_keyword(model)
+    first, cache = prefill(model, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg)
+    logits = first.index_select(0, mb.prompt_index).unsqueeze(1)
+    if mb.response_width > 1:
+        cache.batch_select_indices(mb.prompt_index)
+        mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
+        rest = continue_from(model, cache, mb.response_ids[:, :-1], mask, mb.response_positions[:, :-1], kwarg)
+        logits = torch.cat([logits, rest], dim=1)
+    logits = logits.float()
     return logits / temperature if temperature > 0 else logits
 
 
@@ -63,19 +75,20 @@ class Learner:
         total_tokens = sum(len(s.response_ids) for s in samples)
         if total_tokens == 0:
             raise ValueError("a training batch needs at least one response token")
-        self.model.train()
+        if not self.model.training:  # train() walks every module: skip it when nothing changes
+            self.model.train()
         sums = {"pg_loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0, "is_weight": 0.0, "mismatch_kl": 0.0}
-        for indices in plan_micro_batches(samples, self.config.micro_batch_tokens):
+        for indices in self.plan(samples):
             mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
             ref_logp = self._reference_logp(mb) if self.use_kl else None
-            logits = response_logits(self.model, mb, self.config.temperature)
+            logits = self.logits(self.model, mb)
             logp = token_logp(logits, mb.targets)
             if algo.ent_coeff > 0:
                 entropy = entropy_from_logits(logits)
             else:
                 with torch.no_grad():
                     entropy = entropy_from_logits(logits)
-            proximal = logp.detach()  # the policy before this update: ratio 1, on-policy PPO
+            proximal = self.proximal_logp(mb, logp)
             weight = None
             if mb.behaviour_logp is not None:
                 weight = truncated_importance_weight(proximal, mb.behaviour_logp, self.config.importance_weight_cap)
@@ -113,10 +126,23 @@ class Learner:
             metrics["rollout/mismatch_kl"] = sums["mismatch_kl"] / total_tokens
         return metrics
 
+    def plan(self, samples: list[TrainSample]) -> list[list[int]]:
+        """Shared-prefix micro-batches sorted and sized by padded tokens (``plan_micro_batches``)."""
+        return plan_micro_batches(samples, self.config.micro_batch_tokens)
+
+    def logits(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
+        """Temperature-scaled response logits of ``model`` (the policy, or the reference)."""
+        return response_logits(model, mb, self.config.temperature)
+
+    def proximal_logp(self, mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
+        """The policy before this update. It is the one being trained, so its log-probs are this
+        forward's own, detached: the ratio is 1 and no second forward pass is needed."""
+        return logp.detach()
+
     @torch.no_grad()
     def _reference_logp(self, mb: MicroBatch) -> torch.Tensor:
         with self.policy.reference_forward() as reference:
-            return token_logp(response_logits(reference, mb, self.config.temperature), mb.targets)
+            return token_logp(self.logits(reference, mb), mb.targets)
 
     def _clip_and_step(self) -> float:
         params = self.policy.trainable_parameters()

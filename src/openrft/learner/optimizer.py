@@ -7,9 +7,14 @@ from peft.optimizers import create_loraplus_optimizer
 
 from openrft.spec.job import LoraSpec, OptimizerSpec
 
+FUSED_DEVICES = ("cpu", "cuda")
+
 
 def build_optimizer(model: torch.nn.Module, optim: OptimizerSpec, lora: LoraSpec) -> torch.optim.Optimizer:
     kwargs = {"betas": (optim.adam_beta1, optim.adam_beta2), "eps": optim.adam_eps}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if trainable and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in trainable):
+        kwargs["fused"] = True  # one kernel over all parameters: 3x faster than foreach (docs/performance.md)
     if lora.enabled and lora.lora_plus_lr_ratio > 0:
         return create_loraplus_optimizer(
             model,
@@ -19,8 +24,7 @@ def build_optimizer(model: torch.nn.Module, optim: OptimizerSpec, lora: LoraSpec
             loraplus_weight_decay=optim.weight_decay,
             **kwargs,
         )
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay, **kwargs)
+    return torch.optim.AdamW(trainable, lr=optim.lr, weight_decay=optim.weight_decay, **kwargs)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:

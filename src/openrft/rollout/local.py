@@ -7,20 +7,16 @@ sampled token's log-prob under the temperature-scaled policy is recorded as it i
 
 from __future__ import annotations
 
-import inspect
-
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
+from openrft.rollout.kv import cache_keyword, left_pad, prefill
 from openrft.rollout.sampling import sample_tokens
 from openrft.rollout.types import Completion, SamplingParams
 
-
-def cache_keyword(model: torch.nn.Module) -> str:
-    """The forward() argument that takes a KV cache: ``cache`` in recent transformers releases,
-    ``past_key_values`` before (the old name still works there, with a deprecation warning)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+# Rows that have ended are dropped from the decode batch (their KV cache gathered away) once this
+# share of the batch has ended; until then they ride along masked. Measured in docs/performance.md.
+COMPACT_FRACTION = 0.25
 
 
 class TransformersGenerator:
@@ -61,7 +57,8 @@ class TransformersGenerator:
                  seed: int | None = None) -> list[list[Completion]]:
         rng = self.rng if seed is None else torch.Generator(device=self.device).manual_seed(seed)
         was_training = self.model.training
-        self.model.eval()
+        if was_training:  # eval()/train() walk every module: only when the mode changes
+            self.model.eval()
         try:
             prompts_per_chunk = max(1, self.max_batch_sequences // params.n)
             results: list[list[Completion]] = []
@@ -69,24 +66,22 @@ class TransformersGenerator:
                 results += self._generate_chunk(prompts[start : start + prompts_per_chunk], params, rng)
             return results
         finally:
-            self.model.train(was_training)
+            if was_training:
+                self.model.train()
+
+    def _end_table(self, vocab: int, device: torch.device) -> torch.Tensor:
+        """``table[token]`` is True for end tokens: one indexing op per step instead of ``isin``."""
+        table = torch.zeros(vocab, dtype=torch.bool, device=device)
+        ids = [i for i in self.eos_token_ids if 0 <= i < vocab]
+        if ids:
+            table[torch.tensor(ids, device=device)] = True
+        return table
 
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
                         rng: torch.Generator) -> list[list[Completion]]:
         device = self.device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):  # left padding: every prompt ends at the same column
-            ids[i, width - len(prompt) :] = torch.tensor(prompt)
-            mask[i, width - len(prompt) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-
-        cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         **{self._cache_kwarg: cache})
-        logits = out.logits[:, -1, :]
+        ids, mask, positions = (t.to(device) for t in left_pad(prompts, self.pad_token_id))
+        logits, cache = prefill(self.model, ids, mask, positions, self._cache_kwarg)
         n = params.n
         if n > 1:  # one prefill per prompt, shared by its n samples
             cache.batch_repeat_interleave(n)
@@ -95,25 +90,31 @@ class TransformersGenerator:
             positions = positions.repeat_interleave(n, dim=0)
         rows = logits.shape[0]
         next_position = positions[:, -1] + 1
-        eos = torch.tensor(self.eos_token_ids, device=device)
+        is_end = self._end_table(logits.shape[-1], device)
         tokens_out = torch.full((rows, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
         logp_out = torch.zeros((rows, params.max_new_tokens), dtype=torch.float32, device=device)
-        finished = torch.zeros(rows, dtype=torch.bool, device=device)
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
         stopped = torch.zeros(rows, dtype=torch.bool, device=device)
+        row_of = torch.arange(rows, device=device)  # the output row of each row still in the batch
+        done = torch.zeros(rows, dtype=torch.bool, device=device)  # ended, not yet dropped from the batch
 
         for t in range(params.max_new_tokens):
             token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng)
-            token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
-            tokens_out[:, t] = token
-            logp_out[:, t] = logp
-            lengths += (~finished).long()
-            hit_eos = torch.isin(token, eos) & ~finished
-            stopped |= hit_eos
-            finished |= hit_eos
-            if bool(finished.all()) or t == params.max_new_tokens - 1:
+            live = row_of[~done]
+            tokens_out[live, t] = token[~done]
+            logp_out[live, t] = logp[~done]
+            lengths[live] += 1
+            hit = is_end[token] & ~done
+            stopped[row_of[hit]] = True
+            done |= hit
+            if t == params.max_new_tokens - 1 or bool(done.all()):
                 break
-            mask = torch.cat([mask, (~finished).long().unsqueeze(-1)], dim=-1)
+            if int(done.sum()) >= COMPACT_FRACTION * done.numel():  # drop ended rows: their compute is wasted
+                keep = (~done).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                row_of, token, mask, next_position, done = (x[keep] for x in (row_of, token, mask, next_position, done))
+            token = token.masked_fill(done, self.pad_token_id)
+            mask = torch.cat([mask, (~done).long().unsqueeze(-1)], dim=-1)
             out = self.model(input_ids=token.unsqueeze(-1), attention_mask=mask,
                              position_ids=next_position.unsqueeze(-1), use_cache=True, **{self._cache_kwarg: cache})
             logits = out.logits[:, -1, :]

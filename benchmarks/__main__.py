@@ -1,0 +1,452 @@
+"""``python -m benchmarks [SUITE ...]``: the CPU benchmark suites (``make bench`` runs them all), or ``gpu``.
+
+Each suite writes ``benchmarks/results/<suite>.md`` and ``.json`` with the machine, versions,
+command and load. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import RESULTS, load_average, markdown_table, threads, write_results
+
+# The recipe's 1e-3 (with LoRA+ x16 on B) drives the demo model's validation reward down in both systems;
+# at 5e-5 it climbs (docs/performance.md). The benchmark runs both.
+CLIMBING_LR = 5e-5
+SUITES = ("vs-trl", "rollout", "learner", "memory", "optimizations", "threads")
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+def vs_trl(args: argparse.Namespace) -> None:
+    for lr in args.lrs:
+        vs_trl_at(args, lr)
+
+
+def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
+    from benchmarks.trl_match import MAPPING
+    from benchmarks.vs_trl import compare, verdict
+
+    seeds = list(range(args.seeds))
+    rate = "the recipe's learning rate" if lr is None else f"learning rate {lr:g} (both systems)"
+    _log(f"vs TRL: {args.steps} steps, seeds {seeds}, evaluation every {args.eval_every} steps, {rate}")
+    r = compare(args.steps, seeds, args.eval_every, args.threads, args.warmup, lr=lr, log=_log)
+    rows = [
+        {
+            "system": s["system"],
+            "seed": s["seed"],
+            "median": s["median_step_s"],
+            "cpu": s["median_step_cpu_s"],
+            "interval": s["median_interval_s"],
+            "final": s["final_val_reward"],
+            "wall": s["wall_seconds"],
+        }
+        for s in r["runs"]
+    ]
+    curve = [
+        {"step": o["step"], "ours": f"{o['mean']:.3f} ± {o['std']:.3f}", "trl": f"{t['mean']:.3f} ± {t['std']:.3f}"}
+        for o, t in zip(r["openrft_curve"], r["trl_curve"])
+    ]
+    ov, tv = r["openrft_final_val"], r["trl_final_val"]
+    body = [
+        f"The demo job (`examples/arithmetic/recipe.yaml`, {rate}, `refit_freq` 0), {args.steps} steps, seeds "
+        f"{seeds}, {r['threads']} torch threads, one after the other in one process (seeds alternate which goes "
+        "first).",
+        "",
+        f"**Median step time: OpenRFT {r['openrft_median_step_s']:.3f} s, TRL {r['trl_median_step_s']:.3f} s: "
+        f"OpenRFT is {r['speedup_median']:.2f}x faster** (per seed: "
+        + ", ".join(f"{x:.2f}x" for x in r["speedup_per_seed"])
+        + "; wall interval between steps: "
+        + ", ".join(f"{x:.2f}x" for x in r["interval_speedup_per_seed"])
+        + "). In CPU seconds of the process, which other processes' load hardly changes: "
+        + f"{r['cpu_speedup_median']:.2f}x (per seed: "
+        + ", ".join(f"{x:.2f}x" for x in r["cpu_speedup_per_seed"])
+        + ").",
+        "",
+        f"Validation reward after {args.steps} steps (mean ± std over seeds): OpenRFT {ov['mean']:.3f} ± "
+        f"{ov['std']:.3f}, TRL {tv['mean']:.3f} ± {tv['std']:.3f}. {verdict(r)}",
+        "",
+        "## Runs",
+        "",
+        *markdown_table(
+            [
+                ("system", "system"),
+                ("seed", "seed:"),
+                ("median", "median step s:"),
+                ("cpu", "median step CPU s:"),
+                ("interval", "median interval s:"),
+                ("final", "final val reward:"),
+                ("wall", "wall s:"),
+            ],
+            rows,
+        ),
+        "",
+        f"Medians exclude the first {args.warmup} step(s). Step: rollout, reward, advantages, forward/backward and "
+        "optimizer step. Interval: wall time between consecutive steps, logging included, evaluation excluded.",
+        "",
+        "## Validation reward (mean ± std over seeds)",
+        "",
+        "The 200 validation prompts, one sample each at temperature 1 with a fixed seed, scored by exact match, by "
+        "the same code for both (`openrft.engine.evaluation.evaluate`).",
+        "",
+        *markdown_table([("step", "step:"), ("ours", "OpenRFT"), ("trl", "TRL GRPOTrainer")], curve),
+        "",
+        "## Matched configuration",
+        "",
+        *markdown_table(
+            [("openrft", "OpenRFT"), ("trl", "TRL"), ("note", "note")],
+            [{"openrft": m.openrft, "trl": m.trl, "note": m.note} for m in MAPPING],
+        ),
+    ]
+    name = "vs_trl" if lr is None else f"vs_trl_lr{lr:g}"
+    data = {**r, "lr": lr, "mapping": [m.__dict__ for m in MAPPING]}
+    write_results(name, "OpenRFT vs TRL GRPOTrainer on the demo job", body, data, args.out)
+
+
+def rollout(args: argparse.Namespace) -> None:
+    from benchmarks.demo import Demo, demo_spec
+    from benchmarks.rollout import rollout_throughput
+
+    _log("rollout throughput: engine generator vs model.generate")
+    load = {"before": load_average()}
+    demo = Demo.build(demo_spec(args.threads))
+    try:
+        rows = rollout_throughput(demo, args.prompt_counts, args.sample_counts, args.repeats, log=_log)
+    finally:
+        demo.close()
+    load["after"] = load_average()
+    columns = [
+        ("prompts", "prompts:"),
+        ("samples_per_prompt", "samples/prompt:"),
+        ("engine tok/s", "engine tok/s:"),
+        ("model.generate tok/s", "model.generate tok/s:"),
+        ("speedup vs model.generate", "speedup:"),
+        ("engine, no shared prefill tok/s", "engine without shared prefill tok/s:"),
+        ("speedup from shared prefill", "shared prefill buys:"),
+    ]
+    body = [
+        "Generated tokens per second (to and including the end token) on the demo model with its LoRA adapter, "
+        f"the demo's sampling (temperature 1, at most {demo.parts.max_new_tokens} new tokens), "
+        f"{torch.get_num_threads()} torch threads; median of {args.repeats} runs after a warm-up, the three "
+        "interleaved.",
+        "",
+        *markdown_table(columns, rows),
+    ]
+    write_results(
+        "rollout",
+        "Rollout throughput: engine generator vs model.generate",
+        body,
+        {"rows": rows, "load": load, "repeats": args.repeats},
+        args.out,
+    )
+
+
+def learner(args: argparse.Namespace) -> None:
+    from benchmarks.learner import learner_throughput
+
+    _log("learner throughput and achieved FLOP/s")
+    load = {"before": load_average()}
+    rows = []
+    for prompts in args.learner_prompts:
+        r = learner_throughput(prompts, 8, args.repeats, 1, args.threads)
+        _log(
+            f"  {r['samples']} samples: {r['step_s']:.3f} s/step, {r['sequence_tokens_per_s']:.0f} sequence tok/s, "
+            f"{r['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s = {r['fraction_of_matmul_peak']:.1%} of matmul peak"
+        )
+        rows.append(r)
+    load["after"] = load_average()
+    columns = [
+        ("samples", "samples:"),
+        ("step_s", "step s:"),
+        ("response_tokens_per_s", "response tok/s:"),
+        ("sequence_tokens_per_s", "sequence tok/s:"),
+        ("achieved_gflops", "achieved GFLOP/s:"),
+        ("peak_gflops", "matmul peak GFLOP/s:"),
+        ("fraction", "fraction of peak:"),
+        ("fraction_best", "fraction, best step:"),
+        ("shape_gflops", "matmul at model shapes GFLOP/s:"),
+    ]
+    table = [
+        {
+            "samples": r["samples"],
+            "step_s": r["step_s"],
+            "response_tokens_per_s": r["response_tokens_per_s"],
+            "sequence_tokens_per_s": r["sequence_tokens_per_s"],
+            "achieved_gflops": r["achieved_flops_per_s"] / 1e9,
+            "peak_gflops": r["matmul_peak_flops_per_s"] / 1e9,
+            "fraction": r["fraction_of_matmul_peak"],
+            "fraction_best": r["fraction_of_matmul_peak_best_step"],
+            "shape_gflops": r["matmul_flops_per_s_at_model_shapes"] / 1e9,
+        }
+        for r in rows
+    ]
+    shares = [
+        {
+            "samples": r["samples"],
+            "matmul": f"{r['breakdown']['matmul']:.0%}",
+            "attention": f"{r['breakdown']['attention']:.0%}",
+            "other": f"{r['breakdown']['other_ops']:.0%}",
+            "outside": f"{r['breakdown']['outside_ops']:.0%}",
+            "calls": int(r["breakdown"]["op_calls"]),
+        }
+        for r in rows
+    ]
+    body = [
+        "One learner step (policy forward and backward, reference forward, AdamW) on real rollouts of the demo job "
+        f"(8 samples per prompt), {torch.get_num_threads()} torch threads, median of {args.repeats} steps after one.",
+        "Response tokens are the tokens in the loss; sequence tokens count each sample's prompt and response, what a "
+        "trainer without shared prefixes runs. Achieved FLOP/s counts model FLOPs (`benchmarks/flops.py`) over step "
+        "time (median step; and best step, comparable with a best-of peak); the matmul peak is the best fp32 square "
+        "matmul (256 to 2048) on the same threads; the last column runs the model's own linear shapes alone.",
+        "",
+        *markdown_table(columns, table),
+        "",
+        "## Where a step's time goes (torch profiler, one step)",
+        "",
+        *markdown_table(
+            [
+                ("samples", "samples:"),
+                ("matmul", "matmul kernels:"),
+                ("attention", "attention kernels:"),
+                ("other", "other ops:"),
+                ("outside", "outside ops (Python, autograd, dispatch):"),
+                ("calls", "op calls:"),
+            ],
+            shares,
+        ),
+    ]
+    write_results("learner", "Learner throughput and achieved FLOP/s", body, {"rows": rows, "load": load}, args.out)
+
+
+def memory(args: argparse.Namespace) -> None:
+    from benchmarks.learner import memory_scaling
+
+    _log("peak resident memory per learner step")
+    load = {"before": load_average()}
+    r = memory_scaling(
+        args.memory_global,
+        args.memory_micro,
+        args.memory_fixed_micro,
+        args.memory_fixed_prompts,
+        8,
+        args.threads,
+        log=_log,
+    )
+    load["after"] = load_average()
+    columns = [
+        ("samples", "global batch (samples):"),
+        ("micro_batch_tokens", "micro-batch tokens:"),
+        ("micro_batches", "micro-batches:"),
+        ("largest_micro_batch_tokens", "largest micro-batch (padded tokens):"),
+        ("learner_peak_over_baseline_mib", "learner peak over baseline MiB:"),
+        ("learner_peak_mib", "learner peak RSS MiB:"),
+        ("generation_peak_mib", "generation peak RSS MiB:"),
+    ]
+    fm, fg = r["fit_micro"], r["fit_global"]
+    body = [
+        "Peak resident memory of one learner step, each configuration in a fresh process: freed heap memory is handed "
+        "back to the kernel (`malloc_trim`) and the kernel's high-water mark reset (`/proc/self/clear_refs`) just "
+        "before the step, so the peak over the baseline is what the step itself needs. Demo model, 8 samples per "
+        "prompt. Allocator noise is about ±15 MiB.",
+        "",
+        "## Growing the global batch at a fixed micro-batch budget",
+        "",
+        *markdown_table(columns, r["by_global_batch"]),
+        "",
+        f"Slope {fg.get('slope_mib_per_unit', 0) * 1024:.2f} MiB per 1,024 samples of global batch.",
+        "",
+        "## Growing the micro-batch budget at a fixed global batch",
+        "",
+        *markdown_table(columns, r["by_micro_batch"]),
+        "",
+        f"Linear fit against the largest micro-batch: {fm.get('slope_mib_per_unit', 0) * 1024:.1f} MiB per 1,024 "
+        f"padded tokens, R² {fm.get('r2', 0):.4f}.",
+    ]
+    write_results("memory", "Peak memory per learner step", body, {**r, "load": load}, args.out)
+
+
+def optimizations(args: argparse.Namespace) -> None:
+    from benchmarks.demo import Demo, demo_spec
+    from benchmarks.optimizations import (
+        compaction_ablation,
+        generation_ablation,
+        learner_ablation,
+        optimizer_ablation,
+    )
+
+    _log("optimisations, each taken out of the engine in turn")
+    load = {"before": load_average()}
+    demo = Demo.build(demo_spec(args.threads))
+    try:
+        learner_rows = learner_ablation(demo, 8, 8, args.repeats, log=_log)
+        generation_rows = generation_ablation(demo, 8, 8, 4 * args.repeats, log=_log)
+        optimizer_rows = optimizer_ablation(demo)
+        compaction = compaction_ablation(max(2, args.repeats // 2), log=_log)
+    finally:
+        demo.close()
+    load["after"] = load_average()
+    body = [
+        f"One demo-job step's batch (8 prompts x 8 samples), {torch.get_num_threads()} torch threads, median of "
+        f"{args.repeats} interleaved runs after one ({4 * args.repeats} for generation, which is shorter).",
+        "",
+        "## Learner step, one optimisation removed at a time",
+        "",
+        *markdown_table(
+            [
+                ("variant", "variant"),
+                ("what", "what runs instead"),
+                ("step_s", "step s:"),
+                ("slowdown", "x engine:"),
+                ("micro_batches", "micro-batches:"),
+                ("padded_tokens", "padded tokens:"),
+                ("tokens_through_model", "real tokens through model:"),
+                ("extra_memory_mib", "extra memory MiB:"),
+            ],
+            learner_rows,
+        ),
+        "",
+        "## Generation",
+        "",
+        *markdown_table(
+            [("variant", "variant"), ("generate_s", "generate s:"), ("relative", "x engine:")], generation_rows
+        ),
+        "",
+        "## Dropping ended rows from the decode batch",
+        "",
+        f"{compaction['sequences']} sequences of a random demo-sized model whose answers end at very different "
+        f"lengths (mean {compaction['mean_length']:.0f} of at most {compaction['max_new_tokens']} new tokens); the "
+        "demo's own answers all end within a few tokens, where it changes little.",
+        "",
+        *markdown_table(
+            [("compaction", "ended rows dropped"), ("generate_s", "generate s:"), ("speedup", "speedup:")],
+            compaction["rows"],
+        ),
+        "",
+        "## Optimizer step (AdamW over the LoRA parameters)",
+        "",
+        *markdown_table([("variant", "variant"), ("step_ms", "ms per step:")], optimizer_rows),
+    ]
+    write_results(
+        "optimizations",
+        "What each optimisation buys",
+        body,
+        {
+            "learner": learner_rows,
+            "generation": generation_rows,
+            "compaction": compaction,
+            "optimizer": optimizer_rows,
+            "load": load,
+        },
+        args.out,
+    )
+
+
+def thread_settings(args: argparse.Namespace) -> None:
+    from benchmarks.optimizations import thread_policy_ablation
+
+    _log("threads and OpenMP wait policy (one process per setting)")
+    load = {"before": load_average()}
+    rows = thread_policy_ablation(8, 8, args.thread_counts, args.rounds, args.repeats, log=_log)
+    load["after"] = load_average()
+    body = [
+        "One rollout (8 prompts x 8 samples) and one learner step of the demo job per setting, each setting in its "
+        f"own process (the OpenMP wait policy is read when torch loads), {args.rounds} rounds interleaved, median. The "
+        "load column is the machine's 1/5/15-minute load average when the setting's last round finished: on a machine "
+        "shared with other work, spinning workers cost far more than on an idle one.",
+        "",
+        *markdown_table(
+            [
+                ("policy", "OpenMP idle workers"),
+                ("threads", "threads:"),
+                ("generate_s", "generate s:"),
+                ("learner_step_s", "learner step s:"),
+                ("load", "load"),
+            ],
+            rows,
+        ),
+    ]
+    write_results("threads", "Threads and OpenMP wait policy", body, {"rows": rows, "load": load}, args.out)
+
+
+RUNNERS = {
+    "vs-trl": vs_trl,
+    "rollout": rollout,
+    "learner": learner,
+    "memory": memory,
+    "optimizations": optimizations,
+    "threads": thread_settings,
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("suites", nargs="*", default=list(SUITES), help=f"any of {', '.join(SUITES)} (default: all)")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: the engine's choice)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: checks that it all runs")
+    parser.add_argument("--steps", type=int, default=60, help="vs-trl: training steps per run (the recipe's 60)")
+    parser.add_argument("--seeds", type=int, default=3, help="vs-trl: seeds per system")
+    parser.add_argument("--eval-every", type=int, default=10, help="vs-trl: evaluate every N steps")
+    parser.add_argument("--warmup", type=int, default=2, help="vs-trl: steps left out of the median")
+    parser.add_argument(
+        "--lr",
+        dest="lrs",
+        type=float,
+        action="append",
+        help="vs-trl: a learning rate for both systems instead of the recipe's (repeatable; default: the recipe's "
+        f"and {CLIMBING_LR:g}, at which the demo model's reward climbs)",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
+    parser.add_argument(
+        "--out", type=Path, help="results folder (default benchmarks/results; --quick: a temporary one)"
+    )
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)} (or: gpu)")
+    args.prompt_counts, args.sample_counts = [8, 32, 128], [4, 8, 16]
+    args.learner_prompts = [8, 32, 128]
+    args.memory_global, args.memory_micro = [16, 64, 256], [256, 512, 1024, 2048, 4096]
+    args.memory_fixed_micro, args.memory_fixed_prompts = 512, 64
+    args.thread_counts, args.rounds = [1, 2], 3
+    args.lrs = args.lrs or [None, CLIMBING_LR]
+    if args.quick:
+        args.steps, args.seeds, args.eval_every, args.warmup, args.repeats = 4, 1, 2, 1, 2
+        args.prompt_counts, args.sample_counts, args.learner_prompts = [8], [4, 16], [8]
+        args.memory_global, args.memory_micro = [16, 64], [256, 1024]
+        args.rounds, args.lrs = 1, args.lrs[:1]
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="openrft-bench-quick-")) if args.quick else RESULTS
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gpu"]:
+        from benchmarks.gpu import main as gpu_main
+
+        return gpu_main(argv[1:])
+    args = parse_args(argv)
+    from openrft.cli import quiet_libraries
+    from openrft.models import configure_threads
+
+    quiet_libraries()
+    count = configure_threads(args.threads)
+    args.threads = count
+    started = time.perf_counter()
+    with threads(count):
+        for suite in args.suites:
+            RUNNERS[suite](args)
+    _log(f"done in {time.perf_counter() - started:.0f} s; results in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

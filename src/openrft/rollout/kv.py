@@ -1,0 +1,51 @@
+"""Shared-prefix forward passes: each distinct prompt through the model once, its KV cache then
+gathered onto every sequence that continues it.
+
+The generator uses this to sample the ``n`` completions of a prompt from one prefill; the learner
+uses it to score (and differentiate) the ``n`` responses of a prompt without recomputing the
+prompt ``n`` times. The cache gather is an indexing op, so gradients flow back into the prompt.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward() argument that takes a KV cache: ``cache`` in recent transformers releases,
+    ``past_key_values`` before (the old name still works there, with a deprecation warning)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ids, attention mask and position ids ``[batch, width]``, left-padded so that every sequence
+    ends at the last column (its next-token logits are then ``logits[:, -1]``)."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[i, width - len(seq) :] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+            cache_kwarg: str) -> tuple[torch.Tensor, DynamicCache]:
+    """Run left-padded prompts through ``model``; returns the last position's logits ``[prompts, vocab]``
+    (the language-model head runs on that position only) and the filled KV cache."""
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **{cache_kwarg: cache})
+    return out.logits[:, -1, :], cache
+
+
+def continue_from(model: torch.nn.Module, cache: DynamicCache, ids: torch.Tensor, mask: torch.Tensor,
+                  positions: torch.Tensor, cache_kwarg: str) -> torch.Tensor:
+    """Logits ``[rows, width, vocab]`` of ``ids`` continuing the sequences held in ``cache``; ``mask``
+    covers the cached positions and the new ones."""
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_kwarg: cache})
+    return out.logits

@@ -1,0 +1,61 @@
+"""The benchmark harness's arithmetic: medians, tables, the side-by-side summary, the noise verdict, line fits."""
+
+import pytest
+
+from benchmarks.__main__ import parse_args
+from benchmarks.common import markdown_table, median_after_warmup, spread
+from benchmarks.learner import _fit
+from benchmarks.vs_trl import RunResult, summarise, verdict
+
+
+def test_median_after_warmup_and_spread():
+    assert median_after_warmup([9.0, 1.0, 3.0, 2.0], warmup=1) == 2.0
+    assert median_after_warmup([5.0], warmup=2) == 5.0  # too short to drop anything
+    s = spread([1.0, 2.0, 3.0])
+    assert (s["mean"], s["std"], s["min"], s["max"]) == (2.0, 1.0, 1.0, 3.0)
+
+
+def test_markdown_table_aligns_numbers_right():
+    lines = markdown_table([("name", "name"), ("v", "value:")], [{"name": "a", "v": 0.12345}, {"name": "b"}])
+    assert lines == ["| name | value |", "| --- | ---: |", "| a | 0.123 |", "| b | - |"]
+
+
+def _run(system, seed, step, final):
+    return RunResult(system, seed, step_times=[5.0, step, step, step], step_cpu=[5.0, step, step, step],
+                     intervals=[5.0, step, step, step],
+                     val_reward={0: 0.2, 10: final})
+
+
+def test_summary_pairs_seeds_and_reports_ratios():
+    runs = [_run("OpenRFT", 0, 0.25, 0.30), _run("TRL GRPOTrainer", 0, 1.0, 0.28),
+            _run("TRL GRPOTrainer", 1, 0.9, 0.32), _run("OpenRFT", 1, 0.3, 0.31)]
+    s = summarise(runs, warmup=1)
+    assert s["speedup_per_seed"] == pytest.approx([4.0, 3.0])
+    assert s["speedup_median"] == pytest.approx(3.5)
+    assert [c["step"] for c in s["openrft_curve"]] == [0, 10]
+    assert s["openrft_curve"][1]["mean"] == pytest.approx(0.305)
+
+
+def test_verdict_against_noise():
+    close = {"openrft_final_val": {"mean": 0.30, "std": 0.02}, "trl_final_val": {"mean": 0.31, "std": 0.02},
+             "speedup_per_seed": [3.0, 3.0, 3.0]}
+    assert "not lower beyond run-to-run noise" in verdict(close)
+    far = {**close, "openrft_final_val": {"mean": 0.20, "std": 0.01}}
+    assert "lower beyond noise" in verdict(far) and "not lower" not in verdict(far)
+
+
+def test_linear_fit_of_memory():
+    rows = [{"micro_batch_tokens": x, "learner_peak_over_baseline_mib": 10 + 0.1 * x} for x in (256, 512, 1024)]
+    fit = _fit(rows)
+    assert fit["slope_mib_per_unit"] == pytest.approx(0.1) and fit["r2"] == pytest.approx(1.0)
+
+
+def test_runner_arguments():
+    args = parse_args([])
+    assert args.suites == ["vs-trl", "rollout", "learner", "memory", "optimizations", "threads"]
+    assert args.lrs == [None, 5e-5] and args.steps == 60 and args.seeds == 3
+    quick = parse_args(["vs-trl", "--quick"])
+    assert quick.steps == 4 and quick.lrs == [None] and quick.out.name.startswith("openrft-bench-quick-")
+    quick.out.rmdir()
+    with pytest.raises(SystemExit):
+        parse_args(["nonsense"])

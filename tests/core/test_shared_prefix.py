@@ -1,0 +1,78 @@
+"""Shared-prefix micro-batches: planned within the token budget, and the same log-probs and gradients as
+running every sample's whole sequence."""
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from openrft.learner.batch import TrainSample, collate, padded_cost, plan_micro_batches
+from openrft.learner.learner import response_logits, token_logp
+
+
+def _samples():
+    # three groups: prompts of 4, 2 and 6 tokens with responses of varied lengths
+    a, b, c = [1, 2, 3, 4], [5, 6], [7, 8, 9, 10, 11, 12]
+    return [
+        TrainSample(a, [13, 14, 15], 1.0), TrainSample(a, [16], -1.0), TrainSample(a, [17, 18], 0.5),
+        TrainSample(b, [19, 20, 21, 22], -0.5), TrainSample(b, [23, 24], 0.5),
+        TrainSample(c, [25], 1.0), TrainSample(c, [26, 27, 28, 29, 30], -1.0),
+    ]
+
+
+def test_padded_cost_counts_each_prompt_once():
+    assert padded_cost([4, 2], [3, 1, 2, 4, 2]) == 2 * 4 + 5 * 4
+
+
+def test_plan_keeps_groups_within_budget_and_covers_every_sample_once():
+    samples = _samples()
+    for budget in (1, 8, 14, 20, 40, 1000):
+        plan = plan_micro_batches(samples, budget)
+        assert sorted(i for mb in plan for i in mb) == list(range(len(samples)))
+        for mb in plan:
+            prompts = {tuple(samples[i].prompt_ids) for i in mb}
+            cost = padded_cost([len(p) for p in prompts], [len(samples[i].response_ids) for i in mb])
+            assert len(mb) == 1 or cost <= budget, (budget, mb, cost)
+    # a budget that holds everything: one micro-batch (3 prompts of at most 6 tokens, 7 responses of at most 5)
+    assert len(plan_micro_batches(samples, 3 * 6 + 7 * 5)) == 1
+    # group a alone costs 4 + 3 * 3 = 13: with a budget of 10 it is split, each part carrying the prompt
+    split = plan_micro_batches(samples[:3], 10)
+    assert len(split) == 2 and all(padded_cost([4], [len(samples[i].response_ids) for i in mb]) <= 10 for mb in split)
+
+
+def test_collate_layout():
+    samples = _samples()
+    mb = collate(samples, pad_token_id=0, device=torch.device("cpu"))
+    assert mb.prompt_ids.shape == (3, 6) and mb.response_ids.shape == (7, 5)
+    assert mb.prompt_index.tolist() == [0, 0, 0, 1, 1, 2, 2]
+    assert mb.prompt_ids[1].tolist() == [0, 0, 0, 0, 5, 6]  # left-padded: every prompt ends at the last column
+    assert mb.response_ids[3].tolist() == [19, 20, 21, 22, 0]  # right-padded: every response starts after its prompt
+    assert mb.response_positions[3].tolist() == [2, 3, 4, 5, 6]
+    assert mb.response_mask[1].tolist() == [1, 0, 0, 0, 0]
+    assert mb.padded_tokens == 3 * 6 + 7 * 5
+
+
+def test_same_logprobs_and_gradients_as_whole_sequences():
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(config)
+    samples = _samples()
+    weights = torch.randn(len(samples), 5)
+
+    mb = collate(samples, 0, torch.device("cpu"))
+    logp = token_logp(response_logits(model, mb, temperature=0.7), mb.targets)
+    (logp * mb.response_mask * weights).sum().backward()
+    shared_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+
+    total = 0.0
+    for i, s in enumerate(samples):  # each sample alone, whole sequence, no padding at all
+        ids = torch.tensor([s.prompt_ids + s.response_ids])
+        logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1 : -1].float() / 0.7
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(s.response_ids).unsqueeze(-1)).squeeze(-1)
+        r = len(s.response_ids)
+        assert torch.allclose(logp[i, :r], expected, atol=1e-5), (i, logp[i, :r], expected)
+        total = total + (expected * weights[i, :r]).sum()
+    total.backward()
+    for name, param in model.named_parameters():
+        assert torch.allclose(shared_grads[name], param.grad, atol=1e-5, rtol=1e-4), name
