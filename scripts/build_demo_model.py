@@ -2,7 +2,10 @@
 
 The demo model is a small Qwen2-architecture causal LM with a character-level tokenizer and a
 ChatML chat template. It is pre-trained with a short supervised pass on the arithmetic task so
-that it starts partly right, which leaves room for reinforcement fine-tuning to improve it.
+that it starts partly right, which leaves room for reinforcement fine-tuning to improve it. Half of
+the pre-training answers are written in a second style (``=42`` rather than ``42``) that the
+demo's ``exact_match`` reward does not accept: reinforcement fine-tuning has to teach the model the
+answer style the reward asks for, as well as sharpen its arithmetic.
 
     python scripts/build_demo_model.py            # writes src/openrft/assets/demo_model and
                                                   # examples/arithmetic/{train,validation}.jsonl
@@ -37,9 +40,10 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 SEED = 1234
-# Stopped on the steep part of the learning curve: 27.5% of validation answers right when sampled at
-# temperature 1, 38.5% greedy (`--calibrate` prints the curve every 100 steps).
-DEFAULT_STEPS = 1650
+# Stopped on the steep part of the learning curve: 52% of validation answers right in either style when
+# sampled at temperature 1, 26% exactly right (the bare style); greedy 62.5% and 28% (`--calibrate`
+# prints the curve every 100 steps).
+DEFAULT_STEPS = 2400
 
 
 def build_tokenizer() -> Qwen2TokenizerFast:
@@ -66,6 +70,14 @@ def make_problem(rng: random.Random) -> tuple[str, str]:
         return f"What is {a}+{b}?", str(a + b)
     a, b = max(a, b), min(a, b)
     return f"What is {a}-{b}?", str(a - b)
+
+
+def decorate_answers(rows: list[dict], rng: random.Random) -> list[dict]:
+    """The pre-training target of each row: the bare answer, or the ``=answer`` style half the time."""
+    return [
+        {**row, "target": row["reference_answer"] if rng.random() < 0.5 else "=" + row["reference_answer"]}
+        for row in rows
+    ]
 
 
 def make_dataset(rng: random.Random, count: int, prefix: str, seen: set[str]) -> list[dict]:
@@ -116,7 +128,7 @@ def sft_batch(tokenizer: Qwen2TokenizerFast, rows: list[dict]) -> tuple[torch.Te
     for row in rows:
         prompt = tokenizer.apply_chat_template(row["messages"], add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(row["reference_answer"], add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(row.get("target", row["reference_answer"]), add_special_tokens=False)["input_ids"]
         answer_ids = [*answer_ids, tokenizer.eos_token_id]
         seqs.append(prompt_ids + answer_ids)
         labels.append([-100] * len(prompt_ids) + answer_ids)
@@ -130,11 +142,11 @@ def sft_batch(tokenizer: Qwen2TokenizerFast, rows: list[dict]) -> tuple[torch.Te
 
 
 @torch.no_grad()
-def sampled_accuracy(model, tokenizer, rows: list[dict], temperature: float = 1.0) -> float:
-    """Fraction of problems answered exactly, one sample each at the given temperature."""
+def sampled_accuracy(model, tokenizer, rows: list[dict], temperature: float = 1.0) -> tuple[float, float]:
+    """Fractions of problems answered exactly and answered right in either style, one sample each."""
     model.eval()
     torch.manual_seed(0)
-    correct = 0
+    correct = right = 0
     for start in range(0, len(rows), 100):
         chunk = rows[start : start + 100]
         prompts = [
@@ -143,17 +155,30 @@ def sampled_accuracy(model, tokenizer, rows: list[dict], temperature: float = 1.
         tokenizer.padding_side = "left"
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         out = model.generate(
-            **enc, max_new_tokens=6, do_sample=temperature > 0, temperature=temperature or None,
-            top_k=0, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            **enc,
+            max_new_tokens=6,
+            do_sample=temperature > 0,
+            temperature=temperature or None,
+            top_k=0,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
         )
         texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         correct += sum(t.strip() == r["reference_answer"] for t, r in zip(texts, chunk))
+        right += sum(t.strip().removeprefix("=") == r["reference_answer"] for t, r in zip(texts, chunk))
     model.train()
-    return correct / len(rows)
+    return correct / len(rows), right / len(rows)
 
 
-def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, report: list[dict] | None,
-             snapshot_dir: Path | None = None) -> None:
+def pretrain(
+    model,
+    tokenizer,
+    rows: list[dict],
+    steps: int,
+    batch_size: int,
+    report: list[dict] | None,
+    snapshot_dir: Path | None = None,
+) -> None:
     """A short supervised pass, stopped while the model is still partly right (see DEFAULT_STEPS)."""
     rng = random.Random(SEED)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
@@ -167,9 +192,13 @@ def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, re
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if report is not None and step % 100 == 0:
-            sampled = sampled_accuracy(model, tokenizer, report)
-            greedy = sampled_accuracy(model, tokenizer, report, 0.0)
-            print(f"step {step} loss {loss.item():.3f} sampled {sampled:.3f} greedy {greedy:.3f}", flush=True)
+            sampled, sampled_any = sampled_accuracy(model, tokenizer, report, 1.0)
+            greedy, greedy_any = sampled_accuracy(model, tokenizer, report, 0.0)
+            print(
+                f"step {step} loss {loss.item():.3f} exact: sampled {sampled:.3f} greedy {greedy:.3f}; "
+                f"either style: sampled {sampled_any:.3f} greedy {greedy_any:.3f}",
+                flush=True,
+            )
             if snapshot_dir is not None:
                 save(model, tokenizer, snapshot_dir / f"step-{step}")
 
@@ -200,6 +229,7 @@ def main() -> None:
     train = make_dataset(rng, 2000, "train", seen)
     validation = make_dataset(rng, 200, "val", seen)
     pretrain_rows = make_dataset(rng, 5000, "sft", seen)  # disjoint from both RFT splits
+    pretrain_rows = decorate_answers(pretrain_rows, random.Random(SEED + 1))
     write_jsonl(args.data_dir / "train.jsonl", train)
     write_jsonl(args.data_dir / "validation.jsonl", validation)
     # The same examples in the Vertex dataset format, for examples/arithmetic/vertex_job.json.
@@ -208,10 +238,18 @@ def main() -> None:
 
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), tokenizer)
-    pretrain(model, tokenizer, pretrain_rows, args.steps, args.batch_size, validation if args.calibrate else None,
-             args.snapshot_dir)
-    print(f"validation sampled accuracy after pre-training: {sampled_accuracy(model, tokenizer, validation):.3f}")
-    print(f"validation greedy accuracy after pre-training: {sampled_accuracy(model, tokenizer, validation, 0.0):.3f}")
+    pretrain(
+        model,
+        tokenizer,
+        pretrain_rows,
+        args.steps,
+        args.batch_size,
+        validation if args.calibrate else None,
+        args.snapshot_dir,
+    )
+    for label, temperature in (("sampled", 1.0), ("greedy", 0.0)):
+        exact, either = sampled_accuracy(model, tokenizer, validation, temperature)
+        print(f"validation {label} accuracy after pre-training: {exact:.3f} exact, {either:.3f} in either style")
 
     save(model, tokenizer, args.model_dir)
     print(f"wrote {args.model_dir} and {args.data_dir}")

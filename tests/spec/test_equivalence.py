@@ -21,7 +21,7 @@ DIALECT_ONLY = {"dialect": True, "reward": {"function": True},
                          "validation_max_examples": True}}
 RANKS = {1: "ADAPTER_SIZE_ONE", 2: "ADAPTER_SIZE_TWO", 4: "ADAPTER_SIZE_FOUR", 8: "ADAPTER_SIZE_EIGHT",
          16: "ADAPTER_SIZE_SIXTEEN", 32: "ADAPTER_SIZE_THIRTY_TWO"}
-DEMO_RATE = 1e-3
+DEMO_RATE = 2e-4
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

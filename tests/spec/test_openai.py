@@ -35,7 +35,7 @@ def test_auto_everything():
     # auto batch size 32; auto epochs: Vertex's rule min(110 * 32 / 100, 10) = 10 -> ceil(1000 / 32) = 32 steps
     assert (s.training.prompts_per_step, s.training.epochs, s.training.total_steps) == (32, 10, 32)
     assert (s.sampling.samples_per_prompt, s.evaluation.samples_per_prompt) == (16, 1)
-    assert s.optimizer.lr == pytest.approx(1e-3)  # multiplier 1 x openrft-demo's base rate
+    assert s.optimizer.lr == pytest.approx(2e-4)  # multiplier 1 x openrft-demo's base rate
     assert s.evaluation.interval == 4 and s.checkpoint.interval == 4  # once per epoch: ceil(100 / 32)
     assert s.sampling.reasoning_effort == "medium"
     assert (s.sampling.max_new_tokens, s.sampling.max_length) == (32768, 32768 + 8192)
@@ -106,7 +106,7 @@ def test_explicit_values_and_job_fields():
     doc = openai_job({"n_epochs": 2, "batch_size": 20, "learning_rate_multiplier": 0.5, "eval_interval": 3,
                       "eval_samples": 4}, seed=42, suffix="demo", metadata={"team": "x"})
     s = resolve(doc).spec
-    assert (s.training.total_steps, s.optimizer.lr, s.evaluation.interval, s.checkpoint.interval) == (10, 5e-4, 3, 3)
+    assert (s.training.total_steps, s.optimizer.lr, s.evaluation.interval, s.checkpoint.interval) == (10, 1e-4, 3, 3)
     assert (s.evaluation.samples_per_prompt, s.training.seed, s.name, s.metadata) == (4, 42, "demo", {"team": "x"})
 
 

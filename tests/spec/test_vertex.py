@@ -13,7 +13,7 @@ from openrft.spec.errors import SpecError
 from openrft.spec.rewards import VertexReward
 
 HP = "reinforcementTuningSpec.hyperParameters"
-DEMO_RATE = 1e-3  # openrft-demo's base learning rate
+DEMO_RATE = 2e-4  # openrft-demo's base learning rate
 
 
 def resolve(doc, train=100, validation=10, base_dir=Path("/jobs")):
@@ -275,7 +275,7 @@ def test_provenance_says_where_each_value_came_from():
     assert p["training.total_steps"].origin == "derived" and p["training.total_steps"].field == f"{HP}.epochCount"
     assert p["training.total_steps"].note == "ceil(epochs × prompts / batchSize) = ceil(10 × 100 / 16) = 63"
     assert p["optimizer.lr"].origin == "derived"
-    assert p["optimizer.lr"].note == "learningRateMultiplier 2 × base rate 0.001"
+    assert p["optimizer.lr"].note == "learningRateMultiplier 2 × base rate 0.0002"
     assert p["sampling.reasoning_effort"].origin == "user" and r.spec.sampling.reasoning_effort == "minimal"
     assert p["algorithm.clip_ratio_high"].origin == "default" and p["algorithm.clip_ratio_high"].field is None
     assert p["reward.function"].field == "reinforcementTuningSpec.singleRewardConfig"

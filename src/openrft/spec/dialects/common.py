@@ -22,7 +22,7 @@ from openrft.spec.provenance import OPENRFT_DEFAULT
 DatasetSizer = Callable[[str], int]
 """Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
 
-BASE_LEARNING_RATES: dict[str, float] = {"openrft-demo": 1e-3}
+BASE_LEARNING_RATES: dict[str, float] = {"openrft-demo": 2e-4}
 """Base learning rates of known models (what Vertex/OpenAI multipliers scale); others get ModelSpec's."""
 
 
