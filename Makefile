@@ -1,6 +1,7 @@
 # Quick start: `make demo` and `make test` on a fresh machine (Python 3.11, pip).
 VENV ?= .venv
 PY := $(VENV)/bin/python
+BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 # The CPU build of torch; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
@@ -9,14 +10,19 @@ TORCH_SPEC ?= torch==2.13.0
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The demo needs only the package; the tests add the dev extra (servers, browser, TRL).
+$(BASE_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): $(BASE_STAMP)
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(VENV)/bin/openrft train examples/arithmetic/recipe.yaml --output runs/demo --overwrite
 
 test: $(STAMP)
@@ -33,17 +39,12 @@ format: $(STAMP)
 
 # CPU benchmark suites (about 12-20 minutes on 2 cores; not part of `make test`): OpenRFT vs TRL's
 # GRPOTrainer, rollout and learner throughput, memory, optimisations, threads. Results land in
-# benchmarks/results/*.{md,json}; see docs/performance.md. TRL is a benchmark-only dependency.
-BENCH_STAMP := $(VENV)/.bench-installed
-
-$(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,bench]"
-	touch $(BENCH_STAMP)
-
-bench: $(BENCH_STAMP)
+# benchmarks/results/*.{md,json}; see docs/performance.md. TRL (the `bench` extra, part of `dev`) is
+# never a runtime dependency.
+bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
-bench-quick: $(BENCH_STAMP)
+bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick
 
 # One NVIDIA GPU: a random Qwen2-0.5B-shaped model in bf16 (says so and exits without a GPU).
@@ -51,5 +52,5 @@ bench-gpu: $(STAMP)
 	$(PY) -m benchmarks gpu
 
 # Rebuild the bundled demo model and dataset (deterministic; the result is committed).
-demo-model: $(STAMP)
+demo-model: $(BASE_STAMP)
 	$(PY) scripts/build_demo_model.py

@@ -1,6 +1,6 @@
 """The demo recipe translated into TRL's GRPOConfig: every training setting mapped, and documented."""
 
-import pytest
+import trl
 
 from benchmarks.trl_match import MAPPING, grpo_config_kwargs
 from benchmarks.vs_trl import matched_spec
@@ -20,10 +20,10 @@ def _kwargs(**changes):
 def test_demo_recipe_maps_to_grpo_config():
     spec, kw = _kwargs()
     assert spec.algorithm.refit_freq == 0  # TRL cannot refresh a PEFT reference
-    assert kw["per_device_train_batch_size"] == 64 and kw["gradient_accumulation_steps"] == 1
+    assert kw["per_device_train_batch_size"] == 256 and kw["gradient_accumulation_steps"] == 1
     assert kw["num_generations"] == 8 and kw["max_completion_length"] == 6
     assert (kw["temperature"], kw["top_k"], kw["top_p"]) == (1.0, 0, 1.0)
-    assert kw["learning_rate"] == 1e-3 and (kw["adam_beta1"], kw["adam_beta2"]) == (0.9, 0.95)
+    assert kw["learning_rate"] == 2e-4 and (kw["adam_beta1"], kw["adam_beta2"]) == (0.9, 0.95)
     assert kw["lr_scheduler_type"] == "constant" and kw["warmup_steps"] == 0 and kw["max_grad_norm"] == 1.0
     assert kw["beta"] == 0.001 and kw["use_bias_correction_kl"] is False
     assert (kw["epsilon"], kw["epsilon_high"]) == (0.2, 0.28)
@@ -47,8 +47,7 @@ def test_every_training_argument_is_documented():
 
 
 def test_kwargs_build_a_grpo_config():
-    trl = pytest.importorskip("trl")  # the benchmark extra
     _, kw = _kwargs()
     config = trl.GRPOConfig(**kw)
-    assert config.generation_batch_size == 64 and config.steps_per_generation == 1
+    assert config.generation_batch_size == 256 and config.steps_per_generation == 1
     assert config.epsilon_high == 0.28 and config.scale_rewards == "group"
