@@ -1,6 +1,6 @@
 """Asynchronous against synchronous rollouts with a slow reward, side by side on the demo job.
 
-    python -m benchmarks.async_rollouts [--steps 30] [--lr 1e-4] [--delay 1.0] [--tolerance 2] [--replicas 2]
+    python -m benchmarks.async_rollouts [--steps 30] [--lr RATE] [--delay 1.0] [--tolerance 2] [--replicas 2]
 
 The reward is the example Nova reward server on 127.0.0.1 answering each call after ``delay``
 seconds (every batch of samples is one call). The synchronous loop waits for it at every step; the
@@ -72,6 +72,12 @@ def run_job(url: str, args: argparse.Namespace, strategy: str, run_dir: Path) ->
     }
 
 
+def recipe_shape(lr: float | None) -> str:
+    spec = load_job(RECIPE)
+    rate = f"learning rate {spec.optimizer.lr if lr is None else lr:g}"
+    return f"{spec.training.prompts_per_step} prompts x {spec.sampling.samples_per_prompt} samples per step, {rate}"
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tolerance", type=int, default=2, help="age_tolerance of the asynchronous run")
     parser.add_argument("--replicas", type=int, default=2, help="generation replicas of the asynchronous run")
     parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=1e-4, help="learning rate of both runs (None: the recipe's)")
+    parser.add_argument("--lr", type=float, default=None, help="learning rate of both runs (default: the recipe's)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads of both runs (1: no OpenMP spin-waiting on a shared CPU)")
     parser.add_argument("--eval-examples", type=int, default=128)
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "command": "python -m benchmarks.async_rollouts " + " ".join(argv if argv is not None else sys.argv[1:]),
         "steps": args.steps, "reward_delay_s": args.delay, "age_tolerance": args.tolerance,
-        "generation_replicas": args.replicas, "threads": args.threads, "lr": args.lr,
+        "generation_replicas": args.replicas, "threads": args.threads, "lr": args.lr, "recipe": recipe_shape(args.lr),
         "eval_samples": args.eval_samples, "eval_examples": args.eval_examples,
         "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}",
         "wall_ratio_sync_over_async": sync["wall_seconds"] / async_["wall_seconds"],
@@ -125,7 +131,7 @@ def report(result: dict) -> str:
     lines = [
         f"# Asynchronous vs synchronous rollouts ({result['steps']} steps, reward {result['reward_delay_s']:g} s "
         "per call)", "",
-        f"Demo recipe (8 prompts x 8 samples per step), example Nova reward server on 127.0.0.1 answering each call "
+        f"Demo recipe ({result['recipe']}), example Nova reward server on 127.0.0.1 answering each call "
         f"after {result['reward_delay_s']:g} s. Asynchronous: `off_policy_async`, age_tolerance "
         f"{result['age_tolerance']}, {result['generation_replicas']} generation replicas (threads). "
         f"Machine: {result['machine']}. Command: `{result['command'].strip()}`.", "",

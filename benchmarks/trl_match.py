@@ -21,14 +21,14 @@ class Mapped:
 MAPPING: tuple[Mapped, ...] = (
     Mapped("training.prompts_per_step x sampling.samples_per_prompt",
            "per_device_train_batch_size, gradient_accumulation_steps=1",
-           "64 samples per optimizer step; steps_per_generation follows (1): one generation batch per step, as "
-           "OpenRFT"),
+           "256 samples per optimizer step (32 prompts x 8); steps_per_generation follows (1): one generation "
+           "batch per step, as OpenRFT"),
     Mapped("sampling.samples_per_prompt", "num_generations", "8 completions per prompt"),
     Mapped("min(sampling.max_new_tokens, max_length - longest prompt)", "max_completion_length", "6 tokens"),
     Mapped("sampling.temperature / top_k / top_p", "temperature / top_k / top_p", "1.0 / 0 (off) / 1.0"),
     Mapped("optimizer.lr, adam_beta1/2, adam_eps, weight_decay", "learning_rate, adam_beta1, adam_beta2, "
-           "adam_epsilon, weight_decay", "1e-3, 0.9/0.95, 1e-8, 0"),
-    Mapped("lora.lora_plus_lr_ratio (LoRA+: B matrices at lr x 16)", "create_optimizer override",
+           "adam_epsilon, weight_decay", "the recipe's 2e-4 (or --lr), 0.9/0.95, 1e-8, 0"),
+    Mapped("lora.lora_plus_lr_ratio (LoRA+: B matrices at lr x 4)", "create_optimizer override",
            "TRL has no LoRA+ option: the trainer gets OpenRFT's own optimizer builder "
            "(peft.optimizers.create_loraplus_optimizer), so both train with the same AdamW groups"),
     Mapped("optimizer.warmup_steps = 0 (constant rate)", "lr_scheduler_type='constant', warmup_steps=0",
