@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.common import cpu_model
 from openrft.service.store import Store
 from openrft.service.store.base import new_id, now, now_s
 from openrft.service.store.models import Job
@@ -120,16 +121,6 @@ def measure(base: str, ids: list[str], requests: int) -> dict[str, dict[str, flo
     return {name: percentiles(values) for name, values in samples.items()}
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 @contextmanager
 def postgres_database(admin_url: str):
     from sqlalchemy import create_engine, text
@@ -178,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = list(results)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [f"Job service latency over HTTP, {args.jobs:,} jobs of the tenant (and {args.jobs:,} of another) in "
-             f"the store, {args.requests} requests per row, one client, keep-alive; {cpu_name()}, "
+             f"the store, {args.requests} requests per row, one client, keep-alive; {cpu_model()}, "
              f"{os.cpu_count()} cores (load average {load} after the run), Python {platform.python_version()}.", "",
              "| request | " + " | ".join(f"{b} p50 ms | {b} p99 ms" for b in backends) + " |",
              "|---|" + "---:|---:|" * len(backends)]

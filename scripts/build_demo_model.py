@@ -123,12 +123,12 @@ def build_model(vocab_size: int, tokenizer: Qwen2TokenizerFast) -> Qwen2ForCausa
 
 
 def sft_batch(tokenizer: Qwen2TokenizerFast, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded input ids and labels that score only the assistant answer and its end token."""
+    """Right-padded input ids and labels that score only the assistant answer (its target) and end token."""
     seqs, labels = [], []
     for row in rows:
         prompt = tokenizer.apply_chat_template(row["messages"], add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(row.get("target", row["reference_answer"]), add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(row["target"], add_special_tokens=False)["input_ids"]
         answer_ids = [*answer_ids, tokenizer.eos_token_id]
         seqs.append(prompt_ids + answer_ids)
         labels.append([-100] * len(prompt_ids) + answer_ids)

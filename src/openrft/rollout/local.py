@@ -12,14 +12,14 @@ from transformers import PreTrainedModel
 
 from openrft.rollout.kv import cache_keyword, left_pad, prefill
 from openrft.rollout.sampling import sample_tokens
-from openrft.rollout.types import Completion, SamplingParams
+from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 
 # Rows that have ended are dropped from the decode batch (their KV cache gathered away) once this
 # share of the batch has ended; until then they ride along masked. Measured in docs/performance.md.
 COMPACT_FRACTION = 0.25
 
 
-class TransformersGenerator:
+class TransformersGenerator(PolicyVersioned):
     """Generates with a model it shares with the learner (the usual case on one machine): the
     policy version is whatever the learner last set, and ``load_adapter`` copies weights in when
     the model is a separate replica."""
@@ -32,19 +32,11 @@ class TransformersGenerator:
         self.pad_token_id = pad_token_id
         self.max_batch_sequences = max_batch_sequences
         self.rng = torch.Generator(device=self.device).manual_seed(seed)
-        self._version = 0
         self._cache_kwarg = cache_keyword(model)
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    def set_policy_version(self, version: int) -> None:
-        self._version = version
 
     def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> None:
         from peft import set_peft_model_state_dict

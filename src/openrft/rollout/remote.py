@@ -24,7 +24,7 @@ import httpx
 import torch
 
 from openrft.errors import OpenRFTError
-from openrft.rollout.types import Completion, SamplingParams
+from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.job import LoraSpec
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -65,7 +65,7 @@ def parse_token_id(token: str) -> int:
     return int(token.split(":", 1)[1])
 
 
-class RemoteGenerator:
+class RemoteGenerator(PolicyVersioned):
     """A ``Generator`` whose samples come from ``base_url`` (``http://host:8000`` or ``.../v1``)."""
 
     def __init__(self, base_url: str, *, adapter_dir: Path, lora: LoraSpec, base_model: str,
@@ -79,14 +79,6 @@ class RemoteGenerator:
         self.eos_token_ids, self.adapter_prefix, self.retries = list(eos_token_ids), adapter_prefix, retries
         self.served_model = served_model
         self._adapter: str | None = None
-        self._version = 0
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    def set_policy_version(self, version: int) -> None:
-        self._version = version
 
     # adapters -----------------------------------------------------------------------------------
 

@@ -21,6 +21,19 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+class PolicyVersioned:
+    """The policy version a generator stamps on its completions, for generators to inherit."""
+
+    _version: int = 0
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def set_policy_version(self, version: int) -> None:
+        self._version = version
+
+
 @dataclass
 class Completion:
     """One sampled response. ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy's

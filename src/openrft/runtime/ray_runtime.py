@@ -30,7 +30,7 @@ from openrft.engine.async_rollouts import GenerationReplica
 from openrft.engine.local_runtime import LearnerParts, learner_config, remote_replicas, replica_seed
 from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
-from openrft.rollout.types import Completion, SamplingParams
+from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.job import JobSpec
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -165,20 +165,12 @@ class RayAdapterWriter:
             path.write_bytes(data)
 
 
-class RayEvalGenerator:
+class RayEvalGenerator(PolicyVersioned):
     """Evaluation on the learner actor (always with a seed); ``rng`` only keeps the checkpoint format."""
 
     def __init__(self, actor):
         self.actor = actor
         self.rng = torch.Generator()
-        self._version = 0
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    def set_policy_version(self, version: int) -> None:
-        self._version = version
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
         import ray
