@@ -25,17 +25,16 @@ $(STAMP): $(BASE_STAMP)
 demo: $(BASE_STAMP)
 	$(VENV)/bin/openrft train examples/arithmetic/recipe.yaml --output runs/demo --overwrite
 
-test: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts benchmarks
+test: lint
 	$(VENV)/bin/pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
-	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests scripts benchmarks
-	$(VENV)/bin/ruff format src tests scripts
+	$(VENV)/bin/ruff format src tests scripts benchmarks
 
 # CPU benchmark suites (about 12-20 minutes on 2 cores; not part of `make test`): OpenRFT vs TRL's
 # GRPOTrainer, rollout and learner throughput, memory, optimisations, threads. Results land in

@@ -33,12 +33,28 @@ def cpu_model() -> str:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
         # uncommitted changes to what the numbers depend on (results written earlier in the run are not)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks",
-                                "examples", "pyproject.toml", ":!benchmarks/results"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                "src",
+                "benchmarks",
+                "examples",
+                "pyproject.toml",
+                ":!benchmarks/results",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -127,8 +143,9 @@ def matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 1024, sec
     return best
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (256, 512, 1024, 2048),
-                seconds: float = 0.5) -> tuple[float, dict[int, float]]:
+def matmul_peak(
+    device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (256, 512, 1024, 2048), seconds: float = 0.5
+) -> tuple[float, dict[int, float]]:
     """The machine's measured matmul FLOP/s: the best square size (a size that fits the caches wins on a CPU),
     and every size's figure."""
     by_size = {size: matmul_flops(device, dtype, size, seconds) for size in sizes}
@@ -183,8 +200,12 @@ def write_results(name: str, title: str, body: list[str], data: dict, results_di
     """``results_dir/name.md`` (title, machine, command, load, then ``body``) and ``name.json`` (``data`` plus the same
     header fields)."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    header = {"benchmark": name, "command": data.get("command") or command_line(), "machine": machine_info(),
-              "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    header = {
+        "benchmark": name,
+        "command": data.get("command") or command_line(),
+        "machine": machine_info(),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
     data = {**header, **data}
     (results_dir / f"{name}.json").write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
     m = header["machine"]
@@ -198,8 +219,9 @@ def write_results(name: str, title: str, body: list[str], data: dict, results_di
         f"- commit: {m['git_commit']}; finished {header['finished']}",
     ]
     if "load" in data:
-        lines.append(f"- load average (1, 5, 15 min) before: {data['load'].get('before')}, "
-                     f"after: {data['load'].get('after')}")
+        lines.append(
+            f"- load average (1, 5, 15 min) before: {data['load'].get('before')}, after: {data['load'].get('after')}"
+        )
     lines += ["", *body]
     path = results_dir / f"{name}.md"
     path.write_text("\n".join(lines) + "\n")

@@ -49,8 +49,13 @@ class Demo:
 
     def params(self, n: int | None = None, max_new_tokens: int | None = None) -> SamplingParams:
         s = self.spec.sampling
-        return SamplingParams(n=n or s.samples_per_prompt, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                              max_new_tokens=max_new_tokens or self.parts.max_new_tokens)
+        return SamplingParams(
+            n=n or s.samples_per_prompt,
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            max_new_tokens=max_new_tokens or self.parts.max_new_tokens,
+        )
 
     def prompts(self, count: int, offset: int = 0) -> list[list[int]]:
         train = self.parts.train_prompts
@@ -77,4 +82,3 @@ def response_tokens(samples: list[TrainSample]) -> int:
 
 def sequence_tokens(samples: list[TrainSample]) -> int:
     return sum(s.length for s in samples)
-

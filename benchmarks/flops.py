@@ -29,8 +29,15 @@ class DecoderShape:
     def from_config(cls, config) -> DecoderShape:
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers, heads,
-                   getattr(config, "num_key_value_heads", None) or heads, head_dim, config.vocab_size)
+        return cls(
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_hidden_layers,
+            heads,
+            getattr(config, "num_key_value_heads", None) or heads,
+            head_dim,
+            config.vocab_size,
+        )
 
     def linears(self) -> list[tuple[int, int]]:
         """(in, out) of the linear layers of one decoder layer: q, k, v, o, gate, up, down."""
@@ -101,20 +108,27 @@ def groups_of(samples: list[TrainSample]) -> tuple[list[int], list[list[int]]]:
 
 
 def forward_flops(shape: DecoderShape, count: PassCount, lora_rank: int = 0) -> int:
-    return (count.tokens * (shape.linear_flops_per_token() + shape.lora_flops_per_token(lora_rank))
-            + shape.attention_flops(count.pairs) + shape.head_flops(count.head_positions))
+    return (
+        count.tokens * (shape.linear_flops_per_token() + shape.lora_flops_per_token(lora_rank))
+        + shape.attention_flops(count.pairs)
+        + shape.head_flops(count.head_positions)
+    )
 
 
 def lora_training_flops(shape: DecoderShape, count: PassCount, lora_rank: int) -> int:
     """Forward and backward of a LoRA policy pass (base weights frozen: input gradients only)."""
     forward = forward_flops(shape, count, lora_rank)
-    backward = (count.tokens * (shape.linear_flops_per_token() + 2 * shape.lora_flops_per_token(lora_rank))
-                + 2 * shape.attention_flops(count.pairs) + shape.head_flops(count.head_positions))
+    backward = (
+        count.tokens * (shape.linear_flops_per_token() + 2 * shape.lora_flops_per_token(lora_rank))
+        + 2 * shape.attention_flops(count.pairs)
+        + shape.head_flops(count.head_positions)
+    )
     return forward + backward
 
 
-def learner_step_flops(shape: DecoderShape, samples: list[TrainSample], lora_rank: int, reference: bool,
-                       shared_prefix: bool = True) -> int:
+def learner_step_flops(
+    shape: DecoderShape, samples: list[TrainSample], lora_rank: int, reference: bool, shared_prefix: bool = True
+) -> int:
     """Model FLOPs of one learner step: the policy's forward and backward, and the reference forward
     (the base model: the adapter disabled) when the KL term is on."""
     prompts, responses = groups_of(samples)

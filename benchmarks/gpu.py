@@ -44,13 +44,34 @@ def qwen2_05b_config(tiny: bool = False):
     from transformers import Qwen2Config
 
     if tiny:
-        return Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                           tie_word_embeddings=True, eos_token_id=None, bos_token_id=None, pad_token_id=0)
-    return Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                       rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=None,
-                       bos_token_id=None, pad_token_id=0)
+        return Qwen2Config(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            tie_word_embeddings=True,
+            eos_token_id=None,
+            bos_token_id=None,
+            pad_token_id=0,
+        )
+    return Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=0,
+    )
 
 
 def nominal_peak(device_name: str) -> float | None:
@@ -103,10 +124,25 @@ def run(args: argparse.Namespace, device: torch.device) -> dict:
     lora = LoraSpec(rank=args.lora_rank, alpha=2 * args.lora_rank)
     algorithm = AlgorithmSpec(kl_loss_coef=0.001, clip_ratio_high=0.28)
     policy = Policy(model, lora, need_reference=True)
-    learner = Learner(policy, LearnerConfig(algorithm, OptimizerSpec(lr=1e-5), lora, temperature=1.0,
-                                            micro_batch_tokens=args.micro_batch_tokens, pad_token_id=0))
-    generator = TransformersGenerator(policy.model, tokenizer=NoText(), eos_token_ids=[], pad_token_id=0, seed=0,
-                                      max_batch_sequences=args.prompts * args.samples)
+    learner = Learner(
+        policy,
+        LearnerConfig(
+            algorithm,
+            OptimizerSpec(lr=1e-5),
+            lora,
+            temperature=1.0,
+            micro_batch_tokens=args.micro_batch_tokens,
+            pad_token_id=0,
+        ),
+    )
+    generator = TransformersGenerator(
+        policy.model,
+        tokenizer=NoText(),
+        eos_token_ids=[],
+        pad_token_id=0,
+        seed=0,
+        max_batch_sequences=args.prompts * args.samples,
+    )
     rng = random.Random(0)
     prompts = [[rng.randrange(1, config.vocab_size) for _ in range(args.prompt_tokens)] for _ in range(args.prompts)]
     sampling = SamplingParams(n=args.samples, temperature=1.0, max_new_tokens=args.new_tokens)

@@ -68,8 +68,13 @@ def step_breakdown(step) -> dict[str, float]:
         else:
             other += event.self_cpu_time_total
     outside = max(0.0, wall_us - matmul - attention - other)
-    return {"matmul": matmul / wall_us, "attention": attention / wall_us, "other_ops": other / wall_us,
-            "outside_ops": outside / wall_us, "op_calls": float(ops)}
+    return {
+        "matmul": matmul / wall_us,
+        "attention": attention / wall_us,
+        "other_ops": other / wall_us,
+        "outside_ops": outside / wall_us,
+        "op_calls": float(ops),
+    }
 
 
 def learner_throughput(prompts: int, n: int, steps: int, warmup: int, threads: int | None) -> dict:
@@ -185,32 +190,52 @@ def memory_probe(prompts: int, n: int, micro_batch_tokens: int, threads: int | N
 
 def memory_in_subprocess(prompts: int, n: int, micro_batch_tokens: int, threads: int | None) -> dict:
     args = json.dumps({"prompts": prompts, "n": n, "micro_batch_tokens": micro_batch_tokens, "threads": threads})
-    out = subprocess.run([sys.executable, "-m", "benchmarks.learner", "--memory-probe", args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.learner", "--memory-probe", args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"memory probe failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def memory_scaling(global_batches: list[int], micro_budgets: list[int], fixed_micro: int, fixed_prompts: int,
-                   n: int, threads: int | None, log=print) -> dict:
+def memory_scaling(
+    global_batches: list[int],
+    micro_budgets: list[int],
+    fixed_micro: int,
+    fixed_prompts: int,
+    n: int,
+    threads: int | None,
+    log=print,
+) -> dict:
     """Peak learner memory (a) as the global batch grows at a fixed micro-batch budget, (b) as the
     micro-batch budget grows at a fixed global batch."""
     by_global = []
     for prompts in global_batches:
         row = memory_in_subprocess(prompts, n, fixed_micro, threads)
-        log(f"  global batch {row['samples']:5d} samples, micro {fixed_micro} tokens: "
-            f"learner +{row['learner_peak_over_baseline_mib']:.0f} MiB over baseline")
+        log(
+            f"  global batch {row['samples']:5d} samples, micro {fixed_micro} tokens: "
+            f"learner +{row['learner_peak_over_baseline_mib']:.0f} MiB over baseline"
+        )
         by_global.append(row)
     by_micro = []
     for budget in micro_budgets:
         row = memory_in_subprocess(fixed_prompts, n, budget, threads)
-        log(f"  global batch {row['samples']:5d} samples, micro {budget} tokens: "
-            f"learner +{row['learner_peak_over_baseline_mib']:.0f} MiB over baseline")
+        log(
+            f"  global batch {row['samples']:5d} samples, micro {budget} tokens: "
+            f"learner +{row['learner_peak_over_baseline_mib']:.0f} MiB over baseline"
+        )
         by_micro.append(row)
     fit_micro = _fit(by_micro, key="largest_micro_batch_tokens")
-    return {"by_global_batch": by_global, "by_micro_batch": by_micro, "fit_micro": fit_micro,
-            "fit_global": _fit(by_global, key="samples")}
+    return {
+        "by_global_batch": by_global,
+        "by_micro_batch": by_micro,
+        "fit_micro": fit_micro,
+        "fit_global": _fit(by_global, key="samples"),
+    }
 
 
 def _fit(rows: list[dict], key: str = "micro_batch_tokens") -> dict:

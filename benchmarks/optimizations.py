@@ -42,8 +42,9 @@ LEARNER_VARIANTS: dict[str, tuple[type[Learner], str]] = {
 
 def padded_tokens(learner: Learner, samples) -> int:
     pad = learner.config.pad_token_id
-    return sum(collate([samples[i] for i in plan], pad, torch.device("cpu")).padded_tokens
-               for plan in learner.plan(samples))
+    return sum(
+        collate([samples[i] for i in plan], pad, torch.device("cpu")).padded_tokens for plan in learner.plan(samples)
+    )
 
 
 def learner_ablation(demo: Demo, prompts: int, n: int, repeats: int, log=print) -> list[dict]:
@@ -59,8 +60,13 @@ def learner_ablation(demo: Demo, prompts: int, n: int, repeats: int, log=print) 
     rows = []
     for name, learner in learners.items():
         seconds = median_after_warmup(times[name], 1)
-        row = {"variant": name, "what": LEARNER_VARIANTS[name][1], "step_s": seconds, "slowdown": seconds / base,
-               "micro_batches": len(learner.plan(samples))}
+        row = {
+            "variant": name,
+            "what": LEARNER_VARIANTS[name][1],
+            "step_s": seconds,
+            "slowdown": seconds / base,
+            "micro_batches": len(learner.plan(samples)),
+        }
         if isinstance(learner, FullSequenceLearner):
             prompt_lengths, responses = groups_of(samples)
             row["padded_tokens"] = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
@@ -118,8 +124,15 @@ def compaction_ablation(repeats: int, fractions: tuple[float, ...] = (2.0, 0.5, 
     from openrft.rollout.types import SamplingParams
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    config = Qwen2Config(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
     model = Qwen2ForCausalLM(config).eval()
     generator = TransformersGenerator(model, NoText(), eos_token_ids=list(range(1, 9)), pad_token_id=0)
     rng = random.Random(0)
@@ -147,8 +160,12 @@ def compaction_ablation(repeats: int, fractions: tuple[float, ...] = (2.0, 0.5, 
             label += " (engine)"
         log(f"  compaction {label:40s} {seconds:.3f} s  ({base / seconds:.2f}x)")
         rows.append({"compaction": label, "generate_s": seconds, "speedup": base / seconds})
-    return {"rows": rows, "mean_length": statistics.fmean(lengths), "max_new_tokens": params.max_new_tokens,
-            "sequences": len(prompts) * params.n}
+    return {
+        "rows": rows,
+        "mean_length": statistics.fmean(lengths),
+        "max_new_tokens": params.max_new_tokens,
+        "sequences": len(prompts) * params.n,
+    }
 
 
 def thread_ablation(demo: Demo, prompts: int, n: int, counts: list[int], repeats: int, log=print) -> list[dict]:
@@ -168,8 +185,11 @@ def thread_ablation(demo: Demo, prompts: int, n: int, counts: list[int], repeats
                 learn[count].append(time.perf_counter() - middle)
     rows = []
     for count in counts:
-        row = {"threads": count, "generate_s": median_after_warmup(gen[count], 1),
-               "learner_step_s": median_after_warmup(learn[count], 1)}
+        row = {
+            "threads": count,
+            "generate_s": median_after_warmup(gen[count], 1),
+            "learner_step_s": median_after_warmup(learn[count], 1),
+        }
         log(f"  {count} threads: generate {row['generate_s']:.3f} s, learner step {row['learner_step_s']:.3f} s")
         rows.append(row)
     return rows
@@ -209,14 +229,16 @@ def thread_probe(prompts: int, n: int, count: int, repeats: int) -> dict:
     demo = Demo.build(demo_spec(count))
     try:
         rows = thread_ablation(demo, prompts, n, [count], repeats, log=lambda *_: None)
-        return {**rows[0], "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-                "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")}
+        return {
+            **rows[0],
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+        }
     finally:
         demo.close()
 
 
-def thread_policy_ablation(prompts: int, n: int, counts: list[int], rounds: int, repeats: int,
-                           log=print) -> list[dict]:
+def thread_policy_ablation(prompts: int, n: int, counts: list[int], rounds: int, repeats: int, log=print) -> list[dict]:
     """Generation and learner step for each (wait policy, threads), one process each, ``rounds`` rounds
     interleaved; the median over rounds."""
     results: dict[tuple[str, int], list[dict]] = {}
@@ -225,19 +247,30 @@ def thread_policy_ablation(prompts: int, n: int, counts: list[int], rounds: int,
             for count in counts:
                 child_env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
                 args = json.dumps({"prompts": prompts, "n": n, "threads": count, "repeats": repeats})
-                out = subprocess.run([sys.executable, "-m", "benchmarks.optimizations", "--thread-probe", args],
-                                     cwd=ROOT, env={**child_env, **env}, capture_output=True, text=True, timeout=900)
+                out = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.optimizations", "--thread-probe", args],
+                    cwd=ROOT,
+                    env={**child_env, **env},
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 if out.returncode != 0:
                     raise RuntimeError(f"thread probe failed: {out.stderr[-2000:]}")
                 results.setdefault((policy, count), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     rows = []
     for (policy, count), runs in results.items():
-        row = {"policy": policy, "threads": count,
-               "generate_s": statistics.median(r["generate_s"] for r in runs),
-               "learner_step_s": statistics.median(r["learner_step_s"] for r in runs),
-               "load": load_average()}
-        log(f"  {policy:24s} {count} threads: generate {row['generate_s']:.3f} s, "
-            f"learner step {row['learner_step_s']:.3f} s")
+        row = {
+            "policy": policy,
+            "threads": count,
+            "generate_s": statistics.median(r["generate_s"] for r in runs),
+            "learner_step_s": statistics.median(r["learner_step_s"] for r in runs),
+            "load": load_average(),
+        }
+        log(
+            f"  {policy:24s} {count} threads: generate {row['generate_s']:.3f} s, "
+            f"learner step {row['learner_step_s']:.3f} s"
+        )
         rows.append(row)
     return rows
 

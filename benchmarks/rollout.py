@@ -19,8 +19,14 @@ from openrft.rollout.kv import left_pad
 from openrft.rollout.types import SamplingParams
 
 
-def plain_generate(model: torch.nn.Module, prompts: list[list[int]], params: SamplingParams, pad_token_id: int,
-                   eos_token_ids: list[int], seed: int) -> int:
+def plain_generate(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    pad_token_id: int,
+    eos_token_ids: list[int],
+    seed: int,
+) -> int:
     """``model.generate`` as a trainer without its own generator calls it; returns generated tokens (to EOS)."""
     device = next(model.parameters()).device
     ids, mask, _ = (t.to(device) for t in left_pad(prompts, pad_token_id))
@@ -29,11 +35,19 @@ def plain_generate(model: torch.nn.Module, prompts: list[list[int]], params: Sam
     model.eval()
     try:
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=params.temperature,
-                                 top_k=params.top_k, top_p=params.top_p, max_new_tokens=params.max_new_tokens,
-                                 min_new_tokens=0 if eos_token_ids else params.max_new_tokens,
-                                 num_return_sequences=params.n, pad_token_id=pad_token_id,
-                                 eos_token_id=eos_token_ids or None)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=params.temperature,
+                top_k=params.top_k,
+                top_p=params.top_p,
+                max_new_tokens=params.max_new_tokens,
+                min_new_tokens=0 if eos_token_ids else params.max_new_tokens,
+                num_return_sequences=params.n,
+                pad_token_id=pad_token_id,
+                eos_token_id=eos_token_ids or None,
+            )
     finally:
         model.train(was_training)
     new = out[:, ids.shape[1] :].cpu()
@@ -46,8 +60,9 @@ def plain_generate(model: torch.nn.Module, prompts: list[list[int]], params: Sam
 
 
 def model_generate(demo: Demo, prompts: list[list[int]], params: SamplingParams, seed: int) -> int:
-    return plain_generate(demo.policy.model, prompts, params, demo.parts.tokenizer.pad_token_id, demo.parts.eos_ids,
-                          seed)
+    return plain_generate(
+        demo.policy.model, prompts, params, demo.parts.tokenizer.pad_token_id, demo.parts.eos_ids, seed
+    )
 
 
 def engine_generate(demo: Demo, prompts: list[list[int]], params: SamplingParams, seed: int) -> int:
@@ -58,16 +73,27 @@ def engine_generate(demo: Demo, prompts: list[list[int]], params: SamplingParams
 def engine_unshared(demo: Demo, prompts: list[list[int]], params: SamplingParams, seed: int) -> int:
     """The engine's decode loop with every prompt repeated ``n`` times and ``n = 1``: one prefill per sample."""
     repeated = [p for p in prompts for _ in range(params.n)]
-    single = SamplingParams(n=1, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                            max_new_tokens=params.max_new_tokens)
+    single = SamplingParams(
+        n=1,
+        temperature=params.temperature,
+        top_k=params.top_k,
+        top_p=params.top_p,
+        max_new_tokens=params.max_new_tokens,
+    )
     return engine_generate(demo, repeated, single, seed)
 
 
 SYSTEMS = {"engine": engine_generate, "engine, no shared prefill": engine_unshared, "model.generate": model_generate}
 
 
-def rollout_throughput(demo: Demo, prompt_counts: list[int], sample_counts: list[int], repeats: int,
-                       max_new_tokens: int | None = None, log=print) -> list[dict]:
+def rollout_throughput(
+    demo: Demo,
+    prompt_counts: list[int],
+    sample_counts: list[int],
+    repeats: int,
+    max_new_tokens: int | None = None,
+    log=print,
+) -> list[dict]:
     """Generated tokens/s of each system for every (prompts, samples per prompt), interleaving the systems
     so that load changes fall on all of them; the median of ``repeats`` runs after one warm-up."""
     rows = []
@@ -91,8 +117,10 @@ def rollout_throughput(demo: Demo, prompt_counts: list[int], sample_counts: list
                 row[f"{name} tok/s"] = mean_tokens / seconds
             row["speedup vs model.generate"] = row["engine tok/s"] / row["model.generate tok/s"]
             row["speedup from shared prefill"] = row["engine tok/s"] / row["engine, no shared prefill tok/s"]
-            log(f"  {prompts_count:4d} prompts x {n:2d}: engine {row['engine tok/s']:8.0f} tok/s, model.generate "
+            log(
+                f"  {prompts_count:4d} prompts x {n:2d}: engine {row['engine tok/s']:8.0f} tok/s, model.generate "
                 f"{row['model.generate tok/s']:8.0f} tok/s ({row['speedup vs model.generate']:.2f}x), "
-                f"no shared prefill {row['engine, no shared prefill tok/s']:8.0f} tok/s")
+                f"no shared prefill {row['engine, no shared prefill tok/s']:8.0f} tok/s"
+            )
             rows.append(row)
     return rows

@@ -42,9 +42,14 @@ def sample_spec() -> dict:
     """A real resolved JobSpec (the demo recipe's), so rows have the size they have in use."""
     from openrft.spec.dialects import parse_document
 
-    recipe = {"run": {"name": "bench", "model_name_or_path": "openrft-demo", "data_s3_path": "/data/train.jsonl"},
-              "training_config": {"global_batch_size": 16, "trainer": {"max_steps": 10},
-                                  "rollout": {"rewards": {"preset_reward_function": "exact_match"}}}}
+    recipe = {
+        "run": {"name": "bench", "model_name_or_path": "openrft-demo", "data_s3_path": "/data/train.jsonl"},
+        "training_config": {
+            "global_batch_size": 16,
+            "trainer": {"max_steps": 10},
+            "rollout": {"rewards": {"preset_reward_function": "exact_match"}},
+        },
+    }
     return parse_document(recipe, "nova", dataset_size=lambda location: 1000).model_dump(mode="json")
 
 
@@ -56,9 +61,21 @@ def fill(store: Store, count: int) -> list[str]:
         with store.session() as s:
             for i in range(start, min(count, start + 1000)):
                 for owner in OWNERS:
-                    job = Job(id=new_id("ftjob-"), owner=owner, api="openai", status="succeeded", request=request,
-                              spec=spec, model="openrft-demo", training_file="file-0", total_steps=10, last_step=10,
-                              created_at=created + i, updated_at=now(), attempts=1)
+                    job = Job(
+                        id=new_id("ftjob-"),
+                        owner=owner,
+                        api="openai",
+                        status="succeeded",
+                        request=request,
+                        spec=spec,
+                        model="openrft-demo",
+                        training_file="file-0",
+                        total_steps=10,
+                        last_step=10,
+                        created_at=created + i,
+                        updated_at=now(),
+                        attempts=1,
+                    )
                     s.add(job)
                     if owner == "local":
                         ids.append(job.id)
@@ -74,9 +91,26 @@ def free_port() -> int:
 @contextmanager
 def server(database_url: str, data_dir: Path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "serve", "--port", str(port), "--workers", "0", "--data-dir",
-                             str(data_dir), "--database-url", database_url, "--log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            "--database-url",
+            database_url,
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -161,18 +195,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        results["SQLite"] = run_backend("SQLite", f"sqlite:///{tmp}/bench.db", Path(tmp) / "sqlite", args.jobs,
-                                        args.requests)
+        results["SQLite"] = run_backend(
+            "SQLite", f"sqlite:///{tmp}/bench.db", Path(tmp) / "sqlite", args.jobs, args.requests
+        )
         if args.postgres_url:
             with postgres_database(args.postgres_url) as url:
                 results["PostgreSQL"] = run_backend("PostgreSQL", url, Path(tmp) / "pg", args.jobs, args.requests)
     backends = list(results)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    lines = [f"Job service latency over HTTP, {args.jobs:,} jobs of the tenant (and {args.jobs:,} of another) in "
-             f"the store, {args.requests} requests per row, one client, keep-alive; {cpu_model()}, "
-             f"{os.cpu_count()} cores (load average {load} after the run), Python {platform.python_version()}.", "",
-             "| request | " + " | ".join(f"{b} p50 ms | {b} p99 ms" for b in backends) + " |",
-             "|---|" + "---:|---:|" * len(backends)]
+    lines = [
+        f"Job service latency over HTTP, {args.jobs:,} jobs of the tenant (and {args.jobs:,} of another) in "
+        f"the store, {args.requests} requests per row, one client, keep-alive; {cpu_model()}, "
+        f"{os.cpu_count()} cores (load average {load} after the run), Python {platform.python_version()}.",
+        "",
+        "| request | " + " | ".join(f"{b} p50 ms | {b} p99 ms" for b in backends) + " |",
+        "|---|" + "---:|---:|" * len(backends),
+    ]
     for case in results[backends[0]]:
         cells = " | ".join(f"{results[b][case]['p50_ms']:.1f} | {results[b][case]['p99_ms']:.1f}" for b in backends)
         lines.append(f"| {case} | {cells} |")
@@ -180,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "service_latency.md").write_text(table + "\n")
-    (RESULTS / "service_latency.json").write_text(json.dumps({"jobs": args.jobs, "requests": args.requests,
-                                                              "results": results}, indent=2) + "\n")
+    (RESULTS / "service_latency.json").write_text(
+        json.dumps({"jobs": args.jobs, "requests": args.requests, "results": results}, indent=2) + "\n"
+    )
     return 0
 
 

@@ -23,8 +23,13 @@ def full_sequence_logits(model: torch.nn.Module, mb: MicroBatch, temperature: fl
     ids = torch.cat([mb.prompt_ids.index_select(0, index), mb.response_ids], dim=-1)
     mask = torch.cat([mb.prompt_mask.index_select(0, index), mb.response_mask.long()], dim=-1)
     positions = torch.cat([mb.prompt_positions.index_select(0, index), mb.response_positions], dim=-1)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                logits_to_keep=mb.response_width + 1)
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=False,
+        logits_to_keep=mb.response_width + 1,
+    )
     logits = out.logits[:, :-1, :].float()
     return logits / temperature if temperature > 0 else logits
 
@@ -34,14 +39,26 @@ def full_head_logits(model: torch.nn.Module, mb: MicroBatch, temperature: float)
     from transformers import DynamicCache
 
     kwarg, cache = cache_keyword(model), DynamicCache()
-    out = model(input_ids=mb.prompt_ids, attention_mask=mb.prompt_mask, position_ids=mb.prompt_positions,
-                use_cache=True, logits_to_keep=0, **{kwarg: cache})
+    out = model(
+        input_ids=mb.prompt_ids,
+        attention_mask=mb.prompt_mask,
+        position_ids=mb.prompt_positions,
+        use_cache=True,
+        logits_to_keep=0,
+        **{kwarg: cache},
+    )
     logits = out.logits[:, -1:, :].index_select(0, mb.prompt_index)
     if mb.response_width > 1:
         cache.batch_select_indices(mb.prompt_index)
         mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], -1)
-        rest = model(input_ids=mb.response_ids[:, :-1], attention_mask=mask, position_ids=mb.response_positions[:, :-1],
-                     use_cache=True, logits_to_keep=0, **{kwarg: cache}).logits
+        rest = model(
+            input_ids=mb.response_ids[:, :-1],
+            attention_mask=mask,
+            position_ids=mb.response_positions[:, :-1],
+            use_cache=True,
+            logits_to_keep=0,
+            **{kwarg: cache},
+        ).logits
         logits = torch.cat([logits, rest], dim=1)
     logits = logits.float()
     return logits / temperature if temperature > 0 else logits

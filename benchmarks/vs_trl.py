@@ -69,8 +69,9 @@ class RunResult:
         }
 
 
-def matched_spec(steps: int, seed: int, eval_every: int, threads: int | None, lr: float | None = None,
-                 recipe: Path = RECIPE) -> JobSpec:
+def matched_spec(
+    steps: int, seed: int, eval_every: int, threads: int | None, lr: float | None = None, recipe: Path = RECIPE
+) -> JobSpec:
     """The demo recipe as both systems run it: no checkpoints until the end, no TensorBoard, the
     reference never refitted (TRL cannot refresh a PEFT reference)."""
     spec = load_job(recipe)
@@ -177,9 +178,13 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
     rewards = RewardRunner(parts.reward)
     train = parts.datasets.train
     dataset = Dataset.from_list([{"prompt": ex.messages, "index": i} for i, ex in enumerate(train)])
-    eval_params = SamplingParams(n=spec.evaluation.samples_per_prompt, temperature=spec.sampling.temperature,
-                                 top_k=spec.sampling.top_k, top_p=spec.sampling.top_p,
-                                 max_new_tokens=parts.max_new_tokens)
+    eval_params = SamplingParams(
+        n=spec.evaluation.samples_per_prompt,
+        temperature=spec.sampling.temperature,
+        top_k=spec.sampling.top_k,
+        top_p=spec.sampling.top_p,
+        max_new_tokens=parts.max_new_tokens,
+    )
     step_rewards: list[float] = []
 
     def exact_match(prompts, completions, index, **kwargs) -> list[float | None]:
@@ -203,8 +208,15 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
         def _evaluate(self, model, step: int) -> None:
             start = time.perf_counter()
             generator = TransformersGenerator(model, parts.tokenizer, parts.eos_ids, parts.tokenizer.pad_token_id)
-            outcome = evaluate(generator, rewards, parts.datasets.validation, parts.val_prompts, eval_params,
-                               seed + EVAL_SEED_OFFSET, step)
+            outcome = evaluate(
+                generator,
+                rewards,
+                parts.datasets.validation,
+                parts.val_prompts,
+                eval_params,
+                seed + EVAL_SEED_OFFSET,
+                step,
+            )
             result.val_reward[step] = outcome.mean_reward
             result.eval_seconds += time.perf_counter() - start
 
@@ -226,12 +238,19 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
                 self._evaluate(model, step)
             self.last_end = time.perf_counter()
 
-    config = GRPOConfig(**grpo_config_kwargs(spec, parts.max_new_tokens, spec.training.total_steps,
-                                             str(workdir / f"trl-{seed}"), seed))
+    config = GRPOConfig(
+        **grpo_config_kwargs(spec, parts.max_new_tokens, spec.training.total_steps, str(workdir / f"trl-{seed}"), seed)
+    )
     torch.manual_seed(seed)
-    trainer = LoraPlusGRPOTrainer(model=parts.model, reward_funcs=[exact_match], args=config, train_dataset=dataset,
-                                  processing_class=parts.tokenizer, peft_config=lora_config(spec.lora),
-                                  callbacks=[Timing()])
+    trainer = LoraPlusGRPOTrainer(
+        model=parts.model,
+        reward_funcs=[exact_match],
+        args=config,
+        train_dataset=dataset,
+        processing_class=parts.tokenizer,
+        peft_config=lora_config(spec.lora),
+        callbacks=[Timing()],
+    )
     for noisy in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(noisy)
     start = time.perf_counter()
@@ -244,8 +263,16 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
     return result
 
 
-def compare(steps: int, seeds: list[int], eval_every: int, threads: int | None, warmup: int,
-            workdir: Path | None = None, lr: float | None = None, log=print) -> dict:
+def compare(
+    steps: int,
+    seeds: list[int],
+    eval_every: int,
+    threads: int | None,
+    warmup: int,
+    workdir: Path | None = None,
+    lr: float | None = None,
+    log=print,
+) -> dict:
     """Both systems for each seed, alternating which goes first; per-seed and aggregate numbers."""
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="openrft-vs-trl-")) if own_dir else workdir
@@ -259,15 +286,23 @@ def compare(steps: int, seeds: list[int], eval_every: int, threads: int | None, 
                 run = runner(spec, workdir)
                 runs.append(run)
                 s = run.summary(warmup)
-                log(f"  {run.system:16s} seed {seed}: median step {s['median_step_s']:.3f} s, interval "
-                    f"{s['median_interval_s']:.3f} s, val reward {s['val_reward']}  (load {load_average()})")
+                log(
+                    f"  {run.system:16s} seed {seed}: median step {s['median_step_s']:.3f} s, interval "
+                    f"{s['median_interval_s']:.3f} s, val reward {s['val_reward']}  (load {load_average()})"
+                )
     finally:
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
     load["after"] = load_average()
     threads_used = runs[0].threads if runs else torch.get_num_threads()
-    return summarise(runs, warmup) | {"load": load, "steps": steps, "seeds": seeds, "eval_every": eval_every,
-                                      "warmup_steps_excluded": warmup, "threads": threads_used}
+    return summarise(runs, warmup) | {
+        "load": load,
+        "steps": steps,
+        "seeds": seeds,
+        "eval_every": eval_every,
+        "warmup_steps_excluded": warmup,
+        "threads": threads_used,
+    }
 
 
 def summarise(runs: list[RunResult], warmup: int) -> dict:
@@ -280,8 +315,10 @@ def summarise(runs: list[RunResult], warmup: int) -> dict:
     steps = sorted({int(k) for s in per_run for k in s["val_reward"]})
 
     def curve(rows: list[dict]) -> list[dict]:
-        return [{"step": st, **spread([r["val_reward"][str(st)] for r in rows if str(st) in r["val_reward"]])}
-                for st in steps]
+        return [
+            {"step": st, **spread([r["val_reward"][str(st)] for r in rows if str(st) in r["val_reward"]])}
+            for st in steps
+        ]
 
     return {
         "runs": per_run,
@@ -309,5 +346,7 @@ def verdict(summary: dict) -> str:
         return f"Difference {difference:+.3f} (one seed: no noise estimate)."
     noise = math.sqrt(ours["std"] ** 2 / n + theirs["std"] ** 2 / n)
     lower = difference < -2 * noise
-    return (f"Difference {difference:+.3f}; standard error of the difference {noise:.3f} (std over {n} seeds of each): "
-            + ("OpenRFT is lower beyond noise." if lower else "not lower beyond run-to-run noise."))
+    return (
+        f"Difference {difference:+.3f}; standard error of the difference {noise:.3f} (std over {n} seeds of each): "
+        + ("OpenRFT is lower beyond noise." if lower else "not lower beyond run-to-run noise.")
+    )

@@ -56,9 +56,13 @@ class ChartData:
         def one(s: Series) -> dict[str, Any]:
             return {"name": s.name, "steps": s.steps, "values": s.values}
 
-        return {"title": self.chart.title, "metric": self.chart.metric, "points": self.points,
-                "lines": [one(s) for s in self.lines],
-                "band": {"low": one(self.band[0]), "high": one(self.band[1])} if self.band else None}
+        return {
+            "title": self.chart.title,
+            "metric": self.chart.metric,
+            "points": self.points,
+            "lines": [one(s) for s in self.lines],
+            "band": {"low": one(self.band[0]), "high": one(self.band[1])} if self.band else None,
+        }
 
 
 def series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:

@@ -1,11 +1,11 @@
 """The typed Python SDK of the OpenRFT job service.
 
-    from openrft import Client
-    client = Client("http://127.0.0.1:8000")            # api_key from OPENRFT_API_KEY if set
-    job = client.create_job("examples/arithmetic/recipe.yaml")   # any dialect; local data is uploaded
-    for event in client.follow_events(job.id):
-        print(event.message)
-    print(client.get_job(job.id).status, client.list_checkpoints(job.id))
+from openrft import Client
+client = Client("http://127.0.0.1:8000")            # api_key from OPENRFT_API_KEY if set
+job = client.create_job("examples/arithmetic/recipe.yaml")   # any dialect; local data is uploaded
+for event in client.follow_events(job.id):
+    print(event.message)
+print(client.get_job(job.id).status, client.list_checkpoints(job.id))
 """
 
 from __future__ import annotations
@@ -30,8 +30,14 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 class ServiceError(OpenRFTError):
     """An error answer from the service: HTTP status, error code, message, the field it names."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
-                 problems: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        problems: list[dict[str, Any]] | None = None,
+    ):
         super().__init__(f"{status} {code or 'error'}: {message}")
         self.status = status
         self.code = code
@@ -65,8 +71,13 @@ class Client:
                 error = response.json().get("error", {})
             except ValueError:
                 error = {"message": response.text}
-            raise ServiceError(response.status_code, error.get("message", response.reason_phrase),
-                               error.get("code") or error.get("status"), error.get("param"), error.get("problems"))
+            raise ServiceError(
+                response.status_code,
+                error.get("message", response.reason_phrase),
+                error.get("code") or error.get("status"),
+                error.get("param"),
+                error.get("problems"),
+            )
         return response.json()
 
     # files ---------------------------------------------------------------------------------------------
@@ -89,8 +100,14 @@ class Client:
 
     # jobs ----------------------------------------------------------------------------------------------
 
-    def create_job(self, job: str | Path | dict[str, Any], dialect: str | None = None, upload: bool = True,
-                   project: str = "openrft", location: str = "local") -> FineTuningJob:
+    def create_job(
+        self,
+        job: str | Path | dict[str, Any],
+        dialect: str | None = None,
+        upload: bool = True,
+        project: str = "openrft",
+        location: str = "local",
+    ) -> FineTuningJob:
         """Submit a job in any dialect (a file path or a parsed document). Dataset fields that name local
         files are uploaded first and replaced by their file ids."""
         from openrft.spec.dialects import detect_dialect, read_document
@@ -147,8 +164,13 @@ class Client:
     def resume_job(self, job_id: str) -> FineTuningJob:
         return FineTuningJob.model_validate(self._request("POST", f"/v1/fine_tuning/jobs/{job_id}/resume"))
 
-    def wait(self, job_id: str, statuses: tuple[str, ...] = TERMINAL, timeout: float | None = None,
-             poll_interval: float = 1.0) -> FineTuningJob:
+    def wait(
+        self,
+        job_id: str,
+        statuses: tuple[str, ...] = TERMINAL,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+    ) -> FineTuningJob:
         """Poll until the job reaches one of ``statuses``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -202,8 +224,11 @@ class Client:
     # graders and Vertex ------------------------------------------------------------------------------------
 
     def run_grader(self, grader: dict[str, Any], model_sample: str, item: Any = None) -> dict[str, Any]:
-        return self._request("POST", "/v1/fine_tuning/alpha/graders/run",
-                             json={"grader": grader, "model_sample": model_sample, "item": item})
+        return self._request(
+            "POST",
+            "/v1/fine_tuning/alpha/graders/run",
+            json={"grader": grader, "model_sample": model_sample, "item": item},
+        )
 
     def validate_grader(self, grader: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", "/v1/fine_tuning/alpha/graders/validate", json={"grader": grader})

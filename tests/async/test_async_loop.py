@@ -18,9 +18,17 @@ from openrft.spec.dialects import load_job
 from openrft.spec.rewards import OpenAIGraderReward, RewardSpec
 
 # a continuous reward, so that advantages (and so the updates) are not zero on a weak model
-FUZZY = RewardSpec(function=OpenAIGraderReward(grader={
-    "type": "text_similarity", "name": "fuzzy", "input": "{{sample.output_text}}",
-    "reference": "{{item.reference_answer}}", "evaluation_metric": "fuzzy_match"}))
+FUZZY = RewardSpec(
+    function=OpenAIGraderReward(
+        grader={
+            "type": "text_similarity",
+            "name": "fuzzy",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}",
+            "evaluation_metric": "fuzzy_match",
+        }
+    )
+)
 
 
 def _spec(recipe_factory, steps, strategy="sync", tolerance=0, replicas=1):
@@ -40,8 +48,15 @@ def _rows(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-SAME = ("critic/rewards/mean", "critic/rewards/max", "response_length/mean", "actor/pg_loss", "actor/grad_norm",
-        "actor/entropy", "val-score/rewards/mean@1")
+SAME = (
+    "critic/rewards/mean",
+    "critic/rewards/max",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/entropy",
+    "val-score/rewards/mean@1",
+)
 
 
 def test_tolerance_zero_reproduces_the_synchronous_loop_and_resumes_exactly(recipe_factory, tmp_path):
@@ -94,17 +109,27 @@ def test_stale_groups_are_dropped_counted_and_regenerated(recipe_factory):
     spec = _spec(recipe_factory, 1)
     parts = build_parts(spec)
     tokenizer = parts.tokenizer
-    fast = GeneratorReplica(TransformersGenerator(parts.model, tokenizer, parts.eos_ids, tokenizer.pad_token_id),
-                            "fast", 1)
-    slow = SlowReplica(TransformersGenerator(parts.model, tokenizer, parts.eos_ids, tokenizer.pad_token_id),
-                       "slow", 2, delay_s=1.5)
+    fast = GeneratorReplica(
+        TransformersGenerator(parts.model, tokenizer, parts.eos_ids, tokenizer.pad_token_id), "fast", 1
+    )
+    slow = SlowReplica(
+        TransformersGenerator(parts.model, tokenizer, parts.eos_ids, tokenizer.pad_token_id), "slow", 2, delay_s=1.5
+    )
     for replica in (fast, slow):  # the weights do not change here, only the version they are published as
         replica.load_adapter = lambda weights, version, g=replica.generator: g.set_policy_version(version)
     batch, examples = 4, parts.datasets.train[:12]
     rewards = RewardRunner(parts.reward)
     source = AsyncRolloutSource(
-        [fast, slow], rewards, EpochSampler(len(examples), batch, False, 0), examples, parts.train_prompts[:12],
-        SamplingParams(n=2, max_new_tokens=4), batch_size=batch, age_tolerance=1, adapter_state=lambda: {})
+        [fast, slow],
+        rewards,
+        EpochSampler(len(examples), batch, False, 0),
+        examples,
+        parts.train_prompts[:12],
+        SamplingParams(n=2, max_new_tokens=4),
+        batch_size=batch,
+        age_tolerance=1,
+        adapter_state=lambda: {},
+    )
     try:
         consumed, dropped = [], 0
         for step in range(1, 11):

@@ -14,15 +14,24 @@ from openrft.spec.rewards import OpenAIGraderReward, RewardSpec
 
 ray = pytest.importorskip("ray")
 
-FUZZY = RewardSpec(function=OpenAIGraderReward(grader={
-    "type": "text_similarity", "name": "fuzzy", "input": "{{sample.output_text}}",
-    "reference": "{{item.reference_answer}}", "evaluation_metric": "fuzzy_match"}))
+FUZZY = RewardSpec(
+    function=OpenAIGraderReward(
+        grader={
+            "type": "text_similarity",
+            "name": "fuzzy",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}",
+            "evaluation_metric": "fuzzy_match",
+        }
+    )
+)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="ERROR",
-             log_to_driver=False)
+    ray.init(
+        num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False
+    )
     yield
     ray.shutdown()
 
@@ -71,8 +80,14 @@ def test_two_replicas_and_a_replica_killed_mid_job(cluster, recipe_factory, tmp_
             killed["replacement"] = ray.get(replica.actor.pid.remote())
 
     events = []
-    job = RFTJob(spec, tmp_path / "run", show_progress=False, runtime=runtime, listeners=(kill_a_replica,),
-                 on_event=lambda level, message: events.append((level, message)))
+    job = RFTJob(
+        spec,
+        tmp_path / "run",
+        show_progress=False,
+        runtime=runtime,
+        listeners=(kill_a_replica,),
+        on_event=lambda level, message: events.append((level, message)),
+    )
     runtime.on_event = job.on_event
     summary = job.run()
 

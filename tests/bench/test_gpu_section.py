@@ -36,8 +36,23 @@ def test_without_gpu_it_says_so_and_succeeds(capsys):
 
 
 def test_tiny_run_on_cpu():
-    args = gpu.parse_args(["--allow-cpu", "--tiny", "--prompts", "2", "--samples", "2", "--prompt-tokens", "6",
-                           "--new-tokens", "3", "--steps", "1", "--no-write"])
+    args = gpu.parse_args(
+        [
+            "--allow-cpu",
+            "--tiny",
+            "--prompts",
+            "2",
+            "--samples",
+            "2",
+            "--prompt-tokens",
+            "6",
+            "--new-tokens",
+            "3",
+            "--steps",
+            "1",
+            "--no-write",
+        ]
+    )
     result = gpu.run(args, torch.device("cpu"))
     assert result["generated_tokens"] == 2 * 2 * 3  # no end token: every sample runs to its limit
     assert result["learner_model_flops"] > 0 and 0 < result["fraction_of_measured_peak"] < 1

@@ -21,14 +21,23 @@ def test_markdown_table_aligns_numbers_right():
 
 
 def _run(system, seed, step, final):
-    return RunResult(system, seed, step_times=[5.0, step, step, step], step_cpu=[5.0, step, step, step],
-                     intervals=[5.0, step, step, step],
-                     val_reward={0: 0.2, 10: final})
+    return RunResult(
+        system,
+        seed,
+        step_times=[5.0, step, step, step],
+        step_cpu=[5.0, step, step, step],
+        intervals=[5.0, step, step, step],
+        val_reward={0: 0.2, 10: final},
+    )
 
 
 def test_summary_pairs_seeds_and_reports_ratios():
-    runs = [_run("OpenRFT", 0, 0.25, 0.30), _run("TRL GRPOTrainer", 0, 1.0, 0.28),
-            _run("TRL GRPOTrainer", 1, 0.9, 0.32), _run("OpenRFT", 1, 0.3, 0.31)]
+    runs = [
+        _run("OpenRFT", 0, 0.25, 0.30),
+        _run("TRL GRPOTrainer", 0, 1.0, 0.28),
+        _run("TRL GRPOTrainer", 1, 0.9, 0.32),
+        _run("OpenRFT", 1, 0.3, 0.31),
+    ]
     s = summarise(runs, warmup=1)
     assert s["speedup_per_seed"] == pytest.approx([4.0, 3.0])
     assert s["speedup_median"] == pytest.approx(3.5)
@@ -37,8 +46,11 @@ def test_summary_pairs_seeds_and_reports_ratios():
 
 
 def test_verdict_against_noise():
-    close = {"openrft_final_val": {"mean": 0.30, "std": 0.02}, "trl_final_val": {"mean": 0.31, "std": 0.02},
-             "speedup_per_seed": [3.0, 3.0, 3.0]}
+    close = {
+        "openrft_final_val": {"mean": 0.30, "std": 0.02},
+        "trl_final_val": {"mean": 0.31, "std": 0.02},
+        "speedup_per_seed": [3.0, 3.0, 3.0],
+    }
     assert "not lower beyond run-to-run noise" in verdict(close)
     far = {**close, "openrft_final_val": {"mean": 0.20, "std": 0.01}}
     assert "lower beyond noise" in verdict(far) and "not lower" not in verdict(far)

@@ -5,8 +5,16 @@ import trl
 from benchmarks.trl_match import MAPPING, grpo_config_kwargs
 from benchmarks.vs_trl import matched_spec
 
-BOOKKEEPING = {"output_dir", "max_steps", "logging_steps", "save_strategy", "report_to", "use_cpu",
-               "dataloader_num_workers", "disable_tqdm"}
+BOOKKEEPING = {
+    "output_dir",
+    "max_steps",
+    "logging_steps",
+    "save_strategy",
+    "report_to",
+    "use_cpu",
+    "dataloader_num_workers",
+    "disable_tqdm",
+}
 
 
 def _kwargs(**changes):
@@ -33,8 +41,14 @@ def test_demo_recipe_maps_to_grpo_config():
 
 
 def test_mapping_follows_the_spec():
-    _, kw = _kwargs(**{"algorithm.scale_advantages_by_std": False, "algorithm.kl_loss_coef": 0.05,
-                       "sampling.samples_per_prompt": 4, "training.prompts_per_step": 16})
+    _, kw = _kwargs(
+        **{
+            "algorithm.scale_advantages_by_std": False,
+            "algorithm.kl_loss_coef": 0.05,
+            "sampling.samples_per_prompt": 4,
+            "training.prompts_per_step": 16,
+        }
+    )
     assert kw["scale_rewards"] == "none" and kw["beta"] == 0.05
     assert kw["num_generations"] == 4 and kw["per_device_train_batch_size"] == 64
 

@@ -17,9 +17,14 @@ GOOD = json.dumps({"messages": [{"role": "user", "content": "1+1?"}], "reference
 
 
 def test_good_lines_load_with_metadata(tmp_path):
-    line = json.dumps({"id": "a", "messages": [{"role": "developer", "content": "be brief"},
-                                               {"role": "user", "content": "hi"}],
-                       "reference_answer": {"solution": "x"}, "task_id": "t1"})
+    line = json.dumps(
+        {
+            "id": "a",
+            "messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}],
+            "reference_answer": {"solution": "x"},
+            "task_id": "t1",
+        }
+    )
     examples = load_dataset(str(_write(tmp_path, [line, GOOD])), require_reference=True)
     assert [e.id for e in examples] == ["a", "line-2"]
     assert examples[0].messages[0]["role"] == "system"  # developer is treated as system
@@ -33,13 +38,24 @@ def test_all_bad_lines_reported_together(tmp_path):
         json.dumps({"reference_answer": "2"}),  # line 2: no messages
         "{not json",  # line 3
         json.dumps({"messages": [{"role": "wizard", "content": "x"}], "reference_answer": "1"}),  # line 4
-        json.dumps({"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "late"}],
-                    "reference_answer": "1"}),  # line 5
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "late"}],
+                "reference_answer": "1",
+            }
+        ),  # line 5
         json.dumps({"messages": [{"role": "system", "content": "only system"}], "reference_answer": "1"}),  # 6
         json.dumps({"messages": [{"role": "user", "content": "x"}], "reference_answer": ""}),  # line 7
-        json.dumps({"messages": [{"role": "user", "content": "x"}], "reference_answer": "1",
-                    "tools": [{"type": "function", "function": {"name": "f"}},
-                              {"type": "function", "function": {"name": "f"}}]}),  # line 8
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "reference_answer": "1",
+                "tools": [
+                    {"type": "function", "function": {"name": "f"}},
+                    {"type": "function", "function": {"name": "f"}},
+                ],
+            }
+        ),  # line 8
     ]
     path = _write(tmp_path, lines)
     with pytest.raises(DatasetError) as info:

@@ -15,8 +15,10 @@ def _setup():
     tokenizer = load_tokenizer("openrft-demo")
     model = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
     gen = TransformersGenerator(model, tokenizer, eos_token_ids(tokenizer, model), tokenizer.pad_token_id, seed=1)
-    prompts = [render_prompt(tokenizer, [{"role": "user", "content": q}]) for q in
-               ("What is 12+7?", "What is 99-45?", "What is 3+4?")]
+    prompts = [
+        render_prompt(tokenizer, [{"role": "user", "content": q}])
+        for q in ("What is 12+7?", "What is 99-45?", "What is 3+4?")
+    ]
     return tokenizer, model, gen, prompts
 
 

@@ -70,8 +70,19 @@ def test_policy_loss_terms_combine_and_aggregate_over_masked_tokens():
     ref = torch.log(torch.tensor([[0.25, 0.25, 0.25], [0.25, 0.25, 0.25]]))
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # 5 response tokens
     entropy = torch.full((2, 3), 0.7)
-    terms = policy_loss_terms(logp, logp.detach(), torch.tensor([1.0, -2.0]), mask, clip_low=0.2, clip_high=0.2,
-                              ref_logp=ref, kl_coef=0.1, entropy=entropy, ent_coeff=0.01, loss_scale=2.0)
+    terms = policy_loss_terms(
+        logp,
+        logp.detach(),
+        torch.tensor([1.0, -2.0]),
+        mask,
+        clip_low=0.2,
+        clip_high=0.2,
+        ref_logp=ref,
+        kl_coef=0.1,
+        entropy=entropy,
+        ent_coeff=0.01,
+        loss_scale=2.0,
+    )
     pg = 2 * -1.0 + 3 * 2.0  # sum over masked tokens of -A
     kl_first = 0.5 - math.log(0.5) - 1  # ref/p = 0.5 on sequence 1, 1 on sequence 2
     kl = 2 * kl_first

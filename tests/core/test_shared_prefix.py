@@ -12,9 +12,13 @@ def _samples():
     # three groups: prompts of 4, 2 and 6 tokens with responses of varied lengths
     a, b, c = [1, 2, 3, 4], [5, 6], [7, 8, 9, 10, 11, 12]
     return [
-        TrainSample(a, [13, 14, 15], 1.0), TrainSample(a, [16], -1.0), TrainSample(a, [17, 18], 0.5),
-        TrainSample(b, [19, 20, 21, 22], -0.5), TrainSample(b, [23, 24], 0.5),
-        TrainSample(c, [25], 1.0), TrainSample(c, [26, 27, 28, 29, 30], -1.0),
+        TrainSample(a, [13, 14, 15], 1.0),
+        TrainSample(a, [16], -1.0),
+        TrainSample(a, [17, 18], 0.5),
+        TrainSample(b, [19, 20, 21, 22], -0.5),
+        TrainSample(b, [23, 24], 0.5),
+        TrainSample(c, [25], 1.0),
+        TrainSample(c, [26, 27, 28, 29, 30], -1.0),
     ]
 
 
@@ -52,9 +56,16 @@ def test_collate_layout():
 
 def test_same_logprobs_and_gradients_as_whole_sequences():
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     model = Qwen2ForCausalLM(config)
     samples = _samples()
     weights = torch.randn(len(samples), 5)

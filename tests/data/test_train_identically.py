@@ -43,19 +43,21 @@ def files(tmp_path):
 
 def spec(train: str, validation: str | None, eval_max: int | None = 2) -> JobSpec:
     """A tiny job; the entropy bonus moves the adapter even when every reward of a group is equal."""
-    return JobSpec.model_validate({
-        "model": {"name_or_path": "openrft-demo", "dtype": "float32"},
-        "data": {"train": train, "validation": validation},
-        "sampling": {"samples_per_prompt": 4, "max_new_tokens": 4, "max_length": 96},
-        "training": {"prompts_per_step": 2, "total_steps": 2, "seed": 3},
-        "optimizer": {"lr": 1e-2},
-        "lora": {"rank": 4, "alpha": 8},
-        "algorithm": {"ent_coeff": 0.01},
-        "evaluation": {"interval": 0, "at_start": False, "max_examples": eval_max},
-        "reward": {"function": {"type": "preset", "name": "exact_match"}},
-        "tracking": {"tensorboard": False},
-        "runtime": {"device": "cpu", "threads": 1},
-    })
+    return JobSpec.model_validate(
+        {
+            "model": {"name_or_path": "openrft-demo", "dtype": "float32"},
+            "data": {"train": train, "validation": validation},
+            "sampling": {"samples_per_prompt": 4, "max_new_tokens": 4, "max_length": 96},
+            "training": {"prompts_per_step": 2, "total_steps": 2, "seed": 3},
+            "optimizer": {"lr": 1e-2},
+            "lora": {"rank": 4, "alpha": 8},
+            "algorithm": {"ent_coeff": 0.01},
+            "evaluation": {"interval": 0, "at_start": False, "max_examples": eval_max},
+            "reward": {"function": {"type": "preset", "name": "exact_match"}},
+            "tracking": {"tensorboard": False},
+            "runtime": {"device": "cpu", "threads": 1},
+        }
+    )
 
 
 def test_same_examples_and_prompt_tokens(files):
@@ -67,8 +69,9 @@ def test_same_examples_and_prompt_tokens(files):
         assert (a.id, a.messages, a.tools, a.line) == (b.id, b.messages, b.tools, b.line)
         assert reference_text(a.reference_answer) == reference_text(b.reference_answer) == a.fields["reference_answer"]
         assert b.fields["references"] == {"ground_truth_answer": a.fields["reference_answer"]}
-        assert render_prompt(tokenizer, a.messages, a.tools, "high") == render_prompt(tokenizer, b.messages, b.tools,
-                                                                                        "high")
+        assert render_prompt(tokenizer, a.messages, a.tools, "high") == render_prompt(
+            tokenizer, b.messages, b.tools, "high"
+        )
     assert plain[1].messages[0] == {"role": "system", "content": "Answer with the number only."}
 
 

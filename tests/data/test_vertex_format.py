@@ -45,21 +45,39 @@ def test_a_vertex_line_becomes_the_messages_of_the_same_chat():
     [
         ({"contents": []}, [("contents", "must be a non-empty list of {role, parts} turns")]),
         ({}, [("contents", "is required")]),
-        ({"contents": [{"role": "assistant", "parts": [{"text": "x"}]}]},
-         [("contents[0].role", "'assistant' is not one of user, model")]),
-        ({"contents": [{"role": "user", "parts": []}]}, [("contents[0].parts", "must be a non-empty list of {text} "
-                                                                              "parts")]),
-        ({"contents": [{"role": "user", "parts": [{"inlineData": {"mimeType": "image/png"}}]}]},
-         [("contents[0].parts[0]", "must be a text part {text: ...} (got inlineData); OpenRFT trains on text only")]),
+        (
+            {"contents": [{"role": "assistant", "parts": [{"text": "x"}]}]},
+            [("contents[0].role", "'assistant' is not one of user, model")],
+        ),
+        (
+            {"contents": [{"role": "user", "parts": []}]},
+            [("contents[0].parts", "must be a non-empty list of {text} parts")],
+        ),
+        (
+            {"contents": [{"role": "user", "parts": [{"inlineData": {"mimeType": "image/png"}}]}]},
+            [("contents[0].parts[0]", "must be a text part {text: ...} (got inlineData); OpenRFT trains on text only")],
+        ),
         ({"contents": [{"role": "model", "parts": [{"text": "x"}]}]}, [("contents", "needs at least one user turn")]),
-        ({"contents": [{"role": "user", "parts": [{"text": "x"}]}], "references": {"a": 1}},
-         [("references.a", "must be a string")]),
-        ({"contents": [{"role": "user", "parts": [{"text": "x"}]}], "references": "391"},
-         [("references", "must be a non-empty object of string values")]),
-        ({"contents": [{"role": "user", "parts": [{"text": "x"}]}]}, [("references", "is required by this job's "
-                                                                                     "reward")]),
-        ({"systemInstruction": "be brief", "contents": [{"role": "user", "parts": [{"text": "x"}]}],
-          "references": {"a": "b"}}, [("systemInstruction", "must be an object {parts: [{text: ...}]}")]),
+        (
+            {"contents": [{"role": "user", "parts": [{"text": "x"}]}], "references": {"a": 1}},
+            [("references.a", "must be a string")],
+        ),
+        (
+            {"contents": [{"role": "user", "parts": [{"text": "x"}]}], "references": "391"},
+            [("references", "must be a non-empty object of string values")],
+        ),
+        (
+            {"contents": [{"role": "user", "parts": [{"text": "x"}]}]},
+            [("references", "is required by this job's reward")],
+        ),
+        (
+            {
+                "systemInstruction": "be brief",
+                "contents": [{"role": "user", "parts": [{"text": "x"}]}],
+                "references": {"a": "b"},
+            },
+            [("systemInstruction", "must be an object {parts: [{text: ...}]}")],
+        ),
     ],
 )
 def test_problems_name_vertex_fields(line, expected):
@@ -94,9 +112,15 @@ def test_a_file_over_its_limit_is_refused(tmp_path):
     "row",
     [
         {"id": "a", "messages": [{"role": "user", "content": "What is 1+1?"}], "reference_answer": "2", "task": "add"},
-        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-                      {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "2+2?"}],
-         "reference_answer": {"answer": "4", "steps": 1}},
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"},
+                {"role": "user", "content": "2+2?"},
+            ],
+            "reference_answer": {"answer": "4", "steps": 1},
+        },
     ],
 )
 def test_to_vertex_record_round_trips_to_the_same_messages(tmp_path, row):
@@ -105,5 +129,6 @@ def test_to_vertex_record_round_trips_to_the_same_messages(tmp_path, row):
     original, _ = parse_record(row, 1, True)
     converted, problems = parse_vertex_record(to_vertex_record(row), 1, True)
     assert problems == [] and converted.messages == original.messages and converted.id == original.id
-    assert converted.fields["references"] == ({"ground_truth_answer": "2"} if row.get("id") else
-                                              {"answer": "4", "steps": "1"})
+    assert converted.fields["references"] == (
+        {"ground_truth_answer": "2"} if row.get("id") else {"answer": "4", "steps": "1"}
+    )

@@ -30,8 +30,15 @@ def test_training_changes_adapter_and_writes_outputs(recipe_factory, tmp_path):
         assert math.isfinite(row["actor/pg_loss"]) and math.isfinite(row["actor/grad_norm"])
         assert 0.0 <= row["critic/rewards/mean"] <= 1.0
         assert row["actor/kl"] >= 0
-        for name in ("response_length/mean", "prompt_length/max", "perf/throughput", "perf/time_per_step",
-                     "perf/cpu_memory_used_gb", "actor/entropy", "actor/pg_clipfrac"):
+        for name in (
+            "response_length/mean",
+            "prompt_length/max",
+            "perf/throughput",
+            "perf/time_per_step",
+            "perf/cpu_memory_used_gb",
+            "actor/entropy",
+            "actor/pg_clipfrac",
+        ):
             assert name in row
     assert any(r["actor/grad_norm"] > 0 for r in rows[1:])
 

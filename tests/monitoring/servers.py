@@ -26,8 +26,9 @@ def server_process(argv: list[str], url: str, log: Path, timeout_s: float, env: 
     """Start ``argv``, wait until ``url`` answers (any HTTP status) within ``timeout_s``, yield ``url``,
     then stop the process group."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -54,17 +55,33 @@ def server_process(argv: list[str], url: str, log: Path, timeout_s: float, env: 
 
 def moto_server(log: Path) -> contextmanager:
     port = free_port()
-    return server_process([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                          f"http://127.0.0.1:{port}", log, timeout_s=60)
+    return server_process(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        f"http://127.0.0.1:{port}",
+        log,
+        timeout_s=60,
+    )
 
 
 def mlflow_server(root: Path, log: Path) -> contextmanager:
     port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
     root.mkdir(parents=True, exist_ok=True)
-    argv = [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-            "--artifacts-destination", str(root / "artifacts")]
+    argv = [
+        str(mlflow),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'server.db'}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
+    ]
     # the server's background job runner (prompt optimisation and such) is not needed: it only slows the start
-    return server_process(argv, f"http://127.0.0.1:{port}", log, timeout_s=120,
-                          env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    return server_process(
+        argv, f"http://127.0.0.1:{port}", log, timeout_s=120, env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    )

@@ -15,19 +15,40 @@ from openrft.service.store.models import Job
 
 ROWS = [
     {"step": 0, "val-score/rewards/mean@2": 0.25},
-    {"step": 1, "critic/rewards/mean": 0.5, "critic/rewards/min": 0.0, "critic/rewards/max": 1.0, "actor/kl": 0.0,
-     "reward/errors/timeout": 1.0},
-    {"step": 2, "critic/rewards/mean": 0.75, "critic/rewards/min": 0.5, "critic/rewards/max": 1.0,
-     "val-score/rewards/mean@2": 0.5, "actor/kl": 0.01, "reward/errors/timeout": 0.0,
-     "reward/errors/exception": 2.0},
-    {"step": 3, "critic/rewards/mean": 0.625, "critic/rewards/min": 0.25, "critic/rewards/max": 1.0,
-     "actor/kl": 0.02},
+    {
+        "step": 1,
+        "critic/rewards/mean": 0.5,
+        "critic/rewards/min": 0.0,
+        "critic/rewards/max": 1.0,
+        "actor/kl": 0.0,
+        "reward/errors/timeout": 1.0,
+    },
+    {
+        "step": 2,
+        "critic/rewards/mean": 0.75,
+        "critic/rewards/min": 0.5,
+        "critic/rewards/max": 1.0,
+        "val-score/rewards/mean@2": 0.5,
+        "actor/kl": 0.01,
+        "reward/errors/timeout": 0.0,
+        "reward/errors/exception": 2.0,
+    },
+    {"step": 3, "critic/rewards/mean": 0.625, "critic/rewards/min": 0.25, "critic/rewards/max": 1.0, "actor/kl": 0.02},
 ]
 
 
 def _job(owner: str, status: str = "running", name: str = "arith") -> Job:
-    return Job(id=f"ftjob-{owner}-{name}", owner=owner, api="nova", status=status, request={},
-               spec={"name": name}, model="openrft-demo", display_name=name, total_steps=10)
+    return Job(
+        id=f"ftjob-{owner}-{name}",
+        owner=owner,
+        api="nova",
+        status=status,
+        request={},
+        spec={"name": name},
+        model="openrft-demo",
+        display_name=name,
+        total_steps=10,
+    )
 
 
 @pytest.fixture
@@ -80,10 +101,18 @@ def test_job_page_draws_the_plot_series(served):
     assert validation["lines"][0]["steps"] == [0, 2] and validation["points"] == 2
     errors = next(c for c in page["charts"] if c["title"] == "Reward errors")
     assert [(s["name"], s["steps"], s["values"]) for s in errors["lines"]] == [
-        ("reward/errors/exception", [2], [2.0]), ("reward/errors/timeout", [1, 2], [1.0, 0.0])]
+        ("reward/errors/exception", [2], [2.0]),
+        ("reward/errors/timeout", [1, 2], [1.0, 0.0]),
+    ]
 
-    assert page["checkpoints"] == [{"id": page["checkpoints"][0]["id"], "step": 2, "val_reward": 0.5,
-                                    "created_at": page["checkpoints"][0]["created_at"]}]
+    assert page["checkpoints"] == [
+        {
+            "id": page["checkpoints"][0]["id"],
+            "step": 2,
+            "val_reward": 0.5,
+            "created_at": page["checkpoints"][0]["created_at"],
+        }
+    ]
     assert "/srv/" not in str(page)  # no server paths
     messages = [e["message"] for e in page["events"]]
     assert messages[0].startswith("Created fine-tuning job") and "Step 3/10" in messages

@@ -18,8 +18,15 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "dashboard.png"
 TRAIN_CHART = ".chart[data-metric='critic/rewards/mean']"
 

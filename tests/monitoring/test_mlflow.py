@@ -23,13 +23,20 @@ def test_metric_keys_are_what_mlflow_accepts():
     assert metric_key("critic/rewards/mean") == "critic/rewards/mean"
     assert metric_key("reward/errors/timeout") == "reward/errors/timeout"
     assert metric_key("a:b(c)") == "a_b_c_"
-    assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": None, "e": {}}) == {"a.b": "1", "a.c": "[1, 2]", "d": "None",
-                                                                         "e": "{}"}
+    assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": None, "e": {}}) == {
+        "a.b": "1",
+        "a.c": "[1, 2]",
+        "d": "None",
+        "e": "{}",
+    }
 
 
 def test_vertex_labels_and_openai_metadata_carry_the_mlflow_settings():
-    settings = {"mlflow_tracking_uri": "http://127.0.0.1:5000", "mlflow_experiment_name": "exp",
-                "mlflow_run_name": "run-1"}
+    settings = {
+        "mlflow_tracking_uri": "http://127.0.0.1:5000",
+        "mlflow_experiment_name": "exp",
+        "mlflow_run_name": "run-1",
+    }
     vertex = parse_document(vertex_request(labels=settings), dataset_size=Sizes(100))
     openai = parse_document(openai_job(metadata=settings), dataset_size=Sizes(100))
     for spec in (vertex, openai):
@@ -71,8 +78,10 @@ def _check_run(client, experiment: str, run_name: str, run_dir: Path, steps: int
 @pytest.mark.slow
 def test_sqlite_store_gets_params_metrics_and_adapter(demo_recipe, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    recipe = demo_recipe(run={"mlflow_tracking_uri": uri, "mlflow_experiment_name": "arith",
-                              "mlflow_run_name": "sqlite-run"}, trainer={"max_steps": 2})
+    recipe = demo_recipe(
+        run={"mlflow_tracking_uri": uri, "mlflow_experiment_name": "arith", "mlflow_run_name": "sqlite-run"},
+        trainer={"max_steps": 2},
+    )
     run_dir = tmp_path / "run"
     assert main(["train", str(recipe), "--output", str(run_dir), "--quiet"]) == 0
     _check_run(mlflow.MlflowClient(uri), "arith", "sqlite-run", run_dir, steps=2)
@@ -82,8 +91,10 @@ def test_sqlite_store_gets_params_metrics_and_adapter(demo_recipe, tmp_path):
 @pytest.mark.slow
 def test_mlflow_server_on_loopback(demo_recipe, tmp_path):
     with mlflow_server(tmp_path / "server", tmp_path / "mlflow.log") as uri:
-        recipe = demo_recipe(run={"mlflow_tracking_uri": uri, "mlflow_experiment_name": "served",
-                                  "mlflow_run_name": "server-run"}, trainer={"max_steps": 2})
+        recipe = demo_recipe(
+            run={"mlflow_tracking_uri": uri, "mlflow_experiment_name": "served", "mlflow_run_name": "server-run"},
+            trainer={"max_steps": 2},
+        )
         run_dir = tmp_path / "run"
         assert main(["train", str(recipe), "--output", str(run_dir), "--quiet"]) == 0
         _check_run(mlflow.MlflowClient(uri), "served", "server-run", run_dir, steps=2)

@@ -42,7 +42,7 @@ def s3(tmp_path_factory):
 
 def _keys(client, prefix: str) -> set[str]:
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
-    return {obj["Key"][len(prefix):] for page in pages for obj in page.get("Contents", [])}
+    return {obj["Key"][len(prefix) :] for page in pages for obj in page.get("Contents", [])}
 
 
 def test_dataset_reads_from_s3_like_a_local_file(s3):
@@ -73,17 +73,27 @@ def test_gcs_without_its_package_names_the_extra():
 @pytest.mark.slow
 def test_nova_recipe_trains_from_s3_and_uploads_its_outputs(s3, demo_recipe, tmp_path, capsys):
     out = f"s3://{BUCKET}/runs/job-1"
-    recipe = demo_recipe(run={"data_s3_path": f"s3://{BUCKET}/data/train.jsonl",
-                              "validation_data_s3_path": f"s3://{BUCKET}/data/validation.jsonl",
-                              "output_s3_path": out},
-                         trainer={"max_steps": 3, "save_steps": 1, "save_top_k": 1})
+    recipe = demo_recipe(
+        run={
+            "data_s3_path": f"s3://{BUCKET}/data/train.jsonl",
+            "validation_data_s3_path": f"s3://{BUCKET}/data/validation.jsonl",
+            "output_s3_path": out,
+        },
+        trainer={"max_steps": 3, "save_steps": 1, "save_top_k": 1},
+    )
     staging = tmp_path / "staging"
     assert main(["train", str(recipe), "--output", str(staging), "--quiet"]) == 0
     assert f"outputs are uploaded to {out}" in capsys.readouterr().out
 
     keys = _keys(s3, "runs/job-1/")
-    for name in ("spec.json", "metrics.jsonl", "manifest.json", "summary.json", "adapter/adapter_config.json",
-                 "adapter/adapter_model.safetensors"):
+    for name in (
+        "spec.json",
+        "metrics.jsonl",
+        "manifest.json",
+        "summary.json",
+        "adapter/adapter_config.json",
+        "adapter/adapter_model.safetensors",
+    ):
         assert name in keys, name
     assert not any(k.endswith(".tmp") or "/." in k or k.startswith(".") for k in keys)
     # the remote checkpoints are the local ones: pruned to the newest plus the top-1 on both sides

@@ -23,10 +23,14 @@ class DemoChatModel:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = torch.tensor([self.tokenizer(text, add_special_tokens=False)["input_ids"]])
         with self.lock:
-            out = self.model.generate(ids, max_new_tokens=min(max_tokens, 16), do_sample=False,
-                                      eos_token_id=self.tokenizer.eos_token_id,
-                                      pad_token_id=self.tokenizer.pad_token_id)
-        return self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+            out = self.model.generate(
+                ids,
+                max_new_tokens=min(max_tokens, 16),
+                do_sample=False,
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        return self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 class ChatServer:
@@ -40,15 +44,24 @@ class ChatServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "body": body,
-                                       "authorization": self.headers.get("Authorization")})
+                outer.requests.append(
+                    {"path": self.path, "body": body, "authorization": self.headers.get("Authorization")}
+                )
                 if self.path != "/v1/chat/completions":
                     self._send(404, {"error": "not found"})
                     return
                 content = outer.model.reply(body["messages"], body.get("max_tokens", 16))
-                self._send(200, {"id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": content}}]})
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-test",
+                        "object": "chat.completion",
+                        "model": body.get("model"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                    },
+                )
 
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()

@@ -59,8 +59,7 @@ def require_bwrap() -> None:
 @contextmanager
 def reward_server(*args: str):
     """The example Nova reward server on a free 127.0.0.1 port; yields its URL."""
-    process = subprocess.Popen([sys.executable, str(SERVER), "--port", "0", *args], stdout=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen([sys.executable, str(SERVER), "--port", "0", *args], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         line = process.stdout.readline()

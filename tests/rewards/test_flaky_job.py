@@ -16,30 +16,57 @@ pytestmark = pytest.mark.slow
 def write_jsonl(path, ids):
     with path.open("w") as f:
         for i, example_id in enumerate(ids):
-            f.write(json.dumps({"id": example_id, "messages": [{"role": "user", "content": f"What is {i}+{i}?"}],
-                                "reference_answer": str(2 * i)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": example_id,
+                        "messages": [{"role": "user", "content": f"What is {i}+{i}?"}],
+                        "reference_answer": str(2 * i),
+                    }
+                )
+                + "\n"
+            )
 
 
 def job_spec(tmp_path, endpoint, train_ids, steps=2):
     write_jsonl(tmp_path / "train.jsonl", train_ids)
     write_jsonl(tmp_path / "val.jsonl", ["ok-v1", "ok-v2"])
-    return JobSpec.model_validate({
-        "model": {"name_or_path": "openrft-demo"},
-        "data": {"train": str(tmp_path / "train.jsonl"), "validation": str(tmp_path / "val.jsonl"), "shuffle": False},
-        "sampling": {"samples_per_prompt": 2, "max_new_tokens": 6, "max_length": 128},
-        "training": {"prompts_per_step": len(train_ids), "total_steps": steps},
-        "evaluation": {"at_start": False},
-        "tracking": {"tensorboard": False},
-        "runtime": {"threads": 1},
-        "reward": {"function": {"type": "nova_lambda", "endpoint": endpoint, "batch_size": 1,
-                                "concurrency_limit": 8},
-                   "remote": {**FAST_REMOTE, "circuit_failures": 50}},
-    })
+    return JobSpec.model_validate(
+        {
+            "model": {"name_or_path": "openrft-demo"},
+            "data": {
+                "train": str(tmp_path / "train.jsonl"),
+                "validation": str(tmp_path / "val.jsonl"),
+                "shuffle": False,
+            },
+            "sampling": {"samples_per_prompt": 2, "max_new_tokens": 6, "max_length": 128},
+            "training": {"prompts_per_step": len(train_ids), "total_steps": steps},
+            "evaluation": {"at_start": False},
+            "tracking": {"tensorboard": False},
+            "runtime": {"threads": 1},
+            "reward": {
+                "function": {"type": "nova_lambda", "endpoint": endpoint, "batch_size": 1, "concurrency_limit": 8},
+                "remote": {**FAST_REMOTE, "circuit_failures": 50},
+            },
+        }
+    )
 
 
 def test_flaky_reward_server_job_completes_and_counts_every_failure(tmp_path):
-    faults = ["--fault", "drop=drop", "--fault", "slow=slow", "--fault", "bad=malformed", "--slow-seconds", "2",
-              "--flaky-rate", "0.5", "--constant", "0.75"]
+    faults = [
+        "--fault",
+        "drop=drop",
+        "--fault",
+        "slow=slow",
+        "--fault",
+        "bad=malformed",
+        "--slow-seconds",
+        "2",
+        "--flaky-rate",
+        "0.5",
+        "--constant",
+        "0.75",
+    ]
     with reward_server(*faults) as url:
         spec = job_spec(tmp_path, url, ["ok-a", "slow-a", "drop-a", "bad-a"])
         summary = RFTJob(spec, tmp_path / "run", show_progress=False).run()

@@ -10,8 +10,15 @@ from tests.rewards.helpers import example, score
 
 @pytest.mark.parametrize(
     ("reply", "expected"),
-    [("7", 7.0), (" 0.25\n", 0.25), ('{"result": 0.8, "steps": []}', 0.8), ("```json\n{\"score\": 3}\n```", 3.0),
-     ("Reasoning... Score: 4", 4.0), ("<think>maybe 9</think>6", 6.0), ("rating = -1.5", -1.5)],
+    [
+        ("7", 7.0),
+        (" 0.25\n", 0.25),
+        ('{"result": 0.8, "steps": []}', 0.8),
+        ('```json\n{"score": 3}\n```', 3.0),
+        ("Reasoning... Score: 4", 4.0),
+        ("<think>maybe 9</think>6", 6.0),
+        ("rating = -1.5", -1.5),
+    ],
 )
 def test_parse_score(reply, expected):
     assert parse_score(reply) == expected
@@ -53,9 +60,16 @@ def expected_score(chat, prompt, low, high):
 
 def test_score_model_grader_through_the_server(chat, monkeypatch):
     monkeypatch.setenv("OPENRFT_JUDGE_API_KEY", "sk-test")
-    grader = {"type": "openai_grader", "grader": {
-        "type": "score_model", "name": "judge", "model": "gpt-4o-judge", "range": [0, 100],
-        "input": [{"role": "user", "content": "{{item.question}}"}]}}
+    grader = {
+        "type": "openai_grader",
+        "grader": {
+            "type": "score_model",
+            "name": "judge",
+            "model": "gpt-4o-judge",
+            "range": [0, 100],
+            "input": [{"role": "user", "content": "{{item.question}}"}],
+        },
+    }
     outcome = score(grader, ["anything"], QUESTION, judge={"base_url": chat.base_url})[0]
     expected = expected_score(chat, "What is 2+3?", 0, 100)
     assert (outcome.score if outcome.ok else outcome.error_kind) == expected
@@ -66,9 +80,17 @@ def test_score_model_grader_through_the_server(chat, monkeypatch):
 
 
 def test_label_model_reply_without_a_label_is_a_parse_error(chat):
-    grader = {"type": "openai_grader", "grader": {
-        "type": "label_model", "name": "judge", "model": "m", "labels": ["yes", "no"], "passing_labels": ["yes"],
-        "input": [{"role": "user", "content": "{{item.question}}"}]}}
+    grader = {
+        "type": "openai_grader",
+        "grader": {
+            "type": "label_model",
+            "name": "judge",
+            "model": "m",
+            "labels": ["yes", "no"],
+            "passing_labels": ["yes"],
+            "input": [{"role": "user", "content": "{{item.question}}"}],
+        },
+    }
     outcome = score(grader, ["x"], QUESTION, judge={"base_url": chat.base_url, "model": "local-demo"})[0]
     assert outcome.error_kind == "parse_error" and outcome.score is None  # the demo model answers digits
     assert chat.requests[-1]["body"]["model"] == "local-demo"
@@ -77,9 +99,16 @@ def test_label_model_reply_without_a_label_is_a_parse_error(chat):
 def test_vertex_autorater_averages_its_samples(chat, monkeypatch):
     monkeypatch.setenv("OPENRFT_JUDGE_BASE_URL", chat.base_url)
     before = len(chat.requests)
-    config = {"type": "vertex", "single": {"rewardName": "judge", "autoraterScorer": {
-        "autoraterConfig": {"autoraterModel": "gemini-judge", "samplingCount": 3},
-        "autoraterPrompt": "{{prompt}}"}}}
+    config = {
+        "type": "vertex",
+        "single": {
+            "rewardName": "judge",
+            "autoraterScorer": {
+                "autoraterConfig": {"autoraterModel": "gemini-judge", "samplingCount": 3},
+                "autoraterPrompt": "{{prompt}}",
+            },
+        },
+    }
     outcome = score(config, ["resp"], QUESTION)[0]
     expected = expected_score(chat, "What is 2+3?", -1, 1)
     assert (outcome.score if outcome.ok else outcome.error_kind) == expected
@@ -88,9 +117,16 @@ def test_vertex_autorater_averages_its_samples(chat, monkeypatch):
 
 def test_autorater_exact_match_scorer(chat):
     reply = chat.model.reply([{"role": "user", "content": "What is 2+3?"}], 16).strip()
-    config = {"type": "vertex", "single": {"autoraterScorer": {
-        "autoraterConfig": {"samplingCount": 1}, "autoraterPrompt": "{{prompt}}",
-        "exactMatchScorer": {"expression": reply, "correctAnswerReward": 1, "wrongAnswerReward": -1}}}}
+    config = {
+        "type": "vertex",
+        "single": {
+            "autoraterScorer": {
+                "autoraterConfig": {"samplingCount": 1},
+                "autoraterPrompt": "{{prompt}}",
+                "exactMatchScorer": {"expression": reply, "correctAnswerReward": 1, "wrongAnswerReward": -1},
+            }
+        },
+    }
     assert score(config, ["x"], QUESTION, judge={"base_url": chat.base_url})[0].score == 1.0
 
 
@@ -99,7 +135,9 @@ def test_judge_without_an_endpoint_is_a_config_error(monkeypatch):
 
     for name in ("OPENRFT_JUDGE_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-    grader = {"type": "openai_grader", "grader": {"type": "score_model", "name": "j", "model": "m",
-                                                   "input": [{"role": "user", "content": "hi"}]}}
+    grader = {
+        "type": "openai_grader",
+        "grader": {"type": "score_model", "name": "j", "model": "m", "input": [{"role": "user", "content": "hi"}]},
+    }
     with pytest.raises(SpecError, match="LLM judge but no endpoint is set"):
         score(grader, ["x"])

@@ -9,8 +9,10 @@ ITEM = example(reference_answer="Paris", city={"name": "Paris"}, tags=["a", "b"]
 
 
 def check(operation, input="{{sample.output_text}}", reference="{{item.reference_answer}}"):
-    return {"type": "openai_grader", "grader": {"type": "string_check", "name": "s", "input": input,
-                                                 "reference": reference, "operation": operation}}
+    return {
+        "type": "openai_grader",
+        "grader": {"type": "string_check", "name": "s", "input": input, "reference": reference, "operation": operation},
+    }
 
 
 def test_string_check_operations():
@@ -26,8 +28,11 @@ def test_templates_reach_nested_item_fields_and_output_json():
     assert scores(check("eq", reference="{{item.tags[1]}}"), ["b"], ITEM) == [1.0]
     assert scores(check("eq", reference="{{item.tags.0}}"), ["a"], ITEM) == [1.0]
     grader = check("eq", input="{{sample.output_json.city}}")
-    outcomes = score(grader, ['{"city": "Paris"}', '```json\n{"city": "Paris"}\n```', '{"city": "Rome"}',
-                              "Paris", '{"town": "Paris"}'], ITEM)
+    outcomes = score(
+        grader,
+        ['{"city": "Paris"}', '```json\n{"city": "Paris"}\n```', '{"city": "Rome"}', "Paris", '{"town": "Paris"}'],
+        ITEM,
+    )
     assert [o.score for o in outcomes[:3]] == [1.0, 1.0, 0.0]
     assert outcomes[3].error_kind == "parse_error"  # output is not JSON: never scored as 0
     assert outcomes[3].score is None
@@ -41,9 +46,16 @@ def test_unicode_casefolding_in_ilike():
 
 
 def similarity(metric):
-    return {"type": "openai_grader", "grader": {"type": "text_similarity", "name": "t", "evaluation_metric": metric,
-                                                 "input": "{{sample.output_text}}",
-                                                 "reference": "{{item.reference_answer}}"}}
+    return {
+        "type": "openai_grader",
+        "grader": {
+            "type": "text_similarity",
+            "name": "t",
+            "evaluation_metric": metric,
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}",
+        },
+    }
 
 
 REF = example(reference_answer="the cat sat on the mat")
@@ -100,13 +112,25 @@ def test_meteor_uses_wordnet_synonyms():
 
 def multi(formula, graders=None):
     graders = graders or {
-        "exact": {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
-                  "reference": "{{item.reference_answer}}", "operation": "eq"},
-        "fuzzy": {"type": "text_similarity", "name": "fuzzy", "input": "{{sample.output_text}}",
-                  "reference": "{{item.reference_answer}}", "evaluation_metric": "fuzzy_match"},
+        "exact": {
+            "type": "string_check",
+            "name": "exact",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}",
+            "operation": "eq",
+        },
+        "fuzzy": {
+            "type": "text_similarity",
+            "name": "fuzzy",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}",
+            "evaluation_metric": "fuzzy_match",
+        },
     }
-    return {"type": "openai_grader", "grader": {"type": "multi", "name": "m", "graders": graders,
-                                                 "calculate_output": formula}}
+    return {
+        "type": "openai_grader",
+        "grader": {"type": "multi", "name": "m", "graders": graders, "calculate_output": formula},
+    }
 
 
 def test_multi_grader_formula_and_sub_scores():

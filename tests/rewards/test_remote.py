@@ -32,8 +32,15 @@ def batch_of(ids_and_texts):
 
     def run(function, **extra):
         reward = build_reward(spec(function, **extra))
-        samples = [RewardSample(Example(id=i, messages=[{"role": "user", "content": "2+3?"}],
-                                        fields={"reference_answer": {"answer": "5"}}), t) for i, t in ids_and_texts]
+        samples = [
+            RewardSample(
+                Example(
+                    id=i, messages=[{"role": "user", "content": "2+3?"}], fields={"reference_answer": {"answer": "5"}}
+                ),
+                t,
+            )
+            for i, t in ids_and_texts
+        ]
 
         async def go():
             try:
@@ -58,10 +65,31 @@ def test_nova_batches_scores_sub_scores_and_metrics():
 
 
 def test_every_failure_is_counted_under_its_kind_and_never_scored():
-    faults = ["--fault", "drop=drop", "--fault", "slow=slow", "--fault", "bad=malformed", "--fault", "err=http500",
-              "--fault", "half=bad_entry", "--slow-seconds", "2", "--flaky-rate", "0.5"]
-    ids = [("ok-1", "5"), ("drop-1", "5"), ("slow-1", "5"), ("bad-1", "5"), ("err-1", "5"), ("half-1", "5"),
-           ("ok-2", "4")] + [(f"flaky-{i}", "5") for i in range(8)]
+    faults = [
+        "--fault",
+        "drop=drop",
+        "--fault",
+        "slow=slow",
+        "--fault",
+        "bad=malformed",
+        "--fault",
+        "err=http500",
+        "--fault",
+        "half=bad_entry",
+        "--slow-seconds",
+        "2",
+        "--flaky-rate",
+        "0.5",
+    ]
+    ids = [
+        ("ok-1", "5"),
+        ("drop-1", "5"),
+        ("slow-1", "5"),
+        ("bad-1", "5"),
+        ("err-1", "5"),
+        ("half-1", "5"),
+        ("ok-2", "4"),
+    ] + [(f"flaky-{i}", "5") for i in range(8)]
     with reward_server(*faults) as url:
         t0 = time.monotonic()
         outcomes = batch_of(ids)(nova(url, batch_size=1, concurrency=8), remote=FAST_REMOTE)
@@ -86,8 +114,9 @@ def test_every_failure_is_counted_under_its_kind_and_never_scored():
 
 def test_bad_entry_fails_only_its_sample_in_a_batch():
     with reward_server("--fault", "half=bad_entry") as url:
-        outcomes = batch_of([("ok-1", "5"), ("half-1", "5"), ("ok-2", "5")])(nova(url, batch_size=8),
-                                                                                 remote=FAST_REMOTE)
+        outcomes = batch_of([("ok-1", "5"), ("half-1", "5"), ("ok-2", "5")])(
+            nova(url, batch_size=8), remote=FAST_REMOTE
+        )
     assert [o.score if o.ok else o.error_kind for o in outcomes] == [1.0, "invalid_output", 1.0]
 
 
@@ -106,8 +135,9 @@ def test_an_endpoint_that_is_down_fails_the_job_with_a_clear_error():
     url = f"http://127.0.0.1:{port}/"
     t0 = time.monotonic()
     with pytest.raises(RewardError, match=rf"reward endpoint Nova reward endpoint {url} is down: 3 calls in a row"):
-        batch_of([(f"e{i}", "5") for i in range(10)])(nova(url, batch_size=1, concurrency=1),
-                                                      remote={**FAST_REMOTE, "circuit_failures": 3})
+        batch_of([(f"e{i}", "5") for i in range(10)])(
+            nova(url, batch_size=1, concurrency=1), remote={**FAST_REMOTE, "circuit_failures": 3}
+        )
     assert time.monotonic() - t0 < 5
 
 
@@ -138,12 +168,20 @@ def test_cloud_run_reward_one_call_per_sample():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/score"
-        config = {"type": "vertex", "single": {
-            "parseResponseConfig": {"parseType": "REGEX_EXTRACT", "regexExtractExpression": r"answer: (\w+)"},
-            "cloudRunRewardScorer": {"cloudRunUri": url}}}
+        config = {
+            "type": "vertex",
+            "single": {
+                "parseResponseConfig": {"parseType": "REGEX_EXTRACT", "regexExtractExpression": r"answer: (\w+)"},
+                "cloudRunRewardScorer": {"cloudRunUri": url},
+            },
+        }
         CloudRun.seen.clear()
-        outcomes = score(config, ["answer: 391", "answer: 7", "answer: junk"],
-                         example(references={"ground_truth_answer": "391"}), remote=FAST_REMOTE)
+        outcomes = score(
+            config,
+            ["answer: 391", "answer: 7", "answer: junk"],
+            example(references={"ground_truth_answer": "391"}),
+            remote=FAST_REMOTE,
+        )
     finally:
         server.shutdown()
     assert [o.score if o.ok else o.error_kind for o in outcomes] == [1.0, -0.5, "invalid_output"]  # 2.0 clipped
@@ -152,7 +190,7 @@ def test_cloud_run_reward_one_call_per_sample():
     assert CloudRun.seen[0]["example"]["contents"][0] == {"role": "user", "parts": [{"text": "What is 2+3?"}]}
 
 
-CALLABLE_MODULE = '''
+CALLABLE_MODULE = """
 def score(batch):
     out = []
     for entry in batch:
@@ -168,7 +206,7 @@ def score(batch):
 
 def crash(batch):
     raise RuntimeError("reward code crashed")
-'''
+"""
 
 
 @pytest.mark.parametrize("sandboxed", [False, True])
@@ -179,8 +217,9 @@ def test_python_callable_rewards(tmp_path, monkeypatch, sandboxed):
         require_bwrap()
     (tmp_path / "my_rewards.py").write_text(CALLABLE_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    outcomes = score({"type": "callable", "target": "my_rewards:score", "sandboxed": sandboxed},
-                     ["5", "4", "boom", "nova"])
+    outcomes = score(
+        {"type": "callable", "target": "my_rewards:score", "sandboxed": sandboxed}, ["5", "4", "boom", "nova"]
+    )
     assert [o.score if o.ok else o.error_kind for o in outcomes] == [1.0, 0.0, "invalid_output", 0.5]
     assert outcomes[0].metrics["len"] == 1.0
     assert outcomes[3].sub_scores == {"style": 0.25}

@@ -13,7 +13,7 @@ from openrft.rewards.sandbox import SandboxPool
 from openrft.spec.rewards import SandboxSpec
 from tests.rewards.helpers import ROOT, require_bwrap, score
 
-USER_CODE = f'''
+USER_CODE = f"""
 import os, socket
 def ok(x):
     return x * 2
@@ -47,7 +47,7 @@ def fork_and_spin():
             pass
     while True:
         pass
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +103,9 @@ def test_no_network_even_to_the_hosts_loopback(pool_factory):
 def test_no_files_outside_the_scratch_directory(pool_factory):
     assert Path("/etc/passwd").exists() and (ROOT / "pyproject.toml").exists()
     passwd, project, home, write, scratch, after = run(
-        pool_factory(), [("passwd", []), ("project", []), ("home", []), ("write_outside", []),
-                         ("write_scratch", []), ("ok", [1])])
+        pool_factory(),
+        [("passwd", []), ("project", []), ("home", []), ("write_outside", []), ("write_scratch", []), ("ok", [1])],
+    )
     assert passwd.kind == "runtime_error" and "FileNotFoundError" in passwd.message
     assert project.kind == "runtime_error" and "FileNotFoundError" in project.message
     assert home.ok and home.value in ([], [".pyenv"])  # at most the Python installation's own directory
@@ -135,17 +136,25 @@ def test_time_limit_kills_the_whole_sandbox(pool_factory):
 
 def test_python_grader_errors_by_kind_and_weak_isolation_is_flagged():
     require_bwrap()
-    source = ("def grade(sample, item):\n"
-              "    text = sample['output_text']\n"
-              "    if text == 'loop':\n        while True: pass\n"
-              "    if text == 'raise':\n        raise ValueError('bad sample')\n"
-              "    if text == 'str':\n        return 'high'\n"
-              "    if text == 'nan':\n        return float('nan')\n"
-              "    return len(text) / 10 + (1 if item['reference_answer'] in text else 0)\n")
+    source = (
+        "def grade(sample, item):\n"
+        "    text = sample['output_text']\n"
+        "    if text == 'loop':\n        while True: pass\n"
+        "    if text == 'raise':\n        raise ValueError('bad sample')\n"
+        "    if text == 'str':\n        return 'high'\n"
+        "    if text == 'nan':\n        return float('nan')\n"
+        "    return len(text) / 10 + (1 if item['reference_answer'] in text else 0)\n"
+    )
     grader = {"type": "openai_grader", "grader": {"type": "python", "name": "p", "source": source}}
     outcomes = score(grader, ["5", "loop", "raise", "str", "nan", "55"], sandbox={"time_limit_s": 1.0, "workers": 2})
     assert [o.score if o.ok else o.error_kind for o in outcomes] == [
-        1.1, "timeout", "runtime_error", "invalid_output", "invalid_output", 1.2]
+        1.1,
+        "timeout",
+        "runtime_error",
+        "invalid_output",
+        "invalid_output",
+        1.2,
+    ]
     assert "bad sample" in outcomes[2].error_message
     assert all("sandbox_weak" not in o.metrics for o in outcomes)
     weak = score(grader, ["5"], sandbox={"isolation": "weak"})[0]
@@ -159,8 +168,10 @@ def test_strict_isolation_refuses_to_run_without_bubblewrap(monkeypatch):
     monkeypatch.setattr(mechanism, "bwrap_path", lambda: None)
     mechanism.strict_unavailable.cache_clear()
     try:
-        grader = {"type": "openai_grader", "grader": {"type": "python", "name": "p",
-                                                       "source": "def grade(sample, item):\n    return 1\n"}}
+        grader = {
+            "type": "openai_grader",
+            "grader": {"type": "python", "name": "p", "source": "def grade(sample, item):\n    return 1\n"},
+        }
         with pytest.raises(SpecError, match=r"bubblewrap \(bwrap\) is not installed.*isolation: weak"):
             score(grader, ["x"])
     finally:

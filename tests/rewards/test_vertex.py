@@ -27,21 +27,37 @@ def test_exact_match_trims_but_keeps_case_and_inner_text():
 
 def test_partial_match_and_regex_contains():
     assert scores(single("PARTIAL_MATCH"), ["The answer is 391", "39 1", "3910"], EX) == [1.0, 0.0, 1.0]
-    regex = {"type": "vertex", "single": {"stringMatchRewardScorer": {"stringMatchExpression": {
-        "matchOperation": "REGEX_CONTAINS", "expression": r"\b{{references.ground_truth_answer}}\b"}}}}
+    regex = {
+        "type": "vertex",
+        "single": {
+            "stringMatchRewardScorer": {
+                "stringMatchExpression": {
+                    "matchOperation": "REGEX_CONTAINS",
+                    "expression": r"\b{{references.ground_truth_answer}}\b",
+                }
+            }
+        },
+    }
     assert scores(regex, ["it is 391 km", "3910", "x391"], EX) == [1.0, 0.0, 0.0]
 
 
 def test_regex_placeholder_values_are_escaped():
     ex = example(references={"ground_truth_answer": "3.5"})
-    regex = {"type": "vertex", "single": {"stringMatchRewardScorer": {"stringMatchExpression": {
-        "matchOperation": "REGEX_CONTAINS", "expression": GT}}}}
+    regex = {
+        "type": "vertex",
+        "single": {
+            "stringMatchRewardScorer": {"stringMatchExpression": {"matchOperation": "REGEX_CONTAINS", "expression": GT}}
+        },
+    }
     assert scores(regex, ["3.5", "315"], ex) == [1.0, 0.0]
 
 
 def test_regex_extract_takes_the_last_match_and_no_match_is_a_wrong_answer():
-    outcomes = score(single(parse=r"answer: (\d+)", wrong=-1.0),
-                     ["answer: 12 ... answer: 391", "answer: 391 ... answer: 12", "I do not know"], EX)
+    outcomes = score(
+        single(parse=r"answer: (\d+)", wrong=-1.0),
+        ["answer: 12 ... answer: 391", "answer: 391 ... answer: 12", "I do not know"],
+        EX,
+    )
     assert [o.score for o in outcomes] == [1.0, -1.0, -1.0]
     assert [o.metrics["parse_failed"] for o in outcomes] == [0.0, 0.0, 1.0]
     assert all(o.ok for o in outcomes)
@@ -52,8 +68,18 @@ def test_regex_without_group_uses_the_whole_match():
 
 
 def test_json_match_expression():
-    outcomes = score(single(json_key="answer"), ['{"answer": "391"}', '{"answer": 391}', '{"answer": "392"}',
-                                                 '{"other": "391"}', '{"answer": "391"', '["391"]'], EX)
+    outcomes = score(
+        single(json_key="answer"),
+        [
+            '{"answer": "391"}',
+            '{"answer": 391}',
+            '{"answer": "392"}',
+            '{"other": "391"}',
+            '{"answer": "391"',
+            '["391"]',
+        ],
+        EX,
+    )
     assert [o.score for o in outcomes] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
     assert [o.metrics["parse_failed"] for o in outcomes] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
 
@@ -71,14 +97,36 @@ def test_rewards_are_clipped_to_minus_one_one():
 
 
 def test_composite_is_the_weighted_mean_of_clipped_rewards():
-    composite = {"type": "vertex", "composite": {"weightedRewardConfigs": [
-        {"weight": 3, "rewardConfig": {"rewardName": "correct", "stringMatchRewardScorer": {
-            "correctAnswerReward": 2.0,
-            "stringMatchExpression": {"matchOperation": "PARTIAL_MATCH", "expression": GT}}}},
-        {"weight": 1, "rewardConfig": {"rewardName": "has_unit", "stringMatchRewardScorer": {
-            "wrongAnswerReward": -0.5,
-            "stringMatchExpression": {"matchOperation": "PARTIAL_MATCH", "expression": "{{references.unit}}"}}}},
-    ]}}
+    composite = {
+        "type": "vertex",
+        "composite": {
+            "weightedRewardConfigs": [
+                {
+                    "weight": 3,
+                    "rewardConfig": {
+                        "rewardName": "correct",
+                        "stringMatchRewardScorer": {
+                            "correctAnswerReward": 2.0,
+                            "stringMatchExpression": {"matchOperation": "PARTIAL_MATCH", "expression": GT},
+                        },
+                    },
+                },
+                {
+                    "weight": 1,
+                    "rewardConfig": {
+                        "rewardName": "has_unit",
+                        "stringMatchRewardScorer": {
+                            "wrongAnswerReward": -0.5,
+                            "stringMatchExpression": {
+                                "matchOperation": "PARTIAL_MATCH",
+                                "expression": "{{references.unit}}",
+                            },
+                        },
+                    },
+                },
+            ]
+        },
+    }
     outcomes = score(composite, ["391 km", "391", "km", "nothing"], EX)
     # correct is clipped from 2.0 to 1.0 before weighting
     assert [o.score for o in outcomes] == pytest.approx([1.0, (3 * 1 - 0.5) / 4, (0 + 1) / 4, (0 - 0.5) / 4])
@@ -89,11 +137,18 @@ def test_code_execution_reward_runs_evaluate_in_the_sandbox():
     from tests.rewards.helpers import require_bwrap
 
     require_bwrap()
-    code = {"type": "vertex", "single": {
-        "parseResponseConfig": {"parseType": "REGEX_EXTRACT", "regexExtractExpression": r"answer: (\S+)"},
-        "codeExecutionRewardScorer": {"pythonCodeSnippet": (
-            "def evaluate(example, response):\n"
-            "    truth = example['references']['ground_truth_answer']\n"
-            "    text = example['contents'][0]['parts'][0]['text']\n"
-            "    return 3.0 if response == truth and text == 'What is 2+3?' else -0.25\n")}}}
+    code = {
+        "type": "vertex",
+        "single": {
+            "parseResponseConfig": {"parseType": "REGEX_EXTRACT", "regexExtractExpression": r"answer: (\S+)"},
+            "codeExecutionRewardScorer": {
+                "pythonCodeSnippet": (
+                    "def evaluate(example, response):\n"
+                    "    truth = example['references']['ground_truth_answer']\n"
+                    "    text = example['contents'][0]['parts'][0]['text']\n"
+                    "    return 3.0 if response == truth and text == 'What is 2+3?' else -0.25\n"
+                )
+            },
+        },
+    }
     assert scores(code, ["answer: 391", "answer: 390", "nope"], EX) == [1.0, -0.25, -0.25]

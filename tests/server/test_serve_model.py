@@ -42,8 +42,9 @@ def adapter(tmp_path_factory):
     """A PEFT LoRA adapter with random (non-zero) B matrices: it changes the model's outputs."""
     torch.manual_seed(0)
     base = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules="all-linear",
-                                                 init_lora_weights=False))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
+    )
     directory = tmp_path_factory.mktemp("adapter") / "random-lora"
     peft_model.save_pretrained(str(directory))
     return directory, {k: v.clone() for k, v in get_peft_model_state_dict(peft_model).items()}, peft_model.eval()
@@ -53,8 +54,19 @@ def adapter(tmp_path_factory):
 def server(adapter, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    command = [str(Path(sys.executable).parent / "openrft"), "serve-model", "openrft-demo", "--host", "127.0.0.1",
-               "--port", str(port), "--adapter", f"startup={adapter[0]}", "--threads", "1"]
+    command = [
+        str(Path(sys.executable).parent / "openrft"),
+        "serve-model",
+        "openrft-demo",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--adapter",
+        f"startup={adapter[0]}",
+        "--threads",
+        "1",
+    ]
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -118,8 +130,16 @@ def test_completions_with_token_ids_n_and_logprobs(client, model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     other = [{"role": "user", "content": "What is 30+45?"}]
     prompts = [render_prompt(tokenizer, PROMPT), render_prompt(tokenizer, other)]
-    result = client.completions.create(model="openrft-demo", prompt=prompts, n=3, max_tokens=6, temperature=0.7,
-                                       logprobs=2, seed=5, extra_body={"top_k": 8, "return_tokens_as_token_ids": True})
+    result = client.completions.create(
+        model="openrft-demo",
+        prompt=prompts,
+        n=3,
+        max_tokens=6,
+        temperature=0.7,
+        logprobs=2,
+        seed=5,
+        extra_body={"top_k": 8, "return_tokens_as_token_ids": True},
+    )
     assert [c.index for c in result.choices] == list(range(6))
     for choice in result.choices:
         prompt = prompts[choice.index // 3]
@@ -130,12 +150,14 @@ def test_completions_with_token_ids_n_and_logprobs(client, model_and_tokenizer):
         for token, lp, top in zip(choice.logprobs.tokens, choice.logprobs.token_logprobs, choice.logprobs.top_logprobs):
             assert top[token] == lp and len(top) in (2, 3)  # the sampled token and the top 2
             assert max(top.values()) >= lp
-    again = client.completions.create(model="openrft-demo", prompt=prompts, n=3, max_tokens=6, temperature=0.7,
-                                      seed=5, extra_body={"top_k": 8})
+    again = client.completions.create(
+        model="openrft-demo", prompt=prompts, n=3, max_tokens=6, temperature=0.7, seed=5, extra_body={"top_k": 8}
+    )
     assert [c.text for c in again.choices] == [c.text for c in result.choices]  # a seed makes it repeatable
 
-    chat = client.chat.completions.create(model="openrft-demo", messages=PROMPT, n=2, max_tokens=5, temperature=1.0,
-                                          logprobs=True, top_logprobs=3)
+    chat = client.chat.completions.create(
+        model="openrft-demo", messages=PROMPT, n=2, max_tokens=5, temperature=1.0, logprobs=True, top_logprobs=3
+    )
     assert len(chat.choices) == 2
     content = chat.choices[0].logprobs.content
     assert content and all(len(t.top_logprobs) == 3 for t in content)
@@ -147,14 +169,21 @@ def test_completions_with_token_ids_n_and_logprobs(client, model_and_tokenizer):
         client.completions.create(model="openrft-demo", prompt=prompts[0], max_tokens=100_000)
 
 
-def test_remote_generator_loads_versions_and_samples_with_exact_logprobs(server, adapter, model_and_tokenizer,
-                                                                        tmp_path):
+def test_remote_generator_loads_versions_and_samples_with_exact_logprobs(
+    server, adapter, model_and_tokenizer, tmp_path
+):
     model, tokenizer = model_and_tokenizer
     _, weights, peft_model = adapter
     assert lora_target_modules(weights) == ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
     lora = LoraSpec(rank=4, alpha=16)
-    generator = RemoteGenerator(server, adapter_dir=tmp_path / "served", lora=lora, base_model="openrft-demo",
-                                eos_token_ids=eos_token_ids(tokenizer, model), adapter_prefix="job-r0")
+    generator = RemoteGenerator(
+        server,
+        adapter_dir=tmp_path / "served",
+        lora=lora,
+        base_model="openrft-demo",
+        eos_token_ids=eos_token_ids(tokenizer, model),
+        adapter_prefix="job-r0",
+    )
     prompt = render_prompt(tokenizer, PROMPT)
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=6)
 
@@ -172,12 +201,14 @@ def test_remote_generator_loads_versions_and_samples_with_exact_logprobs(server,
         assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-4)
         stops = completion.finish_reason == "stop"
         assert stops == (completion.token_ids[-1] in generator.eos_token_ids)
-        assert completion.text == tokenizer.decode(completion.token_ids[:-1] if stops else completion.token_ids,
-                                                   skip_special_tokens=True)
+        assert completion.text == tokenizer.decode(
+            completion.token_ids[:-1] if stops else completion.token_ids, skip_special_tokens=True
+        )
     generator.close()
 
-    down = RemoteGenerator("http://127.0.0.1:9", adapter_dir=tmp_path / "x", lora=lora, base_model="m",
-                           eos_token_ids=[0], retries=0)
+    down = RemoteGenerator(
+        "http://127.0.0.1:9", adapter_dir=tmp_path / "x", lora=lora, base_model="m", eos_token_ids=[0], retries=0
+    )
     with pytest.raises(GenerationServerError, match=r"cannot reach the generation server at http://127\.0\.0\.1:9/v1"):
         down.generate([prompt], params)
     shutil.rmtree(tmp_path / "served", ignore_errors=True)

@@ -63,5 +63,3 @@ def service(tmp_path, database_url) -> Iterator[Service]:
     svc = Service(tmp_path / "data", database_url)
     yield svc
     svc.stop_all()
-
-

@@ -69,27 +69,60 @@ class Service:
         log = self.data_dir / f"{name}-{len(self.processes)}.log"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-        proc = subprocess.Popen([sys.executable, "-c", CLI, *args, "--data-dir", str(self.data_dir),
-                                 "--database-url", self.database_url],
-                                stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CLI, *args, "--data-dir", str(self.data_dir), "--database-url", self.database_url],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         process = Process(proc, log)
         self.processes.append(process)
         return process
 
-    def serve(self, workers: int = 1, heartbeat_timeout: float = 30.0, host: str = "127.0.0.1",
-              extra: tuple[str, ...] = (), wait: bool = True) -> Process:
+    def serve(
+        self,
+        workers: int = 1,
+        heartbeat_timeout: float = 30.0,
+        host: str = "127.0.0.1",
+        extra: tuple[str, ...] = (),
+        wait: bool = True,
+    ) -> Process:
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
-        process = self._spawn(["serve", "--host", host, "--port", str(port), "--workers", str(workers),
-                               "--heartbeat-timeout", str(heartbeat_timeout), "--log-level", "warning", *extra],
-                              "serve")
+        process = self._spawn(
+            [
+                "serve",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--heartbeat-timeout",
+                str(heartbeat_timeout),
+                "--log-level",
+                "warning",
+                *extra,
+            ],
+            "serve",
+        )
         if wait:
             self.wait_healthy(process)
         return process
 
     def worker(self, heartbeat_timeout: float = 30.0, concurrency: int = 1) -> Process:
-        return self._spawn(["worker", "--heartbeat-timeout", str(heartbeat_timeout), "--concurrency",
-                            str(concurrency), "--poll-interval", "0.2"], "worker")
+        return self._spawn(
+            [
+                "worker",
+                "--heartbeat-timeout",
+                str(heartbeat_timeout),
+                "--concurrency",
+                str(concurrency),
+                "--poll-interval",
+                "0.2",
+            ],
+            "worker",
+        )
 
     def wait_healthy(self, process: Process, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -108,13 +141,30 @@ class Service:
         env = {**os.environ, "OPENRFT_BASE_URL": self.base_url}
         if api_key:
             env["OPENRFT_API_KEY"] = api_key
-        return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=env,
-                              timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=env, timeout=timeout
+        )
 
     def create_key(self, name: str = "test") -> str:
-        result = subprocess.run([sys.executable, "-c", CLI, "keys", "create", "--name", name, "--data-dir",
-                                 str(self.data_dir), "--database-url", self.database_url],
-                                capture_output=True, text=True, timeout=60, check=True)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CLI,
+                "keys",
+                "create",
+                "--name",
+                name,
+                "--data-dir",
+                str(self.data_dir),
+                "--database-url",
+                self.database_url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return result.stdout.strip()
 
     def stop_all(self) -> None:
@@ -126,20 +176,32 @@ class Service:
             process.stop()
 
 
-def tiny_recipe(train: str, validation: str, steps: int = 2, name: str = "tiny", save_steps: int = 1,
-                max_new_tokens: int = 6) -> dict:
+def tiny_recipe(
+    train: str, validation: str, steps: int = 2, name: str = "tiny", save_steps: int = 1, max_new_tokens: int = 6
+) -> dict:
     """A Nova recipe that trains the demo model for a few seconds: 4 prompts x 4 samples per step."""
     return {
-        "run": {"name": name, "model_name_or_path": "openrft-demo", "data_s3_path": train,
-                "validation_data_s3_path": validation},
+        "run": {
+            "name": name,
+            "model_name_or_path": "openrft-demo",
+            "data_s3_path": train,
+            "validation_data_s3_path": validation,
+        },
         "training_config": {
             "max_length": 96,
             "global_batch_size": 16,
-            "rollout": {"advantage_strategy": {"number_generation": 4},
-                        "generator": {"max_new_tokens": max_new_tokens, "temperature": 1.0},
-                        "rewards": {"preset_reward_function": "exact_match"}},
-            "trainer": {"max_steps": steps, "save_steps": save_steps, "save_top_k": 3, "test_steps": 1,
-                        "optim_config": {"lr": 1e-3}},
+            "rollout": {
+                "advantage_strategy": {"number_generation": 4},
+                "generator": {"max_new_tokens": max_new_tokens, "temperature": 1.0},
+                "rewards": {"preset_reward_function": "exact_match"},
+            },
+            "trainer": {
+                "max_steps": steps,
+                "save_steps": save_steps,
+                "save_top_k": 3,
+                "test_steps": 1,
+                "optim_config": {"lr": 1e-3},
+            },
         },
         "openrft": {"eval_max_examples": 4, "max_train_examples": 16, "tensorboard": False, "threads": 1},
     }

@@ -53,10 +53,15 @@ def test_keys_and_tenants(tenants, server):
     # the other tenant sees none of it, and cannot touch it
     assert b.get("/v1/fine_tuning/jobs").json()["data"] == []
     assert b.get("/v1/files").json()["data"] == []
-    job_routes = [("GET", "/v1/fine_tuning/jobs/{}"), ("GET", "/v1/fine_tuning/jobs/{}/events"),
-                  ("GET", "/v1/fine_tuning/jobs/{}/checkpoints"), ("POST", "/v1/fine_tuning/jobs/{}/cancel"),
-                  ("POST", "/v1/fine_tuning/jobs/{}/pause"), ("GET", "/v1/projects/p/locations/l/tuningJobs/{}"),
-                  ("POST", "/v1/projects/p/locations/l/tuningJobs/{}:cancel")]
+    job_routes = [
+        ("GET", "/v1/fine_tuning/jobs/{}"),
+        ("GET", "/v1/fine_tuning/jobs/{}/events"),
+        ("GET", "/v1/fine_tuning/jobs/{}/checkpoints"),
+        ("POST", "/v1/fine_tuning/jobs/{}/cancel"),
+        ("POST", "/v1/fine_tuning/jobs/{}/pause"),
+        ("GET", "/v1/projects/p/locations/l/tuningJobs/{}"),
+        ("POST", "/v1/projects/p/locations/l/tuningJobs/{}:cancel"),
+    ]
     file_routes = [("GET", "/v1/files/{}"), ("GET", "/v1/files/{}/content"), ("DELETE", "/v1/files/{}")]
     cases = [(m, t, job["id"], "ftjob-doesnotexist") for m, t in job_routes]
     cases += [(m, t, train, "file-doesnotexist") for m, t in file_routes]
@@ -117,8 +122,9 @@ def test_files_limits_and_generated_names(tenants, server, tmp_path):
     assert not_jsonl.status_code == 400 and "line 2" in not_jsonl.json()["error"]["message"]
     too_big = a.post("/v1/files", files={"file": ("big.jsonl", b"{}\n" * 400_000)}, data={"purpose": "fine-tune"})
     assert too_big.status_code == 413
-    huge_json = a.post("/v1/fine_tuning/jobs", content=b"{" + b" " * (2 << 20) + b"}",
-                       headers={"content-type": "application/json"})
+    huge_json = a.post(
+        "/v1/fine_tuning/jobs", content=b"{" + b" " * (2 << 20) + b"}", headers={"content-type": "application/json"}
+    )
     assert huge_json.status_code == 413
 
     content = a.get(f"/v1/files/{train}/content")

@@ -23,8 +23,9 @@ def fuzz_target(tmp_path_factory):
     try:
         owner_key, fuzzer_key = service.create_key("owner"), service.create_key("fuzzer")
         service.serve(workers=0)
-        with httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {owner_key}"},
-                          timeout=60) as owner:
+        with httpx.Client(
+            base_url=service.base_url, headers={"Authorization": f"Bearer {owner_key}"}, timeout=60
+        ) as owner:
             train = upload(owner, small_dataset(root / "train.jsonl", TRAIN, 16))
             validation = upload(owner, small_dataset(root / "validation.jsonl", VALIDATION, 4))
             job = owner.post("/v1/nova/jobs", json=tiny_recipe(train, validation)).json()["id"]
@@ -47,8 +48,9 @@ def test_no_server_errors_and_no_leaks(fuzz_target, mode):
 
     for operation in ops:
 
-        @settings(max_examples=10, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=10, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+        )
         @given(case=operation.as_strategy(generation_mode=mode))
         def check(case):
             response = case.call(base_url=service.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60)

@@ -10,8 +10,13 @@ import pytest
 from tests.service.svc_helpers import TRAIN, VALIDATION, small_dataset
 
 pytestmark = pytest.mark.slow
-GRADER = {"type": "string_check", "name": "correct", "input": "{{sample.output_text}}",
-          "reference": "{{item.reference_answer}}", "operation": "eq"}
+GRADER = {
+    "type": "string_check",
+    "name": "correct",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.reference_answer}}",
+    "operation": "eq",
+}
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -27,10 +32,25 @@ def test_openai_client_runs_a_reinforcement_job(service, tmp_path):
     assert {f.id for f in client.files.list()} >= {train.id, validation.id}
 
     job = client.fine_tuning.jobs.create(
-        model="openrft-demo", training_file=train.id, validation_file=validation.id, suffix="demo", seed=3,
+        model="openrft-demo",
+        training_file=train.id,
+        validation_file=validation.id,
+        suffix="demo",
+        seed=3,
         metadata={"team": "ci"},
-        method={"type": "reinforcement", "reinforcement": {"grader": GRADER, "hyperparameters": {
-            "n_epochs": 1, "batch_size": 4, "compute_multiplier": 0.25, "eval_interval": 1, "eval_samples": 1}}},
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER,
+                "hyperparameters": {
+                    "n_epochs": 1,
+                    "batch_size": 4,
+                    "compute_multiplier": 0.25,
+                    "eval_interval": 1,
+                    "eval_samples": 1,
+                },
+            },
+        },
         extra_body={"openrft": {"max_new_tokens": 6, "eval_max_examples": 4, "tensorboard": False, "threads": 1}},
     )
     assert job.status == "queued" and job.training_file == train.id and job.metadata == {"team": "ci"}
@@ -62,12 +82,14 @@ def test_openai_client_runs_a_reinforcement_job(service, tmp_path):
     with pytest.raises(openai.NotFoundError):
         client.fine_tuning.jobs.retrieve("ftjob-missing")
     with pytest.raises(openai.BadRequestError) as bad:
-        client.fine_tuning.jobs.create(model="openrft-demo", training_file="file-nope",
-                                       method={"type": "reinforcement", "reinforcement": {"grader": GRADER}})
+        client.fine_tuning.jobs.create(
+            model="openrft-demo",
+            training_file="file-nope",
+            method={"type": "reinforcement", "reinforcement": {"grader": GRADER}},
+        )
     assert bad.value.body["param"] == "training_file"
 
-    result = client.fine_tuning.alpha.graders.run(grader=GRADER, model_sample="42",
-                                                  item={"reference_answer": "42"})
+    result = client.fine_tuning.alpha.graders.run(grader=GRADER, model_sample="42", item={"reference_answer": "42"})
     assert result.reward == 1.0
     assert client.fine_tuning.alpha.graders.validate(grader=GRADER).grader.name == "correct"
     assert client.files.delete(train.id).deleted

@@ -15,8 +15,9 @@ from openrft.service.store.models import Base, Job
 def make_job(store: Store, owner: str = "alice", status: str = "queued") -> Job:
     from openrft.service.store.base import new_id
 
-    job = Job(id=new_id("ftjob-"), owner=owner, api="openai", status=status, request={}, spec={}, model="m",
-              total_steps=4)
+    job = Job(
+        id=new_id("ftjob-"), owner=owner, api="openai", status=status, request={}, spec={}, model="m", total_steps=4
+    )
     return store.create_job(job)
 
 

@@ -9,18 +9,33 @@ from tests.service.svc_helpers import ROOT, all_events, small_dataset, upload, w
 
 pytestmark = pytest.mark.slow
 BASE = "/v1/projects/demo/locations/us-central1"
-REWARD = {"rewardName": "correct", "parseResponseConfig": {"parseType": "IDENTITY"},
-          "stringMatchRewardScorer": {"correctAnswerReward": 1, "wrongAnswerReward": 0, "stringMatchExpression": {
-              "matchOperation": "EXACT_MATCH", "expression": "{{references.ground_truth_answer}}"}}}
+REWARD = {
+    "rewardName": "correct",
+    "parseResponseConfig": {"parseType": "IDENTITY"},
+    "stringMatchRewardScorer": {
+        "correctAnswerReward": 1,
+        "wrongAnswerReward": 0,
+        "stringMatchExpression": {"matchOperation": "EXACT_MATCH", "expression": "{{references.ground_truth_answer}}"},
+    },
+}
 
 
 def vertex_request(train: str, validation: str, steps: int) -> dict:
     return {
-        "tunedModelDisplayName": "vertex-tiny", "baseModel": "openrft-demo", "labels": {"team": "ci"},
+        "tunedModelDisplayName": "vertex-tiny",
+        "baseModel": "openrft-demo",
+        "labels": {"team": "ci"},
         "reinforcementTuningSpec": {
-            "trainingDatasetUri": train, "validationDatasetUri": validation,
-            "hyperParameters": {"stepCount": steps, "batchSize": 4, "samplesPerPrompt": 4, "evaluateInterval": 1,
-                                "checkpointInterval": 1, "maxOutputTokens": 6},
+            "trainingDatasetUri": train,
+            "validationDatasetUri": validation,
+            "hyperParameters": {
+                "stepCount": steps,
+                "batchSize": 4,
+                "samplesPerPrompt": 4,
+                "evaluateInterval": 1,
+                "checkpointInterval": 1,
+                "maxOutputTokens": 6,
+            },
             "singleRewardConfig": REWARD,
         },
         "openrft": {"eval_max_examples": 4, "max_train_examples": 16, "tensorboard": False, "threads": 1},
@@ -32,8 +47,9 @@ def test_vertex_tuning_job_lifecycle(service, tmp_path):
     service.serve(workers=1)
     with httpx.Client(base_url=service.base_url, timeout=30) as client:
         train = upload(client, small_dataset(tmp_path / "t.jsonl", ROOT / "examples/arithmetic/vertex_train.jsonl", 16))
-        validation = upload(client, small_dataset(tmp_path / "v.jsonl",
-                                                  ROOT / "examples/arithmetic/vertex_validation.jsonl", 4))
+        validation = upload(
+            client, small_dataset(tmp_path / "v.jsonl", ROOT / "examples/arithmetic/vertex_validation.jsonl", 4)
+        )
         created = client.post(f"{BASE}/tuningJobs", json=vertex_request(train, validation, 2))
         assert created.status_code == 200, created.text
         job = created.json()
@@ -74,27 +90,50 @@ def test_vertex_tuning_job_lifecycle(service, tmp_path):
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_validate_reinforcement_tuning_reward(service):
     service.serve(workers=0)
-    example = {"contents": [{"role": "user", "parts": [{"text": "What is 2+2?"}]}],
-               "references": {"ground_truth_answer": "4"}}
+    example = {
+        "contents": [{"role": "user", "parts": [{"text": "What is 2+2?"}]}],
+        "references": {"ground_truth_answer": "4"},
+    }
     with httpx.Client(base_url=service.base_url, timeout=30) as client:
         for answer, reward in (("4", 1.0), ("5", 0.0)):
-            response = client.post(f"{BASE}/tuningJobs:validateReinforcementTuningReward", json={
-                "singleRewardConfig": REWARD, "example": example,
-                "sampleResponse": {"role": "model", "parts": [{"text": answer}]}})
+            response = client.post(
+                f"{BASE}/tuningJobs:validateReinforcementTuningReward",
+                json={
+                    "singleRewardConfig": REWARD,
+                    "example": example,
+                    "sampleResponse": {"role": "model", "parts": [{"text": answer}]},
+                },
+            )
             assert response.status_code == 200, response.text
             assert response.json()["overallReward"] == reward
             assert response.json()["rewardInfoDetails"]["correct"]["reward"] == reward
-        always = {**REWARD, "rewardName": "always", "stringMatchRewardScorer": {
-            **REWARD["stringMatchRewardScorer"],
-            "stringMatchExpression": {"matchOperation": "REGEX_CONTAINS", "expression": ".*"}}}
-        composite = {"weightedRewardConfigs": [{"rewardConfig": REWARD, "weight": 3},
-                                               {"rewardConfig": always, "weight": 1}]}
-        response = client.post(f"{BASE}/tuningJobs:validateReinforcementTuningReward", json={
-            "compositeRewardConfig": composite, "example": example,
-            "sampleResponse": {"role": "model", "parts": [{"text": "5"}]}})
+        always = {
+            **REWARD,
+            "rewardName": "always",
+            "stringMatchRewardScorer": {
+                **REWARD["stringMatchRewardScorer"],
+                "stringMatchExpression": {"matchOperation": "REGEX_CONTAINS", "expression": ".*"},
+            },
+        }
+        composite = {
+            "weightedRewardConfigs": [{"rewardConfig": REWARD, "weight": 3}, {"rewardConfig": always, "weight": 1}]
+        }
+        response = client.post(
+            f"{BASE}/tuningJobs:validateReinforcementTuningReward",
+            json={
+                "compositeRewardConfig": composite,
+                "example": example,
+                "sampleResponse": {"role": "model", "parts": [{"text": "5"}]},
+            },
+        )
         assert response.status_code == 200, response.text
         assert response.json()["overallReward"] == pytest.approx(0.25)  # (3*0 + 1*1) / 4
-        bad = client.post(f"{BASE}/tuningJobs:validateReinforcementTuningReward", json={
-            "singleRewardConfig": {**REWARD, "parseResponseConfig": {"parseType": "NOPE"}}, "example": example,
-            "sampleResponse": {"parts": [{"text": "4"}]}})
+        bad = client.post(
+            f"{BASE}/tuningJobs:validateReinforcementTuningReward",
+            json={
+                "singleRewardConfig": {**REWARD, "parseResponseConfig": {"parseType": "NOPE"}},
+                "example": example,
+                "sampleResponse": {"parts": [{"text": "4"}]},
+            },
+        )
         assert bad.status_code == 400 and "parseResponseConfig.parseType" in bad.text

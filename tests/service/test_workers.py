@@ -67,8 +67,9 @@ def test_a_killed_worker_s_job_is_requeued_and_resumes_from_its_checkpoint(api, 
     assert not alive, "the job process outlived its worker"
     before = {r["step"]: r for r in client.get(f"/v1/fine_tuning/jobs/{job_id}/metrics").json()["data"]}
     killed_at = max(before)
-    checkpoints = sorted(int(p.name.removeprefix("step-"))
-                         for p in (service.data_dir / "runs" / job_id / "checkpoints").glob("step-*"))
+    checkpoints = sorted(
+        int(p.name.removeprefix("step-")) for p in (service.data_dir / "runs" / job_id / "checkpoints").glob("step-*")
+    )
     checkpoint = checkpoints[-1]
     assert 5 <= killed_at < 16 and checkpoint % 2 == 0 and killed_at - 2 <= checkpoint <= killed_at
     assert client.get(f"/v1/fine_tuning/jobs/{job_id}").json()["status"] == "running"  # until the heartbeat expires

@@ -17,8 +17,13 @@ VERTEX_REWARD = {
         "stringMatchExpression": {"matchOperation": "EXACT_MATCH", "expression": "{{references.ground_truth_answer}}"},
     },
 }
-OPENAI_GRADER = {"type": "string_check", "name": "eq", "input": "{{sample.output_text}}",
-                 "reference": "{{item.reference_answer}}", "operation": "eq"}
+OPENAI_GRADER = {
+    "type": "string_check",
+    "name": "eq",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.reference_answer}}",
+    "operation": "eq",
+}
 
 
 def write_dataset(path: Path, count: int) -> Path:
@@ -39,28 +44,50 @@ class Sizes:
 
 
 def vertex_request(hp: dict[str, Any] | None = None, validation: bool = True, **top: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {"trainingDatasetUri": "train.jsonl", "hyperParameters": hp or {},
-                            "singleRewardConfig": copy.deepcopy(VERTEX_REWARD)}
+    spec: dict[str, Any] = {
+        "trainingDatasetUri": "train.jsonl",
+        "hyperParameters": hp or {},
+        "singleRewardConfig": copy.deepcopy(VERTEX_REWARD),
+    }
     if validation:
         spec["validationDatasetUri"] = "val.jsonl"
     return {"baseModel": "openrft-demo", "reinforcementTuningSpec": spec, **top}
 
 
 def openai_job(hp: dict[str, Any] | None = None, validation: bool = True, **top: Any) -> dict[str, Any]:
-    job: dict[str, Any] = {"model": "openrft-demo", "training_file": "train.jsonl",
-                           "method": {"type": "reinforcement", "reinforcement": {
-                               "grader": copy.deepcopy(OPENAI_GRADER), "hyperparameters": hp or {}}}}
+    job: dict[str, Any] = {
+        "model": "openrft-demo",
+        "training_file": "train.jsonl",
+        "method": {
+            "type": "reinforcement",
+            "reinforcement": {"grader": copy.deepcopy(OPENAI_GRADER), "hyperparameters": hp or {}},
+        },
+    }
     if validation:
         job["validation_file"] = "val.jsonl"
     return {**job, **top}
 
 
-def nova_recipe(training_config: dict[str, Any] | None = None, trainer: dict[str, Any] | None = None,
-                run: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
-    tc = {"global_batch_size": 32, "rollout": {"rewards": {"preset_reward_function": "exact_match"}},
-          "trainer": {"max_steps": 10, **(trainer or {})}}
+def nova_recipe(
+    training_config: dict[str, Any] | None = None,
+    trainer: dict[str, Any] | None = None,
+    run: dict[str, Any] | None = None,
+    **top: Any,
+) -> dict[str, Any]:
+    tc = {
+        "global_batch_size": 32,
+        "rollout": {"rewards": {"preset_reward_function": "exact_match"}},
+        "trainer": {"max_steps": 10, **(trainer or {})},
+    }
     for key, value in (training_config or {}).items():
         tc[key] = value
-    return {"run": {"model_name_or_path": "openrft-demo", "data_s3_path": "train.jsonl",
-                    "validation_data_s3_path": "val.jsonl", **(run or {})},
-            "training_config": tc, **top}
+    return {
+        "run": {
+            "model_name_or_path": "openrft-demo",
+            "data_s3_path": "train.jsonl",
+            "validation_data_s3_path": "val.jsonl",
+            **(run or {}),
+        },
+        "training_config": tc,
+        **top,
+    }

@@ -23,8 +23,10 @@ def test_explain_json_has_total_steps_at_the_top(data_dir, capsys):
     assert out["total_steps"] == 63 and out["training"]["total_steps"] == 63  # ceil(10 * 100 / 16)
     assert out["dialect"] == "vertex" and out["dataset_prompts"] == 100
     assert out["provenance"]["training.total_steps"] == {
-        "origin": "derived", "field": "reinforcementTuningSpec.hyperParameters.epochCount",
-        "note": "ceil(epochs × prompts / batchSize) = ceil(10 × 100 / 16) = 63"}
+        "origin": "derived",
+        "field": "reinforcementTuningSpec.hyperParameters.epochCount",
+        "note": "ceil(epochs × prompts / batchSize) = ceil(10 × 100 / 16) = 63",
+    }
     assert out["provenance"]["training.prompts_per_step"]["origin"] == "user"
     assert out["provenance"]["sampling.samples_per_prompt"]["origin"] == "default"
 
@@ -44,8 +46,10 @@ def test_explain_prints_each_value_with_its_origin(data_dir, capsys):
 def test_explain_shows_warnings_and_a_forced_dialect(data_dir, capsys):
     job = write(data_dir / "job.json", vertex_request({"evaluateInterval": 3, "checkpointInterval": 4}))
     assert main(["spec", "explain", job]) == 0
-    assert "warning: reinforcementTuningSpec.hyperParameters.checkpointInterval: 4 is not a multiple" in \
-        capsys.readouterr().out
+    assert (
+        "warning: reinforcementTuningSpec.hyperParameters.checkpointInterval: 4 is not a multiple"
+        in capsys.readouterr().out
+    )
     assert main(["spec", "explain", job, "--dialect", "openai"]) == 2
     err = capsys.readouterr().err
     assert "model: is required" in err and "reinforcementTuningSpec: is not a known field" in err

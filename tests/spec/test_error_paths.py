@@ -30,22 +30,45 @@ def errors(model, data) -> list[tuple]:
 
 def test_discriminated_union_tags_are_dropped_and_same_named_keys_kept():
     # the grader key "python" is the user's, the tag "python" after it is pydantic's
-    data = {"function": {"type": "openai_grader", "grader": {
-        "type": "multi", "name": "m", "calculate_output": "python", "graders": {
-            "python": {"type": "python", "name": "p", "source": ""}}}}}
+    data = {
+        "function": {
+            "type": "openai_grader",
+            "grader": {
+                "type": "multi",
+                "name": "m",
+                "calculate_output": "python",
+                "graders": {"python": {"type": "python", "name": "p", "source": ""}},
+            },
+        }
+    }
     [(raw, clean)] = errors(RewardSpec, data)
     assert raw == ("function", "openai_grader", "grader", "multi", "graders", "python", "python", "source")
     assert clean == ["function", "grader", "graders", "python", "source"]
 
 
 def test_vertex_reward_paths_through_lists():
-    data = {"function": {"type": "vertex", "composite": {"weightedRewardConfigs": [
-        {"rewardConfig": {"codeExecutionRewardScorer": {"pythonCodeSnippet": "x"}}},
-        {"rewardConfig": {"codeExecutionRewardScorer": {}}}]}}}
+    data = {
+        "function": {
+            "type": "vertex",
+            "composite": {
+                "weightedRewardConfigs": [
+                    {"rewardConfig": {"codeExecutionRewardScorer": {"pythonCodeSnippet": "x"}}},
+                    {"rewardConfig": {"codeExecutionRewardScorer": {}}},
+                ]
+            },
+        }
+    }
     [(raw, clean)] = errors(RewardSpec, data)
     assert raw[:2] == ("function", "vertex")
-    assert clean == ["function", "composite", "weightedRewardConfigs", 1, "rewardConfig",
-                     "codeExecutionRewardScorer", "pythonCodeSnippet"]
+    assert clean == [
+        "function",
+        "composite",
+        "weightedRewardConfigs",
+        1,
+        "rewardConfig",
+        "codeExecutionRewardScorer",
+        "pythonCodeSnippet",
+    ]
 
 
 def test_message_content_is_told_apart_by_shape():
@@ -72,7 +95,19 @@ def test_unknown_fields_keep_their_path():
 
 def test_problems_use_the_cleaned_path_after_prefix_and_skip():
     with pytest.raises(ValidationError) as info:
-        RewardSpec.model_validate({"function": {"type": "openai_grader", "grader": {
-            "type": "string_check", "name": "a", "input": "x", "reference": "y", "operation": "equals"}}})
+        RewardSpec.model_validate(
+            {
+                "function": {
+                    "type": "openai_grader",
+                    "grader": {
+                        "type": "string_check",
+                        "name": "a",
+                        "input": "x",
+                        "reference": "y",
+                        "operation": "equals",
+                    },
+                }
+            }
+        )
     [problem] = problems_from_validation(info.value, RewardSpec, "method.reinforcement", skip=1)
     assert str(problem) == "method.reinforcement.grader.operation: 'equals' is not one of 'eq', 'ne', 'like', 'ilike'"

@@ -27,26 +27,51 @@ def problems(doc) -> list[str]:
 
 
 SEED_RECIPE = {
-    "run": {"name": "my-rft-run", "model_type": "amazon.nova-2-lite-v1:0:256k", "model_name_or_path": "openrft-demo",
-            "data_s3_path": "train.jsonl", "replicas": 4, "generation_replicas": 2,
-            "mlflow_tracking_uri": "http://127.0.0.1:5000", "mlflow_experiment_name": "exp", "mlflow_run_name": "r1"},
+    "run": {
+        "name": "my-rft-run",
+        "model_type": "amazon.nova-2-lite-v1:0:256k",
+        "model_name_or_path": "openrft-demo",
+        "data_s3_path": "train.jsonl",
+        "replicas": 4,
+        "generation_replicas": 2,
+        "mlflow_tracking_uri": "http://127.0.0.1:5000",
+        "mlflow_experiment_name": "exp",
+        "mlflow_run_name": "r1",
+    },
     "training_config": {
-        "max_length": 8192, "global_batch_size": 32, "reasoning_effort": "high", "data": {"shuffle": True},
+        "max_length": 8192,
+        "global_batch_size": 32,
+        "reasoning_effort": "high",
+        "data": {"shuffle": True},
         "rollout": {
             "rollout_strategy": {"type": "off_policy_async", "age_tolerance": 2},
             "advantage_strategy": {"number_generation": 4},
             "generator": {"max_new_tokens": 6000, "set_random_seed": True, "temperature": 1, "top_k": 1},
-            "rewards": {"preset_reward_function": None,
-                        "api_endpoint": {"lambda_arn": URL, "lambda_concurrency_limit": 12, "lambda_batch_size": 128}},
+            "rewards": {
+                "preset_reward_function": None,
+                "api_endpoint": {"lambda_arn": URL, "lambda_concurrency_limit": 12, "lambda_batch_size": 128},
+            },
         },
         "trainer": {
-            "max_steps": 2, "save_steps": 5, "test_steps": 1, "refit_freq": 4, "clip_ratio_high": 0.2,
-            "loss_scale": 1.0, "ent_coeff": 0.0, "kl_loss_coef": 0.0,
+            "max_steps": 2,
+            "save_steps": 5,
+            "test_steps": 1,
+            "refit_freq": 4,
+            "clip_ratio_high": 0.2,
+            "loss_scale": 1.0,
+            "ent_coeff": 0.0,
+            "kl_loss_coef": 0.0,
             "optim_config": {"lr": 1e-6, "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.95},
             "peft": {"peft_scheme": "lora", "lora_tuning": {"alpha": 64, "lora_plus_lr_ratio": 64.0}},
-            "adaptive_curriculum": {"enable": False, "selection_pool_multiplier": 8, "prediction_mode": "pass_rate",
-                                    "exemplar_history_steps": 1, "reinforce_coef": 0.01,
-                                    "predictor_prompt_column": "predictor_prompt", "selection_lookahead_steps": 4},
+            "adaptive_curriculum": {
+                "enable": False,
+                "selection_pool_multiplier": 8,
+                "prediction_mode": "pass_rate",
+                "exemplar_history_steps": 1,
+                "reinforce_coef": 0.01,
+                "predictor_prompt_column": "predictor_prompt",
+                "selection_lookahead_steps": 4,
+            },
         },
     },
 }
@@ -65,7 +90,10 @@ def test_the_seed_documents_recipe_resolves_field_by_field():
     assert (s.algorithm.refit_freq, s.evaluation.interval, s.checkpoint.interval) == (4, 1, 5)
     assert s.reward.function == NovaLambdaReward(endpoint=URL, batch_size=128, concurrency_limit=12)
     assert (s.tracking.mlflow_tracking_uri, s.tracking.mlflow_experiment_name, s.tracking.mlflow_run_name) == (
-        "http://127.0.0.1:5000", "exp", "r1")
+        "http://127.0.0.1:5000",
+        "exp",
+        "r1",
+    )
     # 2 steps of 8 prompts over 750 training prompts (1000 lines, 250 held out)
     assert r.dataset_prompts == 750 and s.training.epochs == pytest.approx(16 / 750)
     assert r.provenance["training.prompts_per_step"].note.startswith("global_batch_size / number_generation = 32 / 4")
@@ -76,24 +104,49 @@ def test_the_seed_documents_recipe_resolves_field_by_field():
     [
         ({"global_batch_size": 48}, "training_config.global_batch_size: 48 is not one of 16, 32, 64, 128, 256"),
         ({"reasoning_effort": "medium"}, "training_config.reasoning_effort: 'medium' is not one of 'high', 'low'"),
-        ({"trainer": {"max_steps": 2, "optim_config": {"weight_decay": 1.01}}},
-         f"{TRAINER}.optim_config.weight_decay: 1.01 is outside [0, 1]"),
-        ({"trainer": {"max_steps": 2, "optim_config": {"weight_decay": -0.01}}},
-         f"{TRAINER}.optim_config.weight_decay: -0.01 is outside [0, 1]"),
-        ({"trainer": {"max_steps": 2, "peft": {"lora_tuning": {"lora_plus_lr_ratio": 100.5}}}},
-         f"{TRAINER}.peft.lora_tuning.lora_plus_lr_ratio: 100.5 is outside [0, 100]"),
-        ({"trainer": {"max_steps": 2, "adaptive_curriculum": {"selection_pool_multiplier": 33}}},
-         f"{TRAINER}.adaptive_curriculum.selection_pool_multiplier: 33 must be <= 32"),
-        ({"trainer": {"max_steps": 2, "adaptive_curriculum": {"selection_lookahead_steps": 17}}},
-         f"{TRAINER}.adaptive_curriculum.selection_lookahead_steps: 17 must be <= 16"),
-        ({"trainer": {"max_steps": 2, "adaptive_curriculum": {"enable": True}}},
-         f"{TRAINER}.adaptive_curriculum.enable: True is not supported yet by OpenRFT's engine"),
-        ({"rollout": {"advantage_strategy": {"number_generation": 3},
-                      "rewards": {"preset_reward_function": "exact_match"}}},
-         "training_config.global_batch_size: 32 is not a multiple of rollout.advantage_strategy.number_generation (3)"),
-        ({"rollout": {"rollout_strategy": {"type": "sync", "age_tolerance": 2},
-                      "rewards": {"preset_reward_function": "exact_match"}}},
-         "training_config.rollout.rollout_strategy.age_tolerance: 2 needs rollout_strategy.type: off_policy_async"),
+        (
+            {"trainer": {"max_steps": 2, "optim_config": {"weight_decay": 1.01}}},
+            f"{TRAINER}.optim_config.weight_decay: 1.01 is outside [0, 1]",
+        ),
+        (
+            {"trainer": {"max_steps": 2, "optim_config": {"weight_decay": -0.01}}},
+            f"{TRAINER}.optim_config.weight_decay: -0.01 is outside [0, 1]",
+        ),
+        (
+            {"trainer": {"max_steps": 2, "peft": {"lora_tuning": {"lora_plus_lr_ratio": 100.5}}}},
+            f"{TRAINER}.peft.lora_tuning.lora_plus_lr_ratio: 100.5 is outside [0, 100]",
+        ),
+        (
+            {"trainer": {"max_steps": 2, "adaptive_curriculum": {"selection_pool_multiplier": 33}}},
+            f"{TRAINER}.adaptive_curriculum.selection_pool_multiplier: 33 must be <= 32",
+        ),
+        (
+            {"trainer": {"max_steps": 2, "adaptive_curriculum": {"selection_lookahead_steps": 17}}},
+            f"{TRAINER}.adaptive_curriculum.selection_lookahead_steps: 17 must be <= 16",
+        ),
+        (
+            {"trainer": {"max_steps": 2, "adaptive_curriculum": {"enable": True}}},
+            f"{TRAINER}.adaptive_curriculum.enable: True is not supported yet by OpenRFT's engine",
+        ),
+        (
+            {
+                "rollout": {
+                    "advantage_strategy": {"number_generation": 3},
+                    "rewards": {"preset_reward_function": "exact_match"},
+                }
+            },
+            "training_config.global_batch_size: 32 is not a multiple of "
+            "rollout.advantage_strategy.number_generation (3)",
+        ),
+        (
+            {
+                "rollout": {
+                    "rollout_strategy": {"type": "sync", "age_tolerance": 2},
+                    "rewards": {"preset_reward_function": "exact_match"},
+                }
+            },
+            "training_config.rollout.rollout_strategy.age_tolerance: 2 needs rollout_strategy.type: off_policy_async",
+        ),
         ({"rollout": {"rewards": {}}}, "training_config.rollout.rewards: names no reward"),
     ],
 )
@@ -105,13 +158,20 @@ def test_recipe_errors_name_the_yaml_path(change, error):
 @pytest.mark.parametrize(
     "change",
     [
-        {"global_batch_size": 16}, {"global_batch_size": 256}, {"reasoning_effort": None}, {"reasoning_effort": "low"},
+        {"global_batch_size": 16},
+        {"global_batch_size": 256},
+        {"reasoning_effort": None},
+        {"reasoning_effort": "low"},
         {"trainer": {"max_steps": 1, "optim_config": {"weight_decay": 1}}},
         {"trainer": {"max_steps": 1, "peft": {"lora_tuning": {"lora_plus_lr_ratio": 100}}}},
         {"trainer": {"max_steps": 1, "peft": {"lora_tuning": {"lora_plus_lr_ratio": 0}}}},
         {"trainer": {"max_steps": 1, "adaptive_curriculum": {"enable": False, "selection_pool_multiplier": 32}}},
-        {"trainer": {"max_steps": 1, "adaptive_curriculum": {"selection_pool_multiplier": 1,
-                                                             "selection_lookahead_steps": 16}}},
+        {
+            "trainer": {
+                "max_steps": 1,
+                "adaptive_curriculum": {"selection_pool_multiplier": 1, "selection_lookahead_steps": 16},
+            }
+        },
         {"trainer": {"max_steps": 1, "refit_freq": 0}},
     ],
 )
@@ -120,31 +180,42 @@ def test_values_just_inside_the_ranges_resolve(change):
 
 
 def test_all_recipe_problems_are_reported_together():
-    doc = nova_recipe({"global_batch_size": 48, "reasoning_effort": "medium"},
-                      {"optim_config": {"weight_decay": 2}, "adaptive_curriculum": {"enable": True}})
+    doc = nova_recipe(
+        {"global_batch_size": 48, "reasoning_effort": "medium"},
+        {"optim_config": {"weight_decay": 2}, "adaptive_curriculum": {"enable": True}},
+    )
     assert [p.split(":")[0] for p in problems(doc)] == [
-        "training_config.global_batch_size", "training_config.reasoning_effort",
-        f"{TRAINER}.optim_config.weight_decay", f"{TRAINER}.adaptive_curriculum.enable"]
+        "training_config.global_batch_size",
+        "training_config.reasoning_effort",
+        f"{TRAINER}.optim_config.weight_decay",
+        f"{TRAINER}.adaptive_curriculum.enable",
+    ]
 
 
 def test_rewards_preset_endpoint_or_lambda_arn():
     assert resolve(nova_recipe()).spec.reward.function == PresetReward(name="exact_match")
     doc = nova_recipe({"rollout": {"rewards": {}}}, run={"reward_lambda_arn": URL})
     assert resolve(doc).spec.reward.function == NovaLambdaReward(endpoint=URL)
-    doc = nova_recipe({"rollout": {"rewards": {"api_endpoint": {"lambda_arn": URL, "lambda_batch_size": 7}}}},
-                      run={"reward_lambda_arn": URL})
+    doc = nova_recipe(
+        {"rollout": {"rewards": {"api_endpoint": {"lambda_arn": URL, "lambda_batch_size": 7}}}},
+        run={"reward_lambda_arn": URL},
+    )
     assert resolve(doc).spec.reward.function == NovaLambdaReward(endpoint=URL, batch_size=7, concurrency_limit=12)
     doc["run"]["reward_lambda_arn"] = "http://127.0.0.1:9/other"
     assert problems(doc)[0].startswith("run.reward_lambda_arn: 'http://127.0.0.1:9/other' differs from")
-    both = nova_recipe({"rollout": {"rewards": {"preset_reward_function": "exact_match",
-                                                "api_endpoint": {"lambda_arn": URL}}}})
-    assert problems(both)[0].startswith("training_config.rollout.rewards.api_endpoint: is an alternative to "
-                                        "preset_reward_function")
+    both = nova_recipe(
+        {"rollout": {"rewards": {"preset_reward_function": "exact_match", "api_endpoint": {"lambda_arn": URL}}}}
+    )
+    assert problems(both)[0].startswith(
+        "training_config.rollout.rewards.api_endpoint: is an alternative to preset_reward_function"
+    )
 
 
-ARN_ERROR = ("'arn:aws:lambda:us-east-1:123456789012:function:reward' is an AWS ARN: OpenRFT calls reward functions "
-             "over HTTP: give the URL of a server implementing the Nova Lambda contract, e.g. http://127.0.0.1:8080/ "
-             "— see docs/rewards.md")
+ARN_ERROR = (
+    "'arn:aws:lambda:us-east-1:123456789012:function:reward' is an AWS ARN: OpenRFT calls reward functions "
+    "over HTTP: give the URL of a server implementing the Nova Lambda contract, e.g. http://127.0.0.1:8080/ "
+    "— see docs/rewards.md"
+)
 
 
 @pytest.mark.parametrize(
@@ -156,20 +227,31 @@ ARN_ERROR = ("'arn:aws:lambda:us-east-1:123456789012:function:reward' is an AWS 
 )
 def test_an_aws_lambda_arn_is_refused_with_the_other_problems(rewards, run, field):
     doc = nova_recipe({"rollout": {"rewards": rewards, "generator": {"temperature": -1}}}, run=run)
-    assert problems(doc) == ["training_config.rollout.generator.temperature: -1 must be >= 0.0",
-                             f"{field}: {ARN_ERROR}"]
+    assert problems(doc) == [
+        "training_config.rollout.generator.temperature: -1 must be >= 0.0",
+        f"{field}: {ARN_ERROR}",
+    ]
 
 
 def test_off_policy_age_defaults_to_two_and_sync_is_age_zero():
-    spec = resolve(nova_recipe({"rollout": {"rollout_strategy": {"type": "off_policy_async"},
-                                            "rewards": {"preset_reward_function": "exact_match"}}})).spec
+    spec = resolve(
+        nova_recipe(
+            {
+                "rollout": {
+                    "rollout_strategy": {"type": "off_policy_async"},
+                    "rewards": {"preset_reward_function": "exact_match"},
+                }
+            }
+        )
+    ).spec
     assert (spec.rollout.strategy, spec.rollout.age_tolerance) == ("off_policy_async", 2)
     assert resolve(nova_recipe()).spec.rollout.age_tolerance == 0
 
 
 def test_random_seed_when_set_random_seed_is_false():
-    doc = nova_recipe({"rollout": {"generator": {"set_random_seed": False},
-                                   "rewards": {"preset_reward_function": "exact_match"}}})
+    doc = nova_recipe(
+        {"rollout": {"generator": {"set_random_seed": False}, "rewards": {"preset_reward_function": "exact_match"}}}
+    )
     seeds = {resolve(doc).spec.training.seed for _ in range(5)}
     assert len(seeds) > 1
     assert resolve(nova_recipe()).spec.training.seed == 0
@@ -178,25 +260,37 @@ def test_random_seed_when_set_random_seed_is_false():
 def test_extensions_the_recipe_covers_are_refused():
     doc = nova_recipe(openrft={"max_length": 100, "lora_rank": 4})
     doc["openrft"] = {"max_length": 100, "lora_rank": 4}
-    assert problems(doc) == ["openrft.max_length: 100 is set by training_config.max_length in a Nova job; set it "
-                             "there"]
+    assert problems(doc) == ["openrft.max_length: 100 is set by training_config.max_length in a Nova job; set it there"]
     del doc["openrft"]["max_length"]
     assert resolve(doc).spec.lora.rank == 4
 
 
 # Bedrock's request ------------------------------------------------------------------------------
 
-BEDROCK_HP = {"epochCount": 2, "batchSize": 64, "learningRate": 1e-5, "maxPromptLength": 1024,
-              "trainingSamplePerPrompt": 8, "inferenceMaxTokens": 512, "reasoningEffort": "medium", "evalInterval": 5}
+BEDROCK_HP = {
+    "epochCount": 2,
+    "batchSize": 64,
+    "learningRate": 1e-5,
+    "maxPromptLength": 1024,
+    "trainingSamplePerPrompt": 8,
+    "inferenceMaxTokens": 512,
+    "reasoningEffort": "medium",
+    "evalInterval": 5,
+}
 
 
 def bedrock(nested: bool, hp=None, **top):
     blocks = {"hyperParameters": BEDROCK_HP if hp is None else hp, "graderConfig": {"lambdaGrader": {"lambdaArn": URL}}}
-    doc = {"jobName": "bedrock-job", "baseModelIdentifier": "openrft-demo",
-           "customizationType": "REINFORCEMENT_FINE_TUNING", "roleArn": "arn:aws:iam::1:role/x",
-           "trainingDataConfig": {"s3Uri": "train.jsonl"},
-           "validationDataConfig": {"validators": [{"s3Uri": "val.jsonl"}]},
-           "outputDataConfig": {"s3Uri": "out/"}, **top}
+    doc = {
+        "jobName": "bedrock-job",
+        "baseModelIdentifier": "openrft-demo",
+        "customizationType": "REINFORCEMENT_FINE_TUNING",
+        "roleArn": "arn:aws:iam::1:role/x",
+        "trainingDataConfig": {"s3Uri": "train.jsonl"},
+        "validationDataConfig": {"validators": [{"s3Uri": "val.jsonl"}]},
+        "outputDataConfig": {"s3Uri": "out/"},
+        **top,
+    }
     return {**doc, "customizationConfig": {"rftConfig": blocks}} if nested else {**doc, **blocks}
 
 
@@ -241,9 +335,18 @@ def test_bedrock_ranges(hp, error):
 
 @pytest.mark.parametrize(
     "hp",
-    [{"batchSize": 16}, {"batchSize": 512}, {"epochCount": 1}, {"epochCount": 50}, {"learningRate": 1e-7},
-     {"learningRate": 1e-3}, {"trainingSamplePerPrompt": 2}, {"trainingSamplePerPrompt": 16, "batchSize": 32},
-     {"evalInterval": 1}, {"evalInterval": 100}],
+    [
+        {"batchSize": 16},
+        {"batchSize": 512},
+        {"epochCount": 1},
+        {"epochCount": 50},
+        {"learningRate": 1e-7},
+        {"learningRate": 1e-3},
+        {"trainingSamplePerPrompt": 2},
+        {"trainingSamplePerPrompt": 16, "batchSize": 32},
+        {"evalInterval": 1},
+        {"evalInterval": 100},
+    ],
 )
 def test_bedrock_values_just_inside_the_ranges_resolve(hp):
     assert resolve(bedrock(False, hp)).spec.training.total_steps >= 1
@@ -254,11 +357,13 @@ def test_bedrock_refuses_an_aws_lambda_arn_with_the_other_problems():
     doc["customizationConfig"]["rftConfig"]["graderConfig"]["lambdaGrader"]["lambdaArn"] = AWS_ARN
     assert problems(doc) == [
         "customizationConfig.rftConfig.hyperParameters.batchSize: 15 is outside [16, 512]",
-        f"customizationConfig.rftConfig.graderConfig.lambdaGrader.lambdaArn: {ARN_ERROR}"]
+        f"customizationConfig.rftConfig.graderConfig.lambdaGrader.lambdaArn: {ARN_ERROR}",
+    ]
 
 
 def test_bedrock_blocks_in_both_places_are_refused():
     doc = bedrock(True)
     doc["hyperParameters"] = BEDROCK_HP
-    assert problems(doc) == ["hyperParameters: is also given under customizationConfig.rftConfig: write it in one "
-                             "place"]
+    assert problems(doc) == [
+        "hyperParameters: is also given under customizationConfig.rftConfig: write it in one place"
+    ]

@@ -15,8 +15,7 @@ H = "method.reinforcement.hyperparameters"
 
 
 def resolve(doc, train=100, validation=10, resolver=None):
-    return resolve_document(doc, base_dir=Path("/jobs"), dataset_size=Sizes(train, validation),
-                            file_resolver=resolver)
+    return resolve_document(doc, base_dir=Path("/jobs"), dataset_size=Sizes(train, validation), file_resolver=resolver)
 
 
 def problems(doc, **kwargs) -> list[str]:
@@ -26,8 +25,20 @@ def problems(doc, **kwargs) -> list[str]:
 
 
 def test_auto_everything():
-    doc = openai_job({k: "auto" for k in ("n_epochs", "batch_size", "learning_rate_multiplier", "eval_interval",
-                                          "eval_samples", "compute_multiplier")} | {"reasoning_effort": "default"})
+    doc = openai_job(
+        {
+            k: "auto"
+            for k in (
+                "n_epochs",
+                "batch_size",
+                "learning_rate_multiplier",
+                "eval_interval",
+                "eval_samples",
+                "compute_multiplier",
+            )
+        }
+        | {"reasoning_effort": "default"}
+    )
     assert detect_dialect(doc) == "openai"
     r = resolve(doc)
     s = r.spec
@@ -66,8 +77,9 @@ def test_compute_multiplier_scales_samples_per_prompt(multiplier, samples):
     assert resolve(openai_job({"compute_multiplier": multiplier})).spec.sampling.samples_per_prompt == samples
 
 
-@pytest.mark.parametrize(("effort", "canonical"), [("default", "medium"), ("low", "low"), ("medium", "medium"),
-                                                   ("high", "high")])
+@pytest.mark.parametrize(
+    ("effort", "canonical"), [("default", "medium"), ("low", "low"), ("medium", "medium"), ("high", "high")]
+)
 def test_reasoning_effort(effort, canonical):
     assert resolve(openai_job({"reasoning_effort": effort})).spec.sampling.reasoning_effort == canonical
 
@@ -95,16 +107,31 @@ def test_ranges(hp, error):
     assert len(found) == 1 and found[0].startswith(error), found
 
 
-@pytest.mark.parametrize("hp", [{"batch_size": 1}, {"batch_size": 256}, {"n_epochs": 1}, {"n_epochs": 50},
-                                {"learning_rate_multiplier": 0.001}, {"compute_multiplier": 0.00001},
-                                {"compute_multiplier": 10}, {"eval_interval": 1}, {"eval_samples": 1}])
+@pytest.mark.parametrize(
+    "hp",
+    [
+        {"batch_size": 1},
+        {"batch_size": 256},
+        {"n_epochs": 1},
+        {"n_epochs": 50},
+        {"learning_rate_multiplier": 0.001},
+        {"compute_multiplier": 0.00001},
+        {"compute_multiplier": 10},
+        {"eval_interval": 1},
+        {"eval_samples": 1},
+    ],
+)
 def test_values_just_inside_the_ranges_resolve(hp):
     assert resolve(openai_job(hp)).spec.training.total_steps >= 1
 
 
 def test_explicit_values_and_job_fields():
-    doc = openai_job({"n_epochs": 2, "batch_size": 20, "learning_rate_multiplier": 0.5, "eval_interval": 3,
-                      "eval_samples": 4}, seed=42, suffix="demo", metadata={"team": "x"})
+    doc = openai_job(
+        {"n_epochs": 2, "batch_size": 20, "learning_rate_multiplier": 0.5, "eval_interval": 3, "eval_samples": 4},
+        seed=42,
+        suffix="demo",
+        metadata={"team": "x"},
+    )
     s = resolve(doc).spec
     assert (s.training.total_steps, s.optimizer.lr, s.evaluation.interval, s.checkpoint.interval) == (10, 1e-4, 3, 3)
     assert (s.evaluation.samples_per_prompt, s.training.seed, s.name, s.metadata) == (4, 42, "demo", {"team": "x"})
@@ -124,8 +151,9 @@ def test_file_ids_go_through_the_resolver():
     s = resolve(doc, resolver=store.__getitem__).spec
     assert (s.data.train, s.data.validation) == ("/store/train.jsonl", "/store/val.jsonl")
     doc["validation_file"] = "file-missing"
-    assert problems(doc, resolver=store.__getitem__) == ["validation_file: 'file-missing' cannot be resolved: "
-                                                         "'file-missing'"]
+    assert problems(doc, resolver=store.__getitem__) == [
+        "validation_file: 'file-missing' cannot be resolved: 'file-missing'"
+    ]
 
 
 def test_without_a_resolver_file_ids_are_refused_and_paths_accepted():
@@ -153,12 +181,20 @@ def test_extensions_the_job_covers_are_refused():
 def test_grader_errors_are_reported_at_the_users_paths_with_the_other_problems():
     doc = openai_job({"n_epochs": 0})
     doc["method"]["reinforcement"]["grader"] = {
-        "type": "multi", "name": "m", "calculate_output": "a + python", "graders": {
+        "type": "multi",
+        "name": "m",
+        "calculate_output": "a + python",
+        "graders": {
             "a": {**OPENAI_GRADER, "operation": "equals"},
             "python": {"type": "python", "name": "p", "source": ""},
-            "judge": {"type": "score_model", "name": "j", "model": "m",
-                      "input": [{"role": "user", "content": [{"type": "input_text", "text": "ok"},
-                                                             {"type": "input_text"}]}]}}}
+            "judge": {
+                "type": "score_model",
+                "name": "j",
+                "model": "m",
+                "input": [{"role": "user", "content": [{"type": "input_text", "text": "ok"}, {"type": "input_text"}]}],
+            },
+        },
+    }
     g = "method.reinforcement.grader.graders"
     assert problems(doc) == [
         f"{H}.n_epochs: 0 is outside [1, 50]",

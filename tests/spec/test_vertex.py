@@ -110,10 +110,14 @@ def test_default_validation_split_counts_the_prompts_that_remain(lines, prompts)
         ({"maxOutputTokens": 0}, f"{HP}.maxOutputTokens: 0 is outside [1, 32768]"),
         ({"batchSize": 0}, f"{HP}.batchSize: 0 must be >= 1"),
         ({"samplesPerPrompt": 1, "batchSize": 16}, f"{HP}.samplesPerPrompt: 1 must be >= 2"),
-        ({"batchSize": 3, "samplesPerPrompt": 5}, f"{HP}.samplesPerPrompt: 5 × batchSize (3) = 15, which is not "
-                                                  "divisible by 16"),
-        ({"batchSize": 513, "samplesPerPrompt": 16}, f"{HP}.samplesPerPrompt: 16 × batchSize (513) = 8,208, which is "
-                                                     "more than 8,192"),
+        (
+            {"batchSize": 3, "samplesPerPrompt": 5},
+            f"{HP}.samplesPerPrompt: 5 × batchSize (3) = 15, which is not divisible by 16",
+        ),
+        (
+            {"batchSize": 513, "samplesPerPrompt": 16},
+            f"{HP}.samplesPerPrompt: 16 × batchSize (513) = 8,208, which is more than 8,192",
+        ),
         ({"epochCount": 0}, f"{HP}.epochCount: 0 must be > 0"),
         ({"stepCount": 0}, f"{HP}.stepCount: 0 must be >= 1"),
         ({"evaluateInterval": 0}, f"{HP}.evaluateInterval: 0 must be >= 1"),
@@ -162,9 +166,17 @@ def test_every_problem_of_a_request_is_reported_together():
     ]
 
 
-@pytest.mark.parametrize(("size", "rank"), [("ADAPTER_SIZE_ONE", 1), ("ADAPTER_SIZE_TWO", 2),
-                                             ("ADAPTER_SIZE_FOUR", 4), ("ADAPTER_SIZE_EIGHT", 8),
-                                             ("ADAPTER_SIZE_SIXTEEN", 16), ("ADAPTER_SIZE_THIRTY_TWO", 32)])
+@pytest.mark.parametrize(
+    ("size", "rank"),
+    [
+        ("ADAPTER_SIZE_ONE", 1),
+        ("ADAPTER_SIZE_TWO", 2),
+        ("ADAPTER_SIZE_FOUR", 4),
+        ("ADAPTER_SIZE_EIGHT", 8),
+        ("ADAPTER_SIZE_SIXTEEN", 16),
+        ("ADAPTER_SIZE_THIRTY_TWO", 32),
+    ],
+)
 def test_adapter_size_is_the_lora_rank_with_alpha_twice_it(size, rank):
     lora = resolve(vertex_request({"adapterSize": size})).spec.lora
     assert (lora.rank, lora.alpha) == (rank, 2.0 * rank)
@@ -197,8 +209,9 @@ def test_checkpoint_interval_not_a_multiple_of_evaluate_interval_is_a_warning(ev
     assert r.spec.checkpoint.interval == checkpoint
     assert bool(r.warnings) is warned
     if warned:
-        assert str(r.warnings[0]).startswith(f"{HP}.checkpointInterval: {checkpoint} is not a multiple of "
-                                             f"evaluateInterval ({evaluate})")
+        assert str(r.warnings[0]).startswith(
+            f"{HP}.checkpointInterval: {checkpoint} is not a multiple of evaluateInterval ({evaluate})"
+        )
 
 
 def test_intervals_default_to_once_per_epoch_but_at_most_the_run():
@@ -213,11 +226,15 @@ def test_a_remote_dataset_needs_step_count_and_intervals():
     with pytest.raises(SpecError) as info:
         resolve_document(doc, base_dir=Path("/jobs"))
     message = str(info.value.problems[0])
-    assert message.startswith("reinforcementTuningSpec.trainingDatasetUri: 'gs://bucket/train.jsonl' is not "
-                              "readable here")
+    assert message.startswith(
+        "reinforcementTuningSpec.trainingDatasetUri: 'gs://bucket/train.jsonl' is not readable here"
+    )
     assert "the default epochCount needs its number of prompts" in message and "set stepCount" in message
-    doc["reinforcementTuningSpec"]["hyperParameters"] = {"stepCount": 12, "evaluateInterval": 4,
-                                                         "checkpointInterval": 4}
+    doc["reinforcementTuningSpec"]["hyperParameters"] = {
+        "stepCount": 12,
+        "evaluateInterval": 4,
+        "checkpointInterval": 4,
+    }
     r = resolve_document(doc, base_dir=Path("/jobs"))
     assert r.spec.training.total_steps == 12 and r.spec.training.epochs is None and r.dataset_prompts is None
 
@@ -225,9 +242,11 @@ def test_a_remote_dataset_needs_step_count_and_intervals():
 def test_dataset_limits():
     assert problems(vertex_request(), train=5001)[0] == (
         "reinforcementTuningSpec.trainingDatasetUri: '/jobs/train.jsonl' holds 5,001 examples; at most 5,000 are "
-        "allowed")
+        "allowed"
+    )
     assert problems(vertex_request(), validation=501)[0].startswith(
-        "reinforcementTuningSpec.validationDatasetUri: '/jobs/val.jsonl' holds 501 examples; at most 500")
+        "reinforcementTuningSpec.validationDatasetUri: '/jobs/val.jsonl' holds 501 examples; at most 500"
+    )
     assert resolve(vertex_request(), train=5000, validation=500).spec.training.total_steps == 110
 
 
@@ -238,13 +257,20 @@ def test_local_files_are_counted(data_dir):
 
 
 def test_rewards_single_or_composite_but_not_both():
-    scorer = {"stringMatchRewardScorer": {"stringMatchExpression": {
-        "matchOperation": "EXACT_MATCH", "expression": "{{references.ground_truth_answer}}"}}}
+    scorer = {
+        "stringMatchRewardScorer": {
+            "stringMatchExpression": {
+                "matchOperation": "EXACT_MATCH",
+                "expression": "{{references.ground_truth_answer}}",
+            }
+        }
+    }
     composite = {"weightedRewardConfigs": [{"rewardConfig": {"rewardName": "a", **scorer}, "weight": 1}]}
     doc = vertex_request()
     doc["reinforcementTuningSpec"]["compositeRewardConfig"] = composite
-    assert problems(doc) == ["reinforcementTuningSpec.compositeRewardConfig: is an alternative to singleRewardConfig: "
-                             "set one of them"]
+    assert problems(doc) == [
+        "reinforcementTuningSpec.compositeRewardConfig: is an alternative to singleRewardConfig: set one of them"
+    ]
     del doc["reinforcementTuningSpec"]["singleRewardConfig"]
     assert resolve(doc).spec.reward.function == VertexReward(composite=composite)
 
@@ -252,17 +278,31 @@ def test_rewards_single_or_composite_but_not_both():
 def test_a_reward_config_needs_one_scorer_and_errors_name_the_users_field():
     doc = vertex_request()
     del doc["reinforcementTuningSpec"]["singleRewardConfig"]
-    doc["reinforcementTuningSpec"]["compositeRewardConfig"] = {"weightedRewardConfigs": [
-        {"rewardConfig": {"rewardName": "a"}, "weight": 1},
-        {"rewardConfig": {"rewardName": "b", "stringMatchRewardScorer": {"stringMatchExpression": {
-            "matchOperation": "SUBSTRING", "expression": "x"}}}, "weight": 1}]}
+    doc["reinforcementTuningSpec"]["compositeRewardConfig"] = {
+        "weightedRewardConfigs": [
+            {"rewardConfig": {"rewardName": "a"}, "weight": 1},
+            {
+                "rewardConfig": {
+                    "rewardName": "b",
+                    "stringMatchRewardScorer": {
+                        "stringMatchExpression": {"matchOperation": "SUBSTRING", "expression": "x"}
+                    },
+                },
+                "weight": 1,
+            },
+        ]
+    }
     found = problems(doc)
     at = "reinforcementTuningSpec.compositeRewardConfig.weightedRewardConfigs"
-    assert found[0].startswith(f"{at}[0].rewardConfig: {{'rewardName': 'a'}} a reward config needs exactly one of "
-                               "stringMatchRewardScorer, codeExecutionRewardScorer, cloudRunRewardScorer, "
-                               "autoraterScorer; got none")
-    assert found[1] == (f"{at}[1].rewardConfig.stringMatchRewardScorer.stringMatchExpression.matchOperation: "
-                        "'SUBSTRING' is not one of 'EXACT_MATCH', 'PARTIAL_MATCH', 'REGEX_CONTAINS'")
+    assert found[0].startswith(
+        f"{at}[0].rewardConfig: {{'rewardName': 'a'}} a reward config needs exactly one of "
+        "stringMatchRewardScorer, codeExecutionRewardScorer, cloudRunRewardScorer, "
+        "autoraterScorer; got none"
+    )
+    assert found[1] == (
+        f"{at}[1].rewardConfig.stringMatchRewardScorer.stringMatchExpression.matchOperation: "
+        "'SUBSTRING' is not one of 'EXACT_MATCH', 'PARTIAL_MATCH', 'REGEX_CONTAINS'"
+    )
     assert len(found) == 2
 
 
@@ -271,7 +311,9 @@ def test_provenance_says_where_each_value_came_from():
     p = r.provenance
     assert (p["training.prompts_per_step"].origin, p["training.prompts_per_step"].field) == ("user", f"{HP}.batchSize")
     assert (p["sampling.samples_per_prompt"].origin, p["sampling.samples_per_prompt"].field) == (
-        "default", f"{HP}.samplesPerPrompt")
+        "default",
+        f"{HP}.samplesPerPrompt",
+    )
     assert p["training.total_steps"].origin == "derived" and p["training.total_steps"].field == f"{HP}.epochCount"
     assert p["training.total_steps"].note == "ceil(epochs × prompts / batchSize) = ceil(10 × 100 / 16) = 63"
     assert p["optimizer.lr"].origin == "derived"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None, scale_by_std: bool = True,
-                     eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, valid: torch.Tensor | None = None, scale_by_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """``A_i = (r_i - mean(r_group)) / (std(r_group) + eps)`` for rewards shaped ``[groups, samples]``.
 
     Only ``valid`` samples (rewards that did not fail) enter a group's mean and std; invalid samples

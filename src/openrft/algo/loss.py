@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import torch
 
 
-def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_low: float,
-                      clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO loss ``-min(rho*A, clip(rho, 1-clip_low, 1+clip_high)*A)`` and where clipping was active.
 
     ``advantages`` is per sequence ``[batch]``, broadcast over tokens.
@@ -56,10 +57,21 @@ class LossTerms:
     tokens: float
 
 
-def policy_loss_terms(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
-                      clip_low: float, clip_high: float, ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
-                      entropy: torch.Tensor | None = None, ent_coeff: float = 0.0,
-                      importance_weight: torch.Tensor | None = None, loss_scale: float = 1.0) -> LossTerms:
+def policy_loss_terms(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    ent_coeff: float = 0.0,
+    importance_weight: torch.Tensor | None = None,
+    loss_scale: float = 1.0,
+) -> LossTerms:
     """The per-token objective summed over ``mask``: token-level aggregation (DAPO) happens in the caller,
     which divides by the number of response tokens in the whole global batch."""
     mask = mask.to(logp.dtype)

@@ -40,12 +40,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not (args.model and args.data):
             raise OpenRFTError("openrft eval needs --model and --data, or --job")
-        spec = JobSpec.model_validate({
-            "model": {"name_or_path": args.model},
-            "data": {"train": args.data},
-            "training": {"prompts_per_step": 1, "total_steps": 1},
-            "reward": RewardSpec(function=PresetReward(name=args.reward)).model_dump(),
-        })
+        spec = JobSpec.model_validate(
+            {
+                "model": {"name_or_path": args.model},
+                "data": {"train": args.data},
+                "training": {"prompts_per_step": 1, "total_steps": 1},
+                "reward": RewardSpec(function=PresetReward(name=args.reward)).model_dump(),
+            }
+        )
     model_name = args.model or spec.model.name_or_path
     data = args.data or spec.data.validation or spec.data.train
     reward = build_reward(spec.reward)
@@ -72,12 +74,22 @@ def run(args: argparse.Namespace) -> int:
         result = evaluate(generator, runner, examples, prompts, params, seed=args.seed, step=0)
     finally:
         runner.close()
-    report = {"model": model_name, "adapter": args.adapter, "data": data, "examples": len(examples),
-              "samples": result.samples, "mean_reward": result.mean_reward, "pass_rate": result.pass_rate,
-              "errors": result.errors, "mean_response_length": result.mean_response_length}
+    report = {
+        "model": model_name,
+        "adapter": args.adapter,
+        "data": data,
+        "examples": len(examples),
+        "samples": result.samples,
+        "mean_reward": result.mean_reward,
+        "pass_rate": result.pass_rate,
+        "errors": result.errors,
+        "mean_response_length": result.mean_response_length,
+    }
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"{model_name}{' + ' + args.adapter if args.adapter else ''} on {data} ({len(examples)} examples): "
-              f"mean reward {result.mean_reward:.4f}, pass rate {result.pass_rate:.1%}, errors {result.errors}")
+        print(
+            f"{model_name}{' + ' + args.adapter if args.adapter else ''} on {data} ({len(examples)} examples): "
+            f"mean reward {result.mean_reward:.4f}, pass rate {result.pass_rate:.1%}, errors {result.errors}"
+        )
     return 0

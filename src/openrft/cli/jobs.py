@@ -40,8 +40,10 @@ def _print_job(job, as_json: bool) -> None:
         print(job.model_dump_json(indent=2))
         return
     error = f"  error: {job.error.code}: {job.error.message}" if job.error else ""
-    print(f"{job.id}  {job.status:<10}  step {job.step}/{job.total_steps}  {job.model}  created {_when(job.created_at)}"
-          f"{'  model ' + job.fine_tuned_model if job.fine_tuned_model else ''}{error}")
+    print(
+        f"{job.id}  {job.status:<10}  step {job.step}/{job.total_steps}  {job.model}  created {_when(job.created_at)}"
+        f"{'  model ' + job.fine_tuned_model if job.fine_tuned_model else ''}{error}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,10 +71,16 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps([c.model_dump() for c in checkpoints], indent=2))
             for c in [] if args.json else checkpoints:
-                print(f"{c.id}  step {c.step_number}  valid reward {c.metrics.get('valid_reward_mean')}  "
-                      f"{c.fine_tuned_model_checkpoint}")
+                print(
+                    f"{c.id}  step {c.step_number}  valid reward {c.metrics.get('valid_reward_mean')}  "
+                    f"{c.fine_tuned_model_checkpoint}"
+                )
         else:
-            job = {"get": client.get_job, "cancel": client.cancel_job, "pause": client.pause_job,
-                   "resume": client.resume_job}[action](args.job_id)
+            job = {
+                "get": client.get_job,
+                "cancel": client.cancel_job,
+                "pause": client.pause_job,
+                "resume": client.resume_job,
+            }[action](args.job_id)
             _print_job(job, args.json)
     return 0

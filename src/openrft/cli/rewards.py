@@ -49,8 +49,15 @@ def run_test(args: argparse.Namespace) -> int:
     response = args.response if args.response is not None else Path(args.response_file).read_text(encoding="utf-8")
     outcome = score_once(spec, example, response, args.step)
     if args.json:
-        print(json.dumps({**outcome_json(outcome), "vertex": vertex_validate_view(spec, outcome),
-                          "openai": openai_run_view(spec, outcome)}))
+        print(
+            json.dumps(
+                {
+                    **outcome_json(outcome),
+                    "vertex": vertex_validate_view(spec, outcome),
+                    "openai": openai_run_view(spec, outcome),
+                }
+            )
+        )
     elif outcome.ok:
         subs = ", ".join(f"{k} {v:.4g}" for k, v in outcome.sub_scores.items())
         print(f"score {outcome.score:.6g}" + (f" ({subs})" if subs else ""))

@@ -16,8 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (beyond loopback needs an API key)")
     p.add_argument("--port", type=int, default=8000)
     add_store_options(p)
-    p.add_argument("--workers", type=int, default=1, help="jobs the embedded worker runs at once (0: none; "
-                   "run `openrft worker` processes instead)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="jobs the embedded worker runs at once (0: none; run `openrft worker` processes instead)",
+    )
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
     p.add_argument("--max-upload-mb", type=int, default=512)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -37,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
     config.heartbeat_timeout_s = args.heartbeat_timeout
     config.max_upload_bytes = args.max_upload_mb << 20
     if args.host not in LOOPBACK_HOSTS and not store.any_keys():
-        raise OpenRFTError(f"refusing to serve on {args.host} without an API key: create one with "
-                           "`openrft keys create` (or bind to 127.0.0.1)")
+        raise OpenRFTError(
+            f"refusing to serve on {args.host} without an API key: create one with "
+            "`openrft keys create` (or bind to 127.0.0.1)"
+        )
     app = create_app(config, store)
     # the first job submission needs the engine's modules (torch): import them while the server starts
     threading.Thread(target=importlib.import_module, args=("openrft.engine.setup",), daemon=True).start()

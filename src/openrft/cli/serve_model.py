@@ -12,8 +12,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="model name or path (openrft-demo, a directory, a Hugging Face id)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
-                   help="serve the PEFT adapter at PATH under NAME (repeatable), e.g. tuned=runs/demo/adapter")
+    p.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="serve the PEFT adapter at PATH under NAME (repeatable), e.g. tuned=runs/demo/adapter",
+    )
     p.add_argument("--served-model-name", help="the base model's name in the API (default: MODEL)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
@@ -42,12 +47,22 @@ def run(args: argparse.Namespace) -> int:
 
     adapters = parse_adapters(args.adapter)
     try:
-        server = load_server(args.model, served_name=args.served_model_name, adapters=adapters, device=args.device,
-                             dtype=args.dtype, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                             threads=args.threads)
+        server = load_server(
+            args.model,
+            served_name=args.served_model_name,
+            adapters=adapters,
+            device=args.device,
+            dtype=args.dtype,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+            threads=args.threads,
+        )
     except ApiError as exc:
         raise OpenRFTError(f"--adapter: {exc.message}") from None
-    print(f"serving {server.served_name} with adapters {sorted(server.adapters) or 'none'} "
-          f"at http://{args.host}:{args.port}/v1", flush=True)
+    print(
+        f"serving {server.served_name} with adapters {sorted(server.adapters) or 'none'} "
+        f"at http://{args.host}:{args.port}/v1",
+        flush=True,
+    )
     uvicorn.run(build_app(server), host=args.host, port=args.port, log_level="warning")
     return 0

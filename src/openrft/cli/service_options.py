@@ -7,8 +7,10 @@ import argparse
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="files, runs and the SQLite database (default: $OPENRFT_HOME or ~/.openrft)")
-    parser.add_argument("--database-url", help="e.g. postgresql://user@host/db (default: $OPENRFT_DATABASE_URL, "
-                        "else SQLite in the data directory)")
+    parser.add_argument(
+        "--database-url",
+        help="e.g. postgresql://user@host/db (default: $OPENRFT_DATABASE_URL, else SQLite in the data directory)",
+    )
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:

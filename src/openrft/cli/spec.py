@@ -18,8 +18,9 @@ ORIGIN_STYLE = {"user": "green", "default": "dim", "derived": "cyan"}
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("spec", help="explain or validate a job file (Nova recipe, Vertex request, OpenAI job)")
     spec_sub = p.add_subparsers(dest="spec_command", required=True)
-    explain = spec_sub.add_parser("explain", help="print the resolved spec: each value, where it came from, and "
-                                                  "the number of steps")
+    explain = spec_sub.add_parser(
+        "explain", help="print the resolved spec: each value, where it came from, and the number of steps"
+    )
     validate = spec_sub.add_parser("validate", help="check a job, its reward and its datasets without training")
     for q in (explain, validate):
         q.add_argument("job", help="the job file (YAML or JSON, any dialect)")
@@ -48,8 +49,10 @@ def run_explain(args: argparse.Namespace) -> int:
             continue
         value = values.get(path, _subtree(values, path))
         where = "; ".join(x for x in (f"from {source.field}" if source.field else None, source.note) if x)
-        console.print(f"  [bold]{path}[/] = {_short(value)}  [{ORIGIN_STYLE[source.origin]}]{source.origin}[/]"
-                      f"{'  [dim](' + escape(where) + ')[/]' if where else ''}")
+        console.print(
+            f"  [bold]{path}[/] = {_short(value)}  [{ORIGIN_STYLE[source.origin]}]{source.origin}[/]"
+            f"{'  [dim](' + escape(where) + ')[/]' if where else ''}"
+        )
     hidden = sum(1 for s in resolution.provenance.values() if s.note == OPENRFT_DEFAULT)
     if hidden and not args.all:
         console.print(f"[dim]{hidden} more value(s) at OpenRFT's defaults: --all lists them[/]")
@@ -75,10 +78,12 @@ def run_validate(args: argparse.Namespace) -> int:
     if not report["valid"]:
         lines = "\n".join(f"  - {p}" for p in report["problems"])
         raise OpenRFTError(f"{args.job} is not a valid job: {len(report['problems'])} problem(s):\n{lines}")
-    console.print(f"[green]valid:[/] {args.job}: {report['train_examples']:,} training and "
-                  f"{report['validation_examples']:,} validation examples, {resolution.total_steps} steps of "
-                  f"{resolution.spec.training.prompts_per_step} prompts × {resolution.spec.sampling.samples_per_prompt}"
-                  f" samples{'' if report['prompts_checked'] else ' (prompt lengths not checked: model not local)'}")
+    console.print(
+        f"[green]valid:[/] {args.job}: {report['train_examples']:,} training and "
+        f"{report['validation_examples']:,} validation examples, {resolution.total_steps} steps of "
+        f"{resolution.spec.training.prompts_per_step} prompts × {resolution.spec.sampling.samples_per_prompt}"
+        f" samples{'' if report['prompts_checked'] else ' (prompt lengths not checked: model not local)'}"
+    )
     return 0
 
 
@@ -100,8 +105,10 @@ def check_job(spec) -> dict[str, Any]:
     except OpenRFTError as exc:
         problems.append(f"reward: {exc}")
     loaded = {}
-    for name, location, limit in (("train", spec.data.train, spec.data.train_examples_limit),
-                                  ("validation", spec.data.validation, spec.data.validation_examples_limit)):
+    for name, location, limit in (
+        ("train", spec.data.train, spec.data.train_examples_limit),
+        ("validation", spec.data.validation, spec.data.validation_examples_limit),
+    ):
         if location is None:
             continue
         try:
@@ -110,8 +117,13 @@ def check_job(spec) -> dict[str, Any]:
             problems += [str(p) for p in exc.problems]
     train, validation = loaded.get("train", []), loaded.get("validation", [])
     if "train" in loaded and spec.data.validation is None:
-        train, validation = split_validation(train, spec.data.validation_fraction, spec.data.validation_min_examples,
-                                             spec.training.seed, spec.data.validation_max_examples)
+        train, validation = split_validation(
+            train,
+            spec.data.validation_fraction,
+            spec.data.validation_min_examples,
+            spec.training.seed,
+            spec.data.validation_max_examples,
+        )
     prompts_checked = False
     try:
         local = Path(resolve_model_path(spec.model.name_or_path)).exists()  # else a hub id: not fetched here
@@ -130,8 +142,13 @@ def check_job(spec) -> dict[str, Any]:
             check_output_location(spec.output_dir)
         except StorageError as exc:
             problems.append(f"output: {exc}")
-    return {"valid": not problems, "problems": problems, "train_examples": len(train),
-            "validation_examples": len(validation), "prompts_checked": prompts_checked}
+    return {
+        "valid": not problems,
+        "problems": problems,
+        "train_examples": len(train),
+        "validation_examples": len(validation),
+        "prompts_checked": prompts_checked,
+    }
 
 
 def _summary(job: str, resolution) -> str:
@@ -139,13 +156,15 @@ def _summary(job: str, resolution) -> str:
     training = spec.training
     epochs = f", {training.epochs:.3g} epoch(s)" if training.epochs is not None else ""
     prompts = f" of {resolution.dataset_prompts:,} training prompts" if resolution.dataset_prompts else ""
-    return (f"[bold]{job}[/]: {spec.dialect} job [bold]{spec.name}[/] → [bold]{training.total_steps} steps[/]"
-            f"{epochs}{prompts}; {training.prompts_per_step} prompts × {spec.sampling.samples_per_prompt} samples "
-            f"= {spec.samples_per_step} samples per step")
+    return (
+        f"[bold]{job}[/]: {spec.dialect} job [bold]{spec.name}[/] → [bold]{training.total_steps} steps[/]"
+        f"{epochs}{prompts}; {training.prompts_per_step} prompts × {spec.sampling.samples_per_prompt} samples "
+        f"= {spec.samples_per_step} samples per step"
+    )
 
 
 def _subtree(values: dict[str, Any], path: str) -> dict[str, Any]:
-    return {k[len(path) + 1:]: v for k, v in values.items() if k.startswith(path + ".")}
+    return {k[len(path) + 1 :]: v for k, v in values.items() if k.startswith(path + ".")}
 
 
 def _short(value: Any, width: int = 60) -> str:

@@ -12,8 +12,12 @@ from openrft.errors import OpenRFTError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="run an RFT job from a Nova recipe, Vertex request or OpenAI job file")
     p.add_argument("job", nargs="?", help="the job file (YAML or JSON, any dialect)")
-    p.add_argument("--output", "-o", help="run directory (default: the job's output location, else runs/NAME; with "
-                   "an s3:// or gs:// output location, the local directory it is uploaded from)")
+    p.add_argument(
+        "--output",
+        "-o",
+        help="run directory (default: the job's output location, else runs/NAME; with "
+        "an s3:// or gs:// output location, the local directory it is uploaded from)",
+    )
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its latest checkpoint")
     p.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")

@@ -17,8 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=1, help="jobs run at once, each in its own process")
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
     p.add_argument("--poll-interval", type=float, default=0.5)
-    p.add_argument("--spawn", action="store_true", help="start each job in a fresh interpreter instead of forking "
-                   "this worker (which imports the engine once)")
+    p.add_argument(
+        "--spawn",
+        action="store_true",
+        help="start each job in a fresh interpreter instead of forking this worker (which imports the engine once)",
+    )
     p.set_defaults(handler=run)
 
 

@@ -69,8 +69,9 @@ def count_examples(location: str) -> int:
         raise DatasetUnreadable(exc.problems[0].message) from None
 
 
-def parse_lines(lines: Iterable[str], location: str, require_reference: bool,
-                parser: RecordParser = parse_record) -> list[Example]:
+def parse_lines(
+    lines: Iterable[str], location: str, require_reference: bool, parser: RecordParser = parse_record
+) -> list[Example]:
     examples: list[Example] = []
     problems: list[LineProblem] = []
     ids: dict[str, int] = {}
@@ -119,13 +120,16 @@ def load_dataset(location: str, require_reference: bool = False, limit: int | No
     lines = list(open_lines(location))
     examples = parse_lines(lines, location, require_reference, detect_parser(lines))
     if limit is not None and len(examples) > limit:
-        raise DatasetError(location, [LineProblem(location, 0, "<file>", f"holds {len(examples):,} examples; this "
-                                                  f"job takes at most {limit:,}")])
+        raise DatasetError(
+            location,
+            [LineProblem(location, 0, "<file>", f"holds {len(examples):,} examples; this job takes at most {limit:,}")],
+        )
     return examples
 
 
-def split_validation(examples: list[Example], fraction: float, minimum: int, seed: int,
-                     maximum: int | None = None) -> tuple[list[Example], list[Example]]:
+def split_validation(
+    examples: list[Example], fraction: float, minimum: int, seed: int, maximum: int | None = None
+) -> tuple[list[Example], list[Example]]:
     """Hold out ``max(fraction * n, minimum)`` examples (capped by ``maximum`` and at half the set)."""
     count = held_out_count(len(examples), fraction, minimum, maximum)
     order = list(range(len(examples)))

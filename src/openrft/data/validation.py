@@ -81,9 +81,9 @@ def parse_record(obj: Any, line: int, require_reference: bool) -> tuple[Example 
     if not isinstance(obj, dict):
         return None, [("<line>", "must be a JSON object")]
     problems: list[tuple[str, str]] = []
-    messages, message_problems = check_messages(obj.get("messages")) if "messages" in obj else ([], [
-        ("messages", "is required")
-    ])
+    messages, message_problems = (
+        check_messages(obj.get("messages")) if "messages" in obj else ([], [("messages", "is required")])
+    )
     problems += message_problems
     problems += check_reference(obj.get("reference_answer"), require_reference)
     if "tools" in obj:

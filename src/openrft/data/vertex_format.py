@@ -30,8 +30,9 @@ def _parts_text(parts: Any, where: str) -> tuple[str | None, list[tuple[str, str
     for i, part in enumerate(parts):
         if not isinstance(part, dict) or not isinstance(part.get("text"), str):
             kind = ", ".join(part) if isinstance(part, dict) else type(part).__name__
-            problems.append((f"{where}.parts[{i}]", f"must be a text part {{text: ...}} (got {kind}); OpenRFT trains "
-                                                    "on text only"))
+            problems.append(
+                (f"{where}.parts[{i}]", f"must be a text part {{text: ...}} (got {kind}); OpenRFT trains on text only")
+            )
             continue
         texts.append(part["text"])
     return ("".join(texts) if not problems else None), problems

@@ -45,8 +45,9 @@ class GenerationReplica(Protocol):
         """Serve ``weights`` (whatever the runtime publishes: a dict of tensors, an object ref) as ``version``."""
         ...
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 rng_state: Any | None) -> tuple[list[list[Completion]], Any | None]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, rng_state: Any | None
+    ) -> tuple[list[list[Completion]], Any | None]:
         """Completions per prompt, sampled from the random stream ``rng_state`` (None: the replica's
         own stream); returns the stream's state after sampling."""
         ...
@@ -67,8 +68,9 @@ class GeneratorReplica:
     def load_adapter(self, weights: Any, version: int) -> None:
         self.generator.load_adapter(weights, version)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 rng_state: Any | None) -> tuple[list[list[Completion]], Any | None]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, rng_state: Any | None
+    ) -> tuple[list[list[Completion]], Any | None]:
         rng = getattr(self.generator, "rng", None)
         if rng is not None and rng_state is not None:
             rng.set_state(rng_state)
@@ -94,10 +96,20 @@ class _Chunk:
 class AsyncRolloutSource:
     """The rollout source of ``off_policy_async`` jobs (see the module docstring)."""
 
-    def __init__(self, replicas: list[GenerationReplica], rewards: RewardRunner, sampler: EpochSampler,
-                 examples: list[Example], prompt_ids: list[list[int]], params: SamplingParams, *,
-                 batch_size: int, age_tolerance: int, adapter_state: Callable[[], Any],
-                 on_event: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        replicas: list[GenerationReplica],
+        rewards: RewardRunner,
+        sampler: EpochSampler,
+        examples: list[Example],
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        *,
+        batch_size: int,
+        age_tolerance: int,
+        adapter_state: Callable[[], Any],
+        on_event: Callable[[str, str], None] | None = None,
+    ):
         if not replicas:
             raise ValueError("asynchronous rollouts need at least one generation replica")
         self.replicas, self.rewards, self.sampler = replicas, rewards, sampler
@@ -148,7 +160,8 @@ class AsyncRolloutSource:
                         raise RuntimeError(
                             f"a prompt's rollouts were too old {MAX_REGENERATIONS} times in a row (policy version "
                             f"{group.policy_version}, learner at {self.staleness.version}, age_tolerance "
-                            f"{self.staleness.age_tolerance}): a generation replica does not load new adapters")
+                            f"{self.staleness.age_tolerance}): a generation replica does not load new adapters"
+                        )
                     self._queue.appendleft((seq, index))
                     self._step["dropped"] += 1
                 self._cond.notify_all()
@@ -171,13 +184,15 @@ class AsyncRolloutSource:
         ages = self._step.get("ages") or [0]
         metrics = {f"rollout/policy_age/frac_{a}": ages.count(a) / len(ages) for a in range(s.age_tolerance + 1)}
         seen = s.dropped + s.consumed
-        metrics.update({
-            "rollout/dropped": float(self._step["dropped"]),
-            "rollout/dropped_total": float(s.dropped),
-            "rollout/dropped_fraction": s.dropped / seen if seen else 0.0,
-            "rollout/wait_s": self._step["wait_s"],
-            "rollout/in_flight": float(s.running + s.ready),
-        })
+        metrics.update(
+            {
+                "rollout/dropped": float(self._step["dropped"]),
+                "rollout/dropped_total": float(s.dropped),
+                "rollout/dropped_fraction": s.dropped / seen if seen else 0.0,
+                "rollout/wait_s": self._step["wait_s"],
+                "rollout/in_flight": float(s.running + s.ready),
+            }
+        )
         restarts = sum(getattr(r, "restarts", 0) for r in self.replicas)
         metrics["rollout/replica_restarts"] = float(restarts)
         self._step = {"dropped": 0, "wait_s": 0.0}
@@ -208,8 +223,9 @@ class AsyncRolloutSource:
                     replica.load_adapter(weights, version)
                     loaded = version
                 examples = [self.examples[i] for _, i in chunk.items]
-                groups, rng_after = replica.generate([self.prompt_ids[i] for _, i in chunk.items], self.params,
-                                                     chunk.rng_state)
+                groups, rng_after = replica.generate(
+                    [self.prompt_ids[i] for _, i in chunk.items], self.params, chunk.rng_state
+                )
                 future = self.rewards.submit(reward_samples(examples, groups, chunk.step))
             except BaseException as exc:  # handed to the learner thread
                 self._fail(exc)
@@ -224,8 +240,9 @@ class AsyncRolloutSource:
             granted = self.staleness.admit(self.chunk_size)
             if granted:
                 items = [self._next_prompt() for _ in range(granted)]
-                chunk = _Chunk(r, items, self._version, self.staleness.trained + 1, self._rng[r],
-                               {seq for seq, _ in items})
+                chunk = _Chunk(
+                    r, items, self._version, self.staleness.trained + 1, self._rng[r], {seq for seq, _ in items}
+                )
                 self._chunks.append(chunk)
                 self._chunk_of.update({seq: chunk for seq, _ in items})
                 return chunk
@@ -239,8 +256,7 @@ class AsyncRolloutSource:
                 self._next_seq += 1
         return self._queue.popleft()
 
-    def _scored(self, chunk: _Chunk, examples: list[Example], groups: list[list[Completion]],
-                future: Future) -> None:
+    def _scored(self, chunk: _Chunk, examples: list[Example], groups: list[list[Completion]], future: Future) -> None:
         try:
             outcomes = split_outcomes(groups, future.result())
         except BaseException as exc:
@@ -272,8 +288,13 @@ class AsyncRolloutSource:
             rng = list(self._rng)
             for chunk in reversed(self._chunks):  # oldest chunk of each replica wins
                 rng[chunk.replica] = chunk.rng_state
-            return {"sampler": self.sampler.state_dict(), "pending": pending, "next_seq": self._next_seq,
-                    "rng": rng, "staleness": self.staleness.state_dict()}
+            return {
+                "sampler": self.sampler.state_dict(),
+                "pending": pending,
+                "next_seq": self._next_seq,
+                "rng": rng,
+                "staleness": self.staleness.state_dict(),
+            }
 
     def load_state_dict(self, state: dict) -> None:
         if self._threads:

@@ -60,8 +60,9 @@ class CheckpointManager:
         infos = self.list()
         return max(infos, key=_rank_key) if infos else None
 
-    def save(self, step: int, model: torch.nn.Module, state: dict[str, Any], val_reward: float | None,
-             policy_version: int) -> CheckpointInfo:
+    def save(
+        self, step: int, model: torch.nn.Module, state: dict[str, Any], val_reward: float | None, policy_version: int
+    ) -> CheckpointInfo:
         """Write into a temporary directory, then rename: a crash never leaves a half checkpoint."""
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"step-{step:06d}"

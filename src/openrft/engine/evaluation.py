@@ -30,8 +30,15 @@ class EvalResult:
         }
 
 
-def evaluate(generator: Generator, rewards: RewardRunner, examples: list[Example], prompt_ids: list[list[int]],
-             params: SamplingParams, seed: int, step: int) -> EvalResult:
+def evaluate(
+    generator: Generator,
+    rewards: RewardRunner,
+    examples: list[Example],
+    prompt_ids: list[list[int]],
+    params: SamplingParams,
+    seed: int,
+    step: int,
+) -> EvalResult:
     """Mean validation reward over every sample that scored; the pass rate counts scores >= 1.
 
     The same ``seed`` is used at every evaluation, so the baseline and later evaluations differ

@@ -53,9 +53,18 @@ class StopAfter(JobControl):
 
 
 class RFTJob:
-    def __init__(self, spec: JobSpec, run_dir: str | Path, *, resume: bool = False, show_progress: bool = True,
-                 control: JobControl | None = None, listeners: tuple[MetricsListener, ...] = (),
-                 on_event: Callable[[str, str], None] | None = None, runtime: Runtime | None = None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        run_dir: str | Path,
+        *,
+        resume: bool = False,
+        show_progress: bool = True,
+        control: JobControl | None = None,
+        listeners: tuple[MetricsListener, ...] = (),
+        on_event: Callable[[str, str], None] | None = None,
+        runtime: Runtime | None = None,
+    ):
         """``runtime`` places the learner and generation replicas (default: this process); a spec with
         ``rollout.runtime: ray`` needs ``openrft.runtime.runtime_for(spec)``."""
         self.spec = spec
@@ -69,12 +78,15 @@ class RFTJob:
         self.mirror = output_mirror(spec.output_dir, self.run_dir)
         self.runtime = runtime or LocalRuntime()
         if spec.rollout.runtime != self.runtime.name:
-            raise OpenRFTError(f"rollout.runtime is {spec.rollout.runtime!r} but the job was given the "
-                               f"{self.runtime.name!r} runtime; build it with openrft.runtime.runtime_for(spec)")
+            raise OpenRFTError(
+                f"rollout.runtime is {spec.rollout.runtime!r} but the job was given the "
+                f"{self.runtime.name!r} runtime; build it with openrft.runtime.runtime_for(spec)"
+            )
 
     @classmethod
-    def from_run_dir(cls, run_dir: str | Path, runtime_factory: Callable[[JobSpec], Runtime] | None = None,
-                     **kwargs) -> RFTJob:
+    def from_run_dir(
+        cls, run_dir: str | Path, runtime_factory: Callable[[JobSpec], Runtime] | None = None, **kwargs
+    ) -> RFTJob:
         """Resume the run in ``run_dir`` with the spec it was started with (and a runtime built for it)."""
         spec_path = Path(run_dir) / "spec.json"
         if not spec_path.exists():
@@ -103,23 +115,37 @@ class RFTJob:
         )
         self.eval_params = SamplingParams(
             n=spec.evaluation.samples_per_prompt,
-            temperature=spec.evaluation.temperature if spec.evaluation.temperature is not None
+            temperature=spec.evaluation.temperature
+            if spec.evaluation.temperature is not None
             else spec.sampling.temperature,
             top_k=spec.sampling.top_k,
             top_p=spec.sampling.top_p,
             max_new_tokens=self.parts.max_new_tokens,
         )
-        sampler = EpochSampler(len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle,
-                               spec.training.seed)
+        sampler = EpochSampler(
+            len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle, spec.training.seed
+        )
         if spec.rollout.strategy == "sync":
-            self.rollouts = SyncRolloutSource(self.generator, self.rewards, sampler, self.parts.datasets.train,
-                                              self.parts.train_prompts, self.train_params)
+            self.rollouts = SyncRolloutSource(
+                self.generator,
+                self.rewards,
+                sampler,
+                self.parts.datasets.train,
+                self.parts.train_prompts,
+                self.train_params,
+            )
         else:
             replicas = self.runtime.generation_replicas(spec, self.parts, learner_parts, self.run_dir)
             self.rollouts = AsyncRolloutSource(
-                replicas, self.rewards, sampler, self.parts.datasets.train, self.parts.train_prompts,
-                self.train_params, batch_size=spec.training.prompts_per_step,
-                age_tolerance=spec.rollout.age_tolerance, adapter_state=learner_parts.adapter_state,
+                replicas,
+                self.rewards,
+                sampler,
+                self.parts.datasets.train,
+                self.parts.train_prompts,
+                self.train_params,
+                batch_size=spec.training.prompts_per_step,
+                age_tolerance=spec.rollout.age_tolerance,
+                adapter_state=learner_parts.adapter_state,
                 on_event=self.on_event,
             )
         self.sampler = sampler
@@ -169,8 +195,11 @@ class RFTJob:
         if not self.resume:
             (self.run_dir / "spec.json").write_text(self.spec.model_dump_json(indent=2))
         total = self.spec.training.total_steps
-        tracker = (MlflowTracker.start(self.spec, self.run_dir, self.resume, self.on_event)
-                   if self.spec.tracking.mlflow_tracking_uri else None)
+        tracker = (
+            MlflowTracker.start(self.spec, self.run_dir, self.resume, self.on_event)
+            if self.spec.tracking.mlflow_tracking_uri
+            else None
+        )
         sink = MetricsSink(self.run_dir, self.spec.tracking.tensorboard)
         for listener in (*self.listeners, *((tracker.log_metrics,) if tracker else ())):
             sink.add_listener(listener)
@@ -224,8 +253,11 @@ class RFTJob:
                 tracker.finish("failed", None)
             raise
         if tracker is not None:
-            tracker.finish(status, self.run_dir / "adapter" if status == "succeeded" else None,
-                           (self.run_dir / "manifest.json", self.run_dir / "summary.json"))
+            tracker.finish(
+                status,
+                self.run_dir / "adapter" if status == "succeeded" else None,
+                (self.run_dir / "manifest.json", self.run_dir / "summary.json"),
+            )
         progress.summary(summary)
         return summary
 
@@ -280,8 +312,15 @@ class RFTJob:
         return metrics
 
     def _evaluate(self, step: int) -> EvalResult:
-        return evaluate(self.generator, self.rewards, self.parts.datasets.validation, self.parts.val_prompts,
-                        self.eval_params, self.spec.training.seed + EVAL_SEED_OFFSET, step)
+        return evaluate(
+            self.generator,
+            self.rewards,
+            self.parts.datasets.validation,
+            self.parts.val_prompts,
+            self.eval_params,
+            self.spec.training.seed + EVAL_SEED_OFFSET,
+            step,
+        )
 
     def _finish(self, status: str, step: int, wall_seconds: float) -> dict:
         adapter_dir = self.run_dir / "adapter"
@@ -303,9 +342,13 @@ class RFTJob:
         if self.mirror is not None:
             summary["output_uri"] = self.mirror.uri
         if status == "succeeded":
-            manifest = {"checkpoint_path": self._location(adapter_dir), "base_model": self.spec.model.name_or_path,
-                        "job_name": self.spec.name, "steps": step,
-                        "checkpoints": [self._location(c.path) for c in self.checkpoints.list()]}
+            manifest = {
+                "checkpoint_path": self._location(adapter_dir),
+                "base_model": self.spec.model.name_or_path,
+                "job_name": self.spec.name,
+                "steps": step,
+                "checkpoints": [self._location(c.path) for c in self.checkpoints.list()],
+            }
             _write_json(self.run_dir / "manifest.json", manifest)
         _write_json(self.run_dir / "summary.json", {k: _json_safe(v) for k, v in summary.items()})
         self._mirror_outputs(final=True)

@@ -41,8 +41,9 @@ class Runtime(Protocol):
 
     def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts: ...
 
-    def generation_replicas(self, spec: JobSpec, parts: JobParts, learner: LearnerParts,
-                            run_dir: Path) -> list[GenerationReplica]: ...
+    def generation_replicas(
+        self, spec: JobSpec, parts: JobParts, learner: LearnerParts, run_dir: Path
+    ) -> list[GenerationReplica]: ...
 
     def close(self) -> None: ...
 
@@ -77,9 +78,14 @@ def remote_replicas(spec: JobSpec, parts: JobParts, run_dir: Path) -> list[Gener
     urls = [u.strip() for u in (spec.rollout.generator_base_url or "").split(",") if u.strip()]
     return [
         GeneratorReplica(
-            RemoteGenerator(urls[i % len(urls)], adapter_dir=run_dir / "served_adapters" / f"replica-{i}",
-                            lora=spec.lora, base_model=spec.model.name_or_path, eos_token_ids=parts.eos_ids,
-                            adapter_prefix=f"{spec.name}-r{i}"),
+            RemoteGenerator(
+                urls[i % len(urls)],
+                adapter_dir=run_dir / "served_adapters" / f"replica-{i}",
+                lora=spec.lora,
+                base_model=spec.model.name_or_path,
+                eos_token_ids=parts.eos_ids,
+                adapter_prefix=f"{spec.name}-r{i}",
+            ),
             name=f"remote-{i}",
         )
         for i in range(spec.rollout.generation_replicas)
@@ -95,21 +101,24 @@ class LocalRuntime:
     def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
         policy = Policy(parts.model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
         learner = Learner(policy, learner_config(spec, parts.tokenizer.pad_token_id))
-        generator = TransformersGenerator(policy.model, parts.tokenizer, parts.eos_ids, parts.tokenizer.pad_token_id,
-                                          seed=spec.training.seed)
+        generator = TransformersGenerator(
+            policy.model, parts.tokenizer, parts.eos_ids, parts.tokenizer.pad_token_id, seed=spec.training.seed
+        )
         self._policy = policy
         return LearnerParts(learner, policy.model, generator, policy.adapter_state)
 
-    def generation_replicas(self, spec: JobSpec, parts: JobParts, learner: LearnerParts,
-                            run_dir: Path) -> list[GenerationReplica]:
+    def generation_replicas(
+        self, spec: JobSpec, parts: JobParts, learner: LearnerParts, run_dir: Path
+    ) -> list[GenerationReplica]:
         if spec.rollout.generator_base_url:
             return remote_replicas(spec, parts, run_dir)
         replicas: list[GenerationReplica] = []
         for i in range(spec.rollout.generation_replicas):
             model = shared_base_copy(learner.model)
             generator = TransformersGenerator(model, parts.tokenizer, parts.eos_ids, parts.tokenizer.pad_token_id)
-            replicas.append(GeneratorReplica(FullWeightsLoader(generator), f"thread-{i}",
-                                             replica_seed(spec.training.seed, i)))
+            replicas.append(
+                GeneratorReplica(FullWeightsLoader(generator), f"thread-{i}", replica_seed(spec.training.seed, i))
+            )
         return replicas
 
     def close(self) -> None:

@@ -53,8 +53,9 @@ def _require_mlflow(uri: str) -> None:
     try:
         import mlflow  # noqa: F401
     except ImportError:
-        raise MlflowError(f"tracking.mlflow_tracking_uri is {uri!r}, but MLflow is not installed: "
-                          "pip install 'openrft[mlflow]'") from None
+        raise MlflowError(
+            f"tracking.mlflow_tracking_uri is {uri!r}, but MLflow is not installed: pip install 'openrft[mlflow]'"
+        ) from None
 
 
 def _check_reachable(uri: str) -> None:
@@ -90,8 +91,7 @@ class MlflowTracker:
         self._broken = False
 
     @classmethod
-    def start(cls, spec: JobSpec, run_dir: Path, resume: bool,
-              on_event: Callable[[str, str], None]) -> MlflowTracker:
+    def start(cls, spec: JobSpec, run_dir: Path, resume: bool, on_event: Callable[[str, str], None]) -> MlflowTracker:
         tracking = spec.tracking
         uri = tracking.mlflow_tracking_uri
         assert uri is not None
@@ -109,16 +109,25 @@ class MlflowTracker:
                 return cls(client, run_id, uri, on_event)
             experiment = tracking.mlflow_experiment_name or spec.name
             found = client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found else client.create_experiment(
-                experiment, artifact_location=_artifact_location(uri, experiment))
-            run = client.create_run(experiment_id, run_name=tracking.mlflow_run_name or spec.name,
-                                    tags={"openrft.dialect": spec.dialect, "openrft.job_name": spec.name,
-                                          "openrft.run_dir": str(run_dir.resolve())})
+            experiment_id = (
+                found.experiment_id
+                if found
+                else client.create_experiment(experiment, artifact_location=_artifact_location(uri, experiment))
+            )
+            run = client.create_run(
+                experiment_id,
+                run_name=tracking.mlflow_run_name or spec.name,
+                tags={
+                    "openrft.dialect": spec.dialect,
+                    "openrft.job_name": spec.name,
+                    "openrft.run_dir": str(run_dir.resolve()),
+                },
+            )
             run_id = run.info.run_id
             flat = flatten(spec.model_dump(mode="json", exclude={"metadata"}))
             params = [Param(metric_key(k)[:250], v) for k, v in flat.items()]
             for i in range(0, len(params), PARAMS_PER_BATCH):
-                client.log_batch(run_id, params=params[i: i + PARAMS_PER_BATCH])
+                client.log_batch(run_id, params=params[i : i + PARAMS_PER_BATCH])
         except MlflowError:
             raise
         except Exception as exc:
@@ -136,8 +145,11 @@ class MlflowTracker:
             return True
         except Exception as exc:
             self._broken = True
-            self.on_event("warn", f"MLflow at {self.uri}: {what} failed ({type(exc).__name__}: {exc}); no more "
-                                  "metrics are sent to it in this run (metrics.jsonl has them all)")
+            self.on_event(
+                "warn",
+                f"MLflow at {self.uri}: {what} failed ({type(exc).__name__}: {exc}); no more "
+                "metrics are sent to it in this run (metrics.jsonl has them all)",
+            )
             return False
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
@@ -146,15 +158,19 @@ class MlflowTracker:
         now = int(time.time() * 1000)
         batch = [Metric(metric_key(k), v, now, step) for k, v in metrics.items()]
         for i in range(0, len(batch), METRICS_PER_BATCH):
-            self._call(f"logging step {step}",
-                       lambda part=batch[i: i + METRICS_PER_BATCH]: self.client.log_batch(self.run_id, metrics=part))
+            self._call(
+                f"logging step {step}",
+                lambda part=batch[i : i + METRICS_PER_BATCH]: self.client.log_batch(self.run_id, metrics=part),
+            )
 
     def finish(self, status: str, adapter_dir: Path | None, files: tuple[Path, ...] = ()) -> None:
         """Upload the adapter (``adapter/``) and summary files, and close the run with the job's status."""
         if adapter_dir is not None and adapter_dir.is_dir():
             self._broken = False  # the artifact is worth another try even after a failed metric
-            self._call("uploading the adapter",
-                       lambda: self.client.log_artifacts(self.run_id, str(adapter_dir), artifact_path="adapter"))
+            self._call(
+                "uploading the adapter",
+                lambda: self.client.log_artifacts(self.run_id, str(adapter_dir), artifact_path="adapter"),
+            )
         for file in files:
             if file.is_file():
                 self._call(f"uploading {file.name}", lambda f=file: self.client.log_artifact(self.run_id, str(f)))

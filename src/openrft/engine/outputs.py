@@ -60,8 +60,11 @@ class OutputMirror:
         """Before training: the location is writable, and holds no other run (a resumed run may be there)."""
         check_output_location(self.uri)
         if not resuming and holds_file(join(self.uri, "spec.json")):
-            raise StorageError(self.uri, "already holds an OpenRFT run (spec.json): choose another output location, "
-                                         "resume that run, or remove it")
+            raise StorageError(
+                self.uri,
+                "already holds an OpenRFT run (spec.json): choose another output location, "
+                "resume that run, or remove it",
+            )
         self._remote_checkpoints = {n for n in list_names(join(self.uri, CHECKPOINTS)) if n.startswith("step-")}
 
     def sync(self) -> int:

@@ -34,8 +34,9 @@ class ProgressReporter:
                 TimeRemainingColumn(),
                 console=self.console,
             )
-            self._task = self._progress.add_task("train", total=total_steps, completed=start_step,
-                                                 reward=_fmt(None), val=_fmt(None))
+            self._task = self._progress.add_task(
+                "train", total=total_steps, completed=start_step, reward=_fmt(None), val=_fmt(None)
+            )
             self._progress.start()
 
     def log(self, message: str) -> None:

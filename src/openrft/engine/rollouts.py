@@ -46,8 +46,9 @@ def split_outcomes(groups: list[list[Completion]], flat: list[RewardOutcome]) ->
     return out
 
 
-def score_groups(rewards: RewardRunner, examples: list[Example], groups: list[list[Completion]],
-                 step: int) -> list[list[RewardOutcome]]:
+def score_groups(
+    rewards: RewardRunner, examples: list[Example], groups: list[list[Completion]], step: int
+) -> list[list[RewardOutcome]]:
     """Score every completion of every group in one batched call."""
     return split_outcomes(groups, rewards.score(reward_samples(examples, groups, step)))
 
@@ -55,8 +56,15 @@ def score_groups(rewards: RewardRunner, examples: list[Example], groups: list[li
 class SyncRolloutSource:
     """Generates each step's groups with the current policy: every rollout has policy age 0."""
 
-    def __init__(self, generator: Generator, rewards: RewardRunner, sampler: EpochSampler, examples: list[Example],
-                 prompt_ids: list[list[int]], params: SamplingParams):
+    def __init__(
+        self,
+        generator: Generator,
+        rewards: RewardRunner,
+        sampler: EpochSampler,
+        examples: list[Example],
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+    ):
         self.generator, self.rewards, self.sampler = generator, rewards, sampler
         self.examples, self.prompt_ids, self.params = examples, prompt_ids, params
 

@@ -41,7 +41,10 @@ def load_datasets(spec: JobSpec, require_reference: bool) -> Datasets:
         validation = load_dataset(spec.data.validation, require_reference, spec.data.validation_examples_limit)
     else:
         train, validation = split_validation(
-            train, spec.data.validation_fraction, spec.data.validation_min_examples, spec.training.seed,
+            train,
+            spec.data.validation_fraction,
+            spec.data.validation_min_examples,
+            spec.training.seed,
             spec.data.validation_max_examples,
         )
     if spec.data.max_train_examples:
@@ -58,9 +61,14 @@ def render_prompts(tokenizer, examples: list[Example], spec: JobSpec, location: 
     for example in examples:
         ids = render_prompt(tokenizer, example.messages, example.tools, spec.sampling.reasoning_effort)
         if len(ids) > limit:
-            problems.append(LineProblem(location, example.line or 0, "messages",
-                                        f"prompt is {len(ids)} tokens; max_length {spec.sampling.max_length} "
-                                        "leaves no room for an answer"))
+            problems.append(
+                LineProblem(
+                    location,
+                    example.line or 0,
+                    "messages",
+                    f"prompt is {len(ids)} tokens; max_length {spec.sampling.max_length} leaves no room for an answer",
+                )
+            )
         prompts.append(ids)
     if problems:
         raise DatasetError(location, problems)
@@ -88,8 +96,9 @@ def load_generation_config(spec: JobSpec):
     from transformers import GenerationConfig
 
     try:
-        config = GenerationConfig.from_pretrained(resolve_model_path(spec.model.name_or_path),
-                                                  revision=spec.model.revision)
+        config = GenerationConfig.from_pretrained(
+            resolve_model_path(spec.model.name_or_path), revision=spec.model.revision
+        )
     except OSError:
         config = None
     return SimpleNamespace(generation_config=config)
@@ -108,8 +117,11 @@ def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
     longest = max(len(p) for p in train_prompts + val_prompts)
     max_new_tokens = min(spec.sampling.max_new_tokens, spec.sampling.max_length - longest)
     torch.manual_seed(spec.training.seed)  # adapter initialisation
-    model = (load_causal_lm(spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision)
-             if load_model else None)
+    model = (
+        load_causal_lm(spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision)
+        if load_model
+        else None
+    )
     return JobParts(
         datasets=datasets,
         reward=reward,

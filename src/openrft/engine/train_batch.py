@@ -18,8 +18,11 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
     return {f"{prefix}/mean": sum(values) / len(values), f"{prefix}/max": max(values), f"{prefix}/min": min(values)}
 
 
-def build_train_batch(groups: list[RolloutGroup], spec: JobSpec, learner_version: int,
-                      ) -> tuple[list[TrainSample], dict[str, float]]:
+def build_train_batch(
+    groups: list[RolloutGroup],
+    spec: JobSpec,
+    learner_version: int,
+) -> tuple[list[TrainSample], dict[str, float]]:
     """Apply the reward-failure policy, compute advantages per group, and describe the batch.
 
     ``on_error``: ``exclude`` leaves a failed sample out of its group's mean and std and out of

@@ -95,11 +95,18 @@ class Learner:
                 delta = mb.behaviour_logp - proximal
                 sums["mismatch_kl"] += ((delta.exp() - delta - 1) * mb.response_mask).sum().item()
             terms = policy_loss_terms(
-                logp, proximal, mb.advantages, mb.response_mask,
-                clip_low=algo.clip_ratio_low, clip_high=algo.clip_ratio_high,
-                ref_logp=ref_logp, kl_coef=algo.kl_loss_coef,
-                entropy=entropy if algo.ent_coeff > 0 else None, ent_coeff=algo.ent_coeff,
-                importance_weight=weight, loss_scale=algo.loss_scale,
+                logp,
+                proximal,
+                mb.advantages,
+                mb.response_mask,
+                clip_low=algo.clip_ratio_low,
+                clip_high=algo.clip_ratio_high,
+                ref_logp=ref_logp,
+                kl_coef=algo.kl_loss_coef,
+                entropy=entropy if algo.ent_coeff > 0 else None,
+                ent_coeff=algo.ent_coeff,
+                importance_weight=weight,
+                loss_scale=algo.loss_scale,
             )
             (terms.loss / total_tokens).backward()
             sums["pg_loss"] += terms.pg_loss

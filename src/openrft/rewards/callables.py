@@ -32,8 +32,9 @@ CALLABLE_TIME_LIMIT_S = 120.0
 
 def batch_entry(sample: RewardSample) -> dict[str, Any]:
     entry = nova_entry(sample)
-    entry.update(completion=sample.completion, reference_answer=sample.example.fields.get("reference_answer"),
-                 step=sample.step)
+    entry.update(
+        completion=sample.completion, reference_answer=sample.example.fields.get("reference_answer"), step=sample.step
+    )
     return entry
 
 
@@ -47,8 +48,9 @@ def load_function(target: str):
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise RewardError(f"reward callable {target}: cannot import {module_name}: {type(exc).__name__}: {exc}") \
-            from None
+        raise RewardError(
+            f"reward callable {target}: cannot import {module_name}: {type(exc).__name__}: {exc}"
+        ) from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise RewardError(f"reward callable {target}: module {module_name} has no function {function_name}")
@@ -62,16 +64,20 @@ def module_source(target: str) -> str:
     except (ImportError, ValueError) as exc:
         raise RewardError(f"reward callable {target}: cannot find {module_name}: {exc}") from None
     if spec is None or not spec.origin or not spec.origin.endswith(".py") or spec.submodule_search_locations:
-        raise RewardError(f"reward callable {target}: a sandboxed callable's module must be a single .py file "
-                          f"(found {spec.origin if spec else 'nothing'})")
+        raise RewardError(
+            f"reward callable {target}: a sandboxed callable's module must be a single .py file "
+            f"(found {spec.origin if spec else 'nothing'})"
+        )
     return Path(spec.origin).read_text(encoding="utf-8")
 
 
 def outcomes_from(result: Any, samples: list[RewardSample], what: str) -> list[RewardOutcome]:
     if not isinstance(result, list | tuple) or len(result) != len(samples):
         size = len(result) if isinstance(result, list | tuple) else type(result).__name__
-        return [RewardOutcome.failure("invalid_output", f"{what} returned {size} results for {len(samples)} samples")
-                for _ in samples]
+        return [
+            RewardOutcome.failure("invalid_output", f"{what} returned {size} results for {len(samples)} samples")
+            for _ in samples
+        ]
     outcomes = []
     for entry in result:
         try:

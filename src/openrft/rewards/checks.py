@@ -39,8 +39,9 @@ def check_template(template: str, namespaces: tuple[str, ...], path: str) -> lis
     if not bad:
         return []
     names = ", ".join("{{" + b + "}}" for b in bad)
-    allowed = ", ".join("{{" + n + (".…" if n in ("item", "references", "sample.output_json") else "") + "}}"
-                        for n in namespaces)
+    allowed = ", ".join(
+        "{{" + n + (".…" if n in ("item", "references", "sample.output_json") else "") + "}}" for n in namespaces
+    )
     return [FieldProblem(path, f"uses {names}; allowed here: {allowed}")]
 
 
@@ -57,8 +58,9 @@ def check_source(source: str, entry: str, arity: int, path: str) -> list[FieldPr
             positional = len(args.posonlyargs) + len(args.args)
             required = positional - len(args.defaults)
             if not (required <= arity and (positional >= arity or args.vararg is not None)):
-                return [FieldProblem(path, f"defines {entry}() with {positional} argument(s); it is called with "
-                                     f"{arity}")]
+                return [
+                    FieldProblem(path, f"defines {entry}() with {positional} argument(s); it is called with {arity}")
+                ]
             return []
     return [FieldProblem(path, f"defines no top-level function {entry}()")]
 
@@ -75,8 +77,13 @@ def _sandbox(spec: RewardSpec, path: str) -> list[FieldProblem]:
 def _judge(spec: RewardSpec, path: str) -> list[FieldProblem]:
     if judge_base_url(spec.judge):
         return []
-    return [FieldProblem(path, "is an LLM judge but no endpoint is set: reward.judge.base_url, or "
-                         "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment")]
+    return [
+        FieldProblem(
+            path,
+            "is an LLM judge but no endpoint is set: reward.judge.base_url, or "
+            "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment",
+        )
+    ]
 
 
 def _check_single(config: SingleRewardConfig, spec: RewardSpec, path: str) -> list[FieldProblem]:
@@ -84,23 +91,32 @@ def _check_single(config: SingleRewardConfig, spec: RewardSpec, path: str) -> li
     scorer = config.stringMatchRewardScorer
     if scorer is not None:
         if scorer.stringMatchExpression is not None:
-            problems += check_template(scorer.stringMatchExpression.expression, VERTEX_MATCH_NAMESPACES,
-                                       f"{path}.stringMatchRewardScorer.stringMatchExpression.expression")
+            problems += check_template(
+                scorer.stringMatchExpression.expression,
+                VERTEX_MATCH_NAMESPACES,
+                f"{path}.stringMatchRewardScorer.stringMatchExpression.expression",
+            )
         if scorer.jsonMatchExpression is not None:
-            problems += check_template(scorer.jsonMatchExpression.valueStringMatchExpression.expression,
-                                       VERTEX_MATCH_NAMESPACES, f"{path}.stringMatchRewardScorer.jsonMatchExpression"
-                                       ".valueStringMatchExpression.expression")
+            problems += check_template(
+                scorer.jsonMatchExpression.valueStringMatchExpression.expression,
+                VERTEX_MATCH_NAMESPACES,
+                f"{path}.stringMatchRewardScorer.jsonMatchExpression.valueStringMatchExpression.expression",
+            )
     if config.codeExecutionRewardScorer is not None:
         where = f"{path}.codeExecutionRewardScorer.pythonCodeSnippet"
         problems += check_source(config.codeExecutionRewardScorer.pythonCodeSnippet, "evaluate", 2, where)
         problems += _sandbox(spec, where)
     if config.autoraterScorer is not None:
         where = f"{path}.autoraterScorer"
-        problems += check_template(config.autoraterScorer.autoraterPrompt, AUTORATER_NAMESPACES,
-                                   f"{where}.autoraterPrompt")
+        problems += check_template(
+            config.autoraterScorer.autoraterPrompt, AUTORATER_NAMESPACES, f"{where}.autoraterPrompt"
+        )
         if config.autoraterScorer.exactMatchScorer is not None:
-            problems += check_template(config.autoraterScorer.exactMatchScorer.expression, VERTEX_MATCH_NAMESPACES,
-                                       f"{where}.exactMatchScorer.expression")
+            problems += check_template(
+                config.autoraterScorer.exactMatchScorer.expression,
+                VERTEX_MATCH_NAMESPACES,
+                f"{where}.exactMatchScorer.expression",
+            )
         problems += _judge(spec, where)
     return problems
 
@@ -135,8 +151,9 @@ def check_reward(spec: RewardSpec) -> list[FieldProblem]:
         assert config.composite is not None
         problems = []
         for i, weighted in enumerate(config.composite.weightedRewardConfigs):
-            problems += _check_single(weighted.rewardConfig, spec,
-                                      f"{ROOT}.composite.weightedRewardConfigs[{i}].rewardConfig")
+            problems += _check_single(
+                weighted.rewardConfig, spec, f"{ROOT}.composite.weightedRewardConfigs[{i}].rewardConfig"
+            )
         return problems
     if isinstance(config, OpenAIGraderReward):
         return _check_grader(config.grader, spec, f"{ROOT}.grader")
@@ -147,7 +164,8 @@ def check_reward(spec: RewardSpec) -> list[FieldProblem]:
             if config.sandboxed:
                 source = module_source(config.target)
                 return check_source(source, resolve_target(config.target)[1], 1, f"{ROOT}.target") + _sandbox(
-                    spec, f"{ROOT}.target")
+                    spec, f"{ROOT}.target"
+                )
             load_function(config.target)
         except RewardError as exc:
             return [FieldProblem(f"{ROOT}.target", str(exc))]

@@ -42,20 +42,31 @@ def _wrap(document: Any) -> tuple[dict[str, Any], str]:
                 where = f"reinforcementTuningSpec.{key}" if tuning is not document else key
                 return {"function": {"type": "vertex", slot: tuning[key]}}, where
     method = document.get("method")
-    if isinstance(method, dict) and isinstance(method.get("reinforcement"), dict) \
-            and "grader" in method["reinforcement"]:
-        return {"function": {"type": "openai_grader", "grader": method["reinforcement"]["grader"]}}, \
-            "method.reinforcement.grader"
-    raise SpecError([FieldProblem("<root>", "is not a reward configuration: expected an OpenAI grader (type: "
-                                  "string_check, ...), a Vertex singleRewardConfig/compositeRewardConfig, a reward "
-                                  "spec {function: ...}, or a job file")])
+    if (
+        isinstance(method, dict)
+        and isinstance(method.get("reinforcement"), dict)
+        and "grader" in method["reinforcement"]
+    ):
+        return {
+            "function": {"type": "openai_grader", "grader": method["reinforcement"]["grader"]}
+        }, "method.reinforcement.grader"
+    raise SpecError(
+        [
+            FieldProblem(
+                "<root>",
+                "is not a reward configuration: expected an OpenAI grader (type: "
+                "string_check, ...), a Vertex singleRewardConfig/compositeRewardConfig, a reward "
+                "spec {function: ...}, or a job file",
+            )
+        ]
+    )
 
 
 def _map_path(problem: FieldProblem, prefix: str) -> FieldProblem:
     """``function.grader.x`` -> the user's own path (``method.reinforcement.grader.x``)."""
     for ours in ("function.grader", "function.single", "function.composite"):
         if problem.path.startswith(ours):
-            return FieldProblem(prefix + problem.path[len(ours):], problem.message, problem.value)
+            return FieldProblem(prefix + problem.path[len(ours) :], problem.message, problem.value)
     return problem
 
 
@@ -75,9 +86,9 @@ def load_reward_spec(path: str | Path) -> RewardSpec:
 
     path = Path(path)
     document = read_document(path)
-    if isinstance(document, dict) and ("training_config" in document or "run" in document
-                                       or ("training" in document and "reward" in document)):
+    if isinstance(document, dict) and (
+        "training_config" in document or "run" in document or ("training" in document and "reward" in document)
+    ):
         detect_dialect(document)
         return load_job(path).reward
     return reward_spec_from_document(document, str(path))
-

@@ -33,8 +33,9 @@ class RewardContext:
             self._client_loop = loop
         return self._client
 
-    def endpoint(self, url: str, default_timeout_s: float, label: str,
-                 headers: dict[str, str] | None = None) -> RemoteEndpoint:
+    def endpoint(
+        self, url: str, default_timeout_s: float, label: str, headers: dict[str, str] | None = None
+    ) -> RemoteEndpoint:
         endpoint = RemoteEndpoint(url, self.spec.remote, default_timeout_s, label, _LazyClient(self), headers)
         self.endpoints.append(endpoint)
         return endpoint

@@ -144,8 +144,7 @@ class _Parser:
         if kind == "name":
             if self.peek()[1] == "(" and self.peek()[0] == "op":
                 if value not in FUNCTIONS:
-                    raise FormulaError(f"unknown function {value!r} at position {pos}; "
-                                       f"allowed: {', '.join(FUNCTIONS)}")
+                    raise FormulaError(f"unknown function {value!r} at position {pos}; allowed: {', '.join(FUNCTIONS)}")
                 self.take("(")
                 args = [self.expr()]
                 while self.peek()[1] == ",":

@@ -114,8 +114,12 @@ class GraderFunction:
         params = grader.sampling_params
         options: dict[str, Any] = {}
         if params is not None:
-            options = {"temperature": params.temperature, "top_p": params.top_p, "seed": params.seed,
-                       "max_tokens": params.max_completions_tokens}
+            options = {
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "seed": params.seed,
+                "max_tokens": params.max_completions_tokens,
+            }
         reply = await self.judge.complete(grader.model, messages, **options)
         if isinstance(grader, ScoreModelGrader):
             low, high = grader.range
@@ -134,16 +138,28 @@ class GraderFunction:
             failed = next(((k, o) for k, o in parts.items() if not o.ok), None)
             if failed is not None:
                 key, outcome = failed
-                outcomes.append(RewardOutcome.failure(outcome.error_kind or "runtime_error",
-                                                      f"{key}: {outcome.error_message}", sub_scores=sub_scores,
-                                                      metrics=metrics, latency_s=timer.elapsed))
+                outcomes.append(
+                    RewardOutcome.failure(
+                        outcome.error_kind or "runtime_error",
+                        f"{key}: {outcome.error_message}",
+                        sub_scores=sub_scores,
+                        metrics=metrics,
+                        latency_s=timer.elapsed,
+                    )
+                )
                 continue
             try:
                 value = self.formula.evaluate(sub_scores)
             except FormulaRuntimeError as exc:
-                outcomes.append(RewardOutcome.failure("runtime_error", f"calculate_output {exc}",
-                                                      sub_scores=sub_scores, metrics=metrics,
-                                                      latency_s=timer.elapsed))
+                outcomes.append(
+                    RewardOutcome.failure(
+                        "runtime_error",
+                        f"calculate_output {exc}",
+                        sub_scores=sub_scores,
+                        metrics=metrics,
+                        latency_s=timer.elapsed,
+                    )
+                )
                 continue
             outcomes.append(RewardOutcome(score=value, sub_scores=sub_scores, metrics=metrics, latency_s=timer.elapsed))
         return outcomes

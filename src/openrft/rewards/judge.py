@@ -85,8 +85,9 @@ def parse_label(reply: str, labels: list[str]) -> str:
     mentioned = [label for label in labels if re.search(rf"(?<!\w){re.escape(label)}(?!\w)", text, re.IGNORECASE)]
     if len(mentioned) == 1:
         return mentioned[0]
-    raise RewardFailure("parse_error", f"the judge's reply names none (or several) of the labels {labels}: "
-                        f"{reply[:120]!r}")
+    raise RewardFailure(
+        "parse_error", f"the judge's reply names none (or several) of the labels {labels}: {reply[:120]!r}"
+    )
 
 
 class ChatJudge:
@@ -97,12 +98,23 @@ class ChatJudge:
         self.spec = spec
         self._semaphore: asyncio.Semaphore | None = None
 
-    async def complete(self, model: str | None, messages: list[dict[str, str]], *, temperature: float | None = None,
-                       top_p: float | None = None, max_tokens: int | None = None, seed: int | None = None) -> str:
+    async def complete(
+        self,
+        model: str | None,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> str:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.spec.max_concurrency)
-        payload: dict[str, Any] = {"model": self.spec.model or model or "default", "messages": messages,
-                                   "max_tokens": max_tokens or self.spec.max_tokens}
+        payload: dict[str, Any] = {
+            "model": self.spec.model or model or "default",
+            "messages": messages,
+            "max_tokens": max_tokens or self.spec.max_tokens,
+        }
         for key, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed)):
             if value is not None:
                 payload[key] = value
@@ -111,8 +123,9 @@ class ChatJudge:
         try:
             content = body["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
-            raise RewardFailure("invalid_output", f"judge answer has no choices[0].message.content: "
-                                f"{str(body)[:120]}") from None
+            raise RewardFailure(
+                "invalid_output", f"judge answer has no choices[0].message.content: {str(body)[:120]}"
+            ) from None
         if not isinstance(content, str):
             raise RewardFailure("invalid_output", f"judge answered content {content!r} (a refusal?)")
         return content
@@ -121,6 +134,8 @@ class ChatJudge:
 def require_base_url(spec: JudgeSpec) -> str:
     url = judge_base_url(spec)
     if not url:
-        raise RewardError("an LLM judge needs an OpenAI-compatible endpoint: set reward.judge.base_url, or "
-                          "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment")
+        raise RewardError(
+            "an LLM judge needs an OpenAI-compatible endpoint: set reward.judge.base_url, or "
+            "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment"
+        )
     return url.rstrip("/")

@@ -33,8 +33,9 @@ def parse_result_entry(entry: Any, what: str) -> RewardOutcome:
             value = as_score(item.get("value"), f"{what} metric {item['name']}")
             kind = item.get("type", "Metric")
             if kind not in ("Reward", "Metric"):
-                raise RewardFailure("invalid_output", f"{what} metric {item['name']} has type {kind!r}, "
-                                    "not Reward or Metric")
+                raise RewardFailure(
+                    "invalid_output", f"{what} metric {item['name']} has type {kind!r}, not Reward or Metric"
+                )
             (outcome.sub_scores if kind == "Reward" else outcome.metrics)[item["name"]] = value
         return outcome
     if "score" in entry:
@@ -66,8 +67,9 @@ def match_entries(sent: list[dict[str, Any]], answer: Any, what: str) -> list[Re
             if result is None:
                 raise RewardFailure("invalid_output", f"{what} answered no result for id {entry['id']!r}")
             if by_id is None and isinstance(result, dict) and "id" in result and str(result["id"]) != str(entry["id"]):
-                raise RewardFailure("invalid_output", f"{what} result {position} has id {result['id']!r}, "
-                                    f"expected {entry['id']!r}")
+                raise RewardFailure(
+                    "invalid_output", f"{what} result {position} has id {result['id']!r}, expected {entry['id']!r}"
+                )
             outcomes.append(parse_result_entry(result, what))
         except RewardFailure as failure:
             outcomes.append(failure.outcome())
@@ -103,5 +105,3 @@ class NovaLambdaFunction:
 
     async def aclose(self) -> None:
         return None
-
-

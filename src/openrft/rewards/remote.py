@@ -36,8 +36,15 @@ class EndpointDown(RewardError):
 class RemoteEndpoint:
     """One URL called with JSON POSTs under a RemoteCallSpec; shares an httpx client."""
 
-    def __init__(self, url: str, spec: RemoteCallSpec, default_timeout_s: float, label: str,
-                 client: httpx.AsyncClient, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        url: str,
+        spec: RemoteCallSpec,
+        default_timeout_s: float,
+        label: str,
+        client: httpx.AsyncClient,
+        headers: dict[str, str] | None = None,
+    ):
         self.url = url
         self.spec = spec
         self.timeout_s = spec.timeout_s or default_timeout_s
@@ -97,8 +104,11 @@ class RemoteEndpoint:
             return None, False, response.json()
         except ValueError:
             snippet = response.text[:120]
-            return RewardFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"), \
-                False, None
+            return (
+                RewardFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"),
+                False,
+                None,
+            )
 
 
 async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:

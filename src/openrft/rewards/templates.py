@@ -70,8 +70,12 @@ def parse_json_output(text: str) -> Any:
 class NamespaceResolver:
     """Resolves ``namespace.path`` against fixed roots; ``lazy`` roots are computed on first use."""
 
-    def __init__(self, roots: Mapping[str, Any], lazy: Mapping[str, Callable[[], Any]] | None = None,
-                 allowed: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        roots: Mapping[str, Any],
+        lazy: Mapping[str, Callable[[], Any]] | None = None,
+        allowed: tuple[str, ...] | None = None,
+    ):
         self.roots = dict(roots)
         self.lazy = dict(lazy or {})
         self.allowed = allowed
@@ -97,7 +101,8 @@ def unknown_namespaces(template: str, namespaces: tuple[str, ...]) -> list[str]:
     bad = []
     for path in placeholders(template):
         parts = split_path(path)
-        if not parts or not any(path == ns or path.startswith(ns + ".") or path.startswith(ns + "[")
-                                for ns in namespaces):
+        if not parts or not any(
+            path == ns or path.startswith(ns + ".") or path.startswith(ns + "[") for ns in namespaces
+        ):
             bad.append(path)
     return bad

@@ -61,14 +61,21 @@ def validate(spec: RewardSpec) -> list[FieldProblem]:
 
 
 def outcome_json(outcome: RewardOutcome) -> dict[str, Any]:
-    return {"score": outcome.score, "sub_scores": outcome.sub_scores, "metrics": outcome.metrics,
-            "error_kind": outcome.error_kind, "error_message": outcome.error_message, "latency_s": outcome.latency_s}
+    return {
+        "score": outcome.score,
+        "sub_scores": outcome.sub_scores,
+        "metrics": outcome.metrics,
+        "error_kind": outcome.error_kind,
+        "error_message": outcome.error_message,
+        "latency_s": outcome.latency_s,
+    }
 
 
 def vertex_validate_view(spec: RewardSpec, outcome: RewardOutcome) -> dict[str, Any]:
     """The shape of Vertex's reward validation answer: overallReward, error, rewardInfoDetails."""
-    details: dict[str, Any] = {name: {"reward": value, "userRequestedAuxInfo": ""}
-                               for name, value in outcome.sub_scores.items()}
+    details: dict[str, Any] = {
+        name: {"reward": value, "userRequestedAuxInfo": ""} for name, value in outcome.sub_scores.items()
+    }
     config = spec.function
     if isinstance(config, VertexReward) and config.single is not None and outcome.ok:
         details[config.single.rewardName or "reward"] = {"reward": outcome.score, "userRequestedAuxInfo": ""}
@@ -100,9 +107,15 @@ def openai_run_view(spec: RewardSpec, outcome: RewardOutcome) -> dict[str, Any]:
     }
     return {
         "reward": outcome.score if outcome.ok else 0.0,
-        "metadata": {"name": getattr(grader, "name", spec.function.type), "type": grader_type, "errors": errors,
-                     "execution_time": outcome.latency_s, "scores": outcome.sub_scores, "token_usage": None,
-                     "sampled_model_name": None},
+        "metadata": {
+            "name": getattr(grader, "name", spec.function.type),
+            "type": grader_type,
+            "errors": errors,
+            "execution_time": outcome.latency_s,
+            "scores": outcome.sub_scores,
+            "token_usage": None,
+            "sampled_model_name": None,
+        },
         "sub_rewards": outcome.sub_scores,
         "model_grader_token_usage_per_model": {},
     }

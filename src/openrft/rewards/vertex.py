@@ -105,8 +105,9 @@ class VertexSingleFunction:
         if config.codeExecutionRewardScorer is not None:
             self.pool = context.pool()
         if config.cloudRunRewardScorer is not None:
-            self.cloud_run = context.endpoint(config.cloudRunRewardScorer.cloudRunUri, CLOUD_RUN_TIMEOUT_S,
-                                              f"Cloud Run reward {self.name}")
+            self.cloud_run = context.endpoint(
+                config.cloudRunRewardScorer.cloudRunUri, CLOUD_RUN_TIMEOUT_S, f"Cloud Run reward {self.name}"
+            )
             self.cloud_run_slots = asyncio.Semaphore(context.spec.remote.max_concurrency)
         if config.autoraterScorer is not None:
             self.judge = context.judge()
@@ -142,37 +143,53 @@ class VertexSingleFunction:
             return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
         if config.codeExecutionRewardScorer is not None:
             time_limit = self.context.spec.sandbox.time_limit_s or CODE_EXECUTION_TIME_LIMIT_S
-            result = await self.pool.call(config.codeExecutionRewardScorer.pythonCodeSnippet, "evaluate",
-                                          [vertex_example(sample.example), parsed], time_limit)
+            result = await self.pool.call(
+                config.codeExecutionRewardScorer.pythonCodeSnippet,
+                "evaluate",
+                [vertex_example(sample.example), parsed],
+                time_limit,
+            )
             if not result.ok:
                 raise RewardFailure(result.kind, f"evaluate(): {result.message}")  # type: ignore[arg-type]
             return as_score(result.value, "evaluate()"), {}
         if config.cloudRunRewardScorer is not None:
-            payload = {"example": vertex_example(sample.example),
-                       "response": {"role": "model", "parts": [{"text": parsed}]},
-                       "metadata": {"step": sample.step, "tuning_job_id": TUNING_JOB_ID}}
+            payload = {
+                "example": vertex_example(sample.example),
+                "response": {"role": "model", "parts": [{"text": parsed}]},
+                "metadata": {"step": sample.step, "tuning_job_id": TUNING_JOB_ID},
+            }
             async with self.cloud_run_slots:
                 body = await self.cloud_run.post_json(payload)
             if not isinstance(body, dict) or "reward" not in body:
-                raise RewardFailure("invalid_output", f"{self.cloud_run.label} answered {str(body)[:100]} "
-                                    "without reward")
+                raise RewardFailure(
+                    "invalid_output", f"{self.cloud_run.label} answered {str(body)[:100]} without reward"
+                )
             return as_score(body["reward"], self.cloud_run.label), {}
         return await self._autorater(sample, parsed)
 
     async def _autorater(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
         scorer = self.config.autoraterScorer
         assert scorer is not None
-        resolver = NamespaceResolver({"references": vertex_references(sample.example), "prompt": prompt_text(
-            sample.example), "response": parsed, "system_instruction": system_text(sample.example)})
+        resolver = NamespaceResolver(
+            {
+                "references": vertex_references(sample.example),
+                "prompt": prompt_text(sample.example),
+                "response": parsed,
+                "system_instruction": system_text(sample.example),
+            }
+        )
         prompt = render(scorer.autoraterPrompt, resolver)
         generation = scorer.autoraterConfig.generationConfig
         options: dict[str, Any] = {}
         if generation is not None:
-            options = {"temperature": generation.temperature, "top_p": generation.topP,
-                       "max_tokens": generation.maxOutputTokens, "seed": generation.seed}
+            options = {
+                "temperature": generation.temperature,
+                "top_p": generation.topP,
+                "max_tokens": generation.maxOutputTokens,
+                "seed": generation.seed,
+            }
         replies = await gather_all(
-            self.judge.complete(scorer.autoraterConfig.autoraterModel, [{"role": "user", "content": prompt}],
-                                **options)
+            self.judge.complete(scorer.autoraterConfig.autoraterModel, [{"role": "user", "content": prompt}], **options)
             for _ in range(scorer.autoraterConfig.samplingCount)
         )
         scores, failures = [], []
@@ -190,9 +207,12 @@ class VertexSingleFunction:
         assert scorer is not None
         text, found = parse_response(scorer.autoraterResponseParseConfig, reply)
         if not found:
-            raise RewardFailure("parse_error", f"the judge's reply does not match "
-                                f"{scorer.autoraterResponseParseConfig.regexExtractExpression!r}: "  # type: ignore[union-attr]
-                                f"{reply[:120]!r}")
+            raise RewardFailure(
+                "parse_error",
+                f"the judge's reply does not match "
+                f"{scorer.autoraterResponseParseConfig.regexExtractExpression!r}: "  # type: ignore[union-attr]
+                f"{reply[:120]!r}",
+            )
         if scorer.exactMatchScorer is not None:
             expected = fill(scorer.exactMatchScorer.expression, sample).strip()
             match = scorer.exactMatchScorer
@@ -229,8 +249,13 @@ class VertexCompositeFunction:
         for (function, _), outcome in zip(self.parts, outcomes):
             if not outcome.ok:
                 assert outcome.error_kind is not None
-                return RewardOutcome.failure(outcome.error_kind, f"{function.name}: {outcome.error_message}",
-                                             sub_scores=sub_scores, metrics=metrics, latency_s=latency)
+                return RewardOutcome.failure(
+                    outcome.error_kind,
+                    f"{function.name}: {outcome.error_message}",
+                    sub_scores=sub_scores,
+                    metrics=metrics,
+                    latency_s=latency,
+                )
         total = sum(w * sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
         return RewardOutcome(score=clip(total), sub_scores=sub_scores, metrics=metrics, latency_s=latency)
 

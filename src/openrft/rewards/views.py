@@ -59,7 +59,8 @@ def vertex_example(example: Example) -> dict[str, Any]:
     if "contents" not in fields:
         fields["contents"] = [
             {"role": VERTEX_ROLES.get(m["role"], "user"), "parts": [{"text": m["content"]}]}
-            for m in example.messages if m["role"] != "system"
+            for m in example.messages
+            if m["role"] != "system"
         ]
     if "systemInstruction" not in fields and system_text(example):
         fields["systemInstruction"] = {"role": "system", "parts": [{"text": system_text(example)}]}

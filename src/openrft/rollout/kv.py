@@ -33,18 +33,31 @@ def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tenso
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-            cache_kwarg: str) -> tuple[torch.Tensor, DynamicCache]:
+def prefill(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache_kwarg: str
+) -> tuple[torch.Tensor, DynamicCache]:
     """Run left-padded prompts through ``model``; returns the last position's logits ``[prompts, vocab]``
     (the language-model head runs on that position only) and the filled KV cache."""
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                **{cache_kwarg: cache})
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_kwarg: cache},
+    )
     return out.logits[:, -1, :], cache
 
 
-def continue_from(model: torch.nn.Module, cache: DynamicCache, ids: torch.Tensor, mask: torch.Tensor,
-                  positions: torch.Tensor, cache_kwarg: str) -> torch.Tensor:
+def continue_from(
+    model: torch.nn.Module,
+    cache: DynamicCache,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    positions: torch.Tensor,
+    cache_kwarg: str,
+) -> torch.Tensor:
     """Logits ``[rows, width, vocab]`` of ``ids`` continuing the sequences held in ``cache``; ``mask``
     covers the cached positions and the new ones."""
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_kwarg: cache})

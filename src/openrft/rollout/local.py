@@ -24,8 +24,15 @@ class TransformersGenerator(PolicyVersioned):
     policy version is whatever the learner last set, and ``load_adapter`` copies weights in when
     the model is a separate replica."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer, eos_token_ids: list[int], pad_token_id: int,
-                 seed: int = 0, max_batch_sequences: int = 256):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer,
+        eos_token_ids: list[int],
+        pad_token_id: int,
+        seed: int = 0,
+        max_batch_sequences: int = 256,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
@@ -45,8 +52,9 @@ class TransformersGenerator(PolicyVersioned):
         self._version = version
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seed: int | None = None) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
+    ) -> list[list[Completion]]:
         rng = self.rng if seed is None else torch.Generator(device=self.device).manual_seed(seed)
         was_training = self.model.training
         if was_training:  # eval()/train() walk every module: only when the mode changes
@@ -69,8 +77,9 @@ class TransformersGenerator(PolicyVersioned):
             table[torch.tensor(ids, device=device)] = True
         return table
 
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
-                        rng: torch.Generator) -> list[list[Completion]]:
+    def _generate_chunk(
+        self, prompts: list[list[int]], params: SamplingParams, rng: torch.Generator
+    ) -> list[list[Completion]]:
         device = self.device
         ids, mask, positions = (t.to(device) for t in left_pad(prompts, self.pad_token_id))
         logits, cache = prefill(self.model, ids, mask, positions, self._cache_kwarg)
@@ -107,8 +116,13 @@ class TransformersGenerator(PolicyVersioned):
                 row_of, token, mask, next_position, done = (x[keep] for x in (row_of, token, mask, next_position, done))
             token = token.masked_fill(done, self.pad_token_id)
             mask = torch.cat([mask, (~done).long().unsqueeze(-1)], dim=-1)
-            out = self.model(input_ids=token.unsqueeze(-1), attention_mask=mask,
-                             position_ids=next_position.unsqueeze(-1), use_cache=True, **{self._cache_kwarg: cache})
+            out = self.model(
+                input_ids=token.unsqueeze(-1),
+                attention_mask=mask,
+                position_ids=next_position.unsqueeze(-1),
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            )
             logits = out.logits[:, -1, :]
             next_position = next_position + 1
 

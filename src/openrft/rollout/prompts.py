@@ -7,8 +7,12 @@ from typing import Any
 REASONING_ON = ("low", "medium", "high")
 
 
-def render_prompt(tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                  reasoning_effort: str | None = None) -> list[int]:
+def render_prompt(
+    tokenizer,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    reasoning_effort: str | None = None,
+) -> list[int]:
     """Token ids of the prompt, ending where the assistant's answer begins.
 
     The reasoning setting reaches templates that support it: ``enable_thinking`` (Qwen3-style) and

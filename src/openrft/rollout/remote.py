@@ -49,9 +49,15 @@ def write_peft_adapter(weights: dict[str, torch.Tensor], lora: LoraSpec, base_mo
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
-                        target_modules=lora_target_modules(weights), task_type="CAUSAL_LM",
-                        base_model_name_or_path=base_model)
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        bias="none",
+        target_modules=lora_target_modules(weights),
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=base_model,
+    )
     config.save_pretrained(str(directory))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
     save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
@@ -60,17 +66,30 @@ def write_peft_adapter(weights: dict[str, torch.Tensor], lora: LoraSpec, base_mo
 
 def parse_token_id(token: str) -> int:
     if not token.startswith("token_id:"):
-        raise GenerationServerError(f"the server returned token {token!r}, not 'token_id:N': it ignored "
-                                    "return_tokens_as_token_ids (vLLM supports it; is this a vLLM server?)")
+        raise GenerationServerError(
+            f"the server returned token {token!r}, not 'token_id:N': it ignored "
+            "return_tokens_as_token_ids (vLLM supports it; is this a vLLM server?)"
+        )
     return int(token.split(":", 1)[1])
 
 
 class RemoteGenerator(PolicyVersioned):
     """A ``Generator`` whose samples come from ``base_url`` (``http://host:8000`` or ``.../v1``)."""
 
-    def __init__(self, base_url: str, *, adapter_dir: Path, lora: LoraSpec, base_model: str,
-                 eos_token_ids: list[int], adapter_prefix: str = "openrft", served_model: str | None = None,
-                 timeout_s: float = 600.0, retries: int = 3, api_key: str | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        adapter_dir: Path,
+        lora: LoraSpec,
+        base_model: str,
+        eos_token_ids: list[int],
+        adapter_prefix: str = "openrft",
+        served_model: str | None = None,
+        timeout_s: float = 600.0,
+        retries: int = 3,
+        api_key: str | None = None,
+    ):
         root = base_url.rstrip("/")
         self.base_url = root if root.endswith("/v1") else f"{root}/v1"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -94,8 +113,9 @@ class RemoteGenerator(PolicyVersioned):
 
     # generation ---------------------------------------------------------------------------------
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seed: int | None = None) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
+    ) -> list[list[Completion]]:
         if not prompts:
             return []
         body = {
@@ -114,8 +134,9 @@ class RemoteGenerator(PolicyVersioned):
             body["seed"] = seed
         choices = sorted(self._post("/completions", body).json()["choices"], key=lambda c: c["index"])
         if len(choices) != len(prompts) * params.n:
-            raise GenerationServerError(f"{self.base_url}/completions returned {len(choices)} choices for "
-                                        f"{len(prompts)} prompts x n={params.n}")
+            raise GenerationServerError(
+                f"{self.base_url}/completions returned {len(choices)} choices for {len(prompts)} prompts x n={params.n}"
+            )
         groups = []
         for p, prompt in enumerate(prompts):
             groups.append([self._completion(prompt, c) for c in choices[p * params.n : (p + 1) * params.n]])
@@ -156,14 +177,16 @@ class RemoteGenerator(PolicyVersioned):
                 response = self.client.request(method, path, json=body)
             except httpx.TransportError as exc:
                 if attempt == self.retries:
-                    raise GenerationServerError(f"cannot reach the generation server at {url}: "
-                                                f"{type(exc).__name__}: {exc}") from None
+                    raise GenerationServerError(
+                        f"cannot reach the generation server at {url}: {type(exc).__name__}: {exc}"
+                    ) from None
             else:
                 if response.status_code < 400:
                     return response
                 if response.status_code not in TRANSIENT_STATUS or attempt == self.retries:
-                    raise GenerationServerError(f"{method} {url} failed with HTTP {response.status_code}: "
-                                                f"{_error_message(response)}")
+                    raise GenerationServerError(
+                        f"{method} {url} failed with HTTP {response.status_code}: {_error_message(response)}"
+                    )
             time.sleep(min(0.5 * 2**attempt, 8.0))
         raise AssertionError("unreachable")
 

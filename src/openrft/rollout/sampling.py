@@ -25,8 +25,9 @@ def filter_logits(logp: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     return logp
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tokens(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Next tokens ``[batch]`` and their log-probs under the temperature-scaled distribution."""
     logp = scaled_log_probs(logits, temperature)
     if temperature == 0:

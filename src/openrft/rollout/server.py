@@ -84,8 +84,16 @@ class UnloadAdapterRequest(BaseModel):
 class ModelServer:
     """A base model and any number of LoRA adapters loaded by name, generating one request at a time."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, eos_token_ids: list[int], served_name: str,
-                 root: str | None = None, max_new_tokens: int = 512, seed: int = 0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        eos_token_ids: list[int],
+        served_name: str,
+        root: str | None = None,
+        max_new_tokens: int = 512,
+        seed: int = 0,
+    ):
         self.model, self.tokenizer, self.served_name, self.root = model, tokenizer, served_name, root
         self.eos_token_ids = list(eos_token_ids)
         self.max_new_tokens = max_new_tokens
@@ -111,8 +119,9 @@ class ModelServer:
                 else:
                     self.model = PeftModel.from_pretrained(self.model, path, adapter_name=internal)
             except (OSError, ValueError, RuntimeError, KeyError) as exc:
-                raise ApiError(400, f"cannot load LoRA adapter '{name}' from {path!r}: {exc}", param="lora_path") \
-                    from None
+                raise ApiError(
+                    400, f"cannot load LoRA adapter '{name}' from {path!r}: {exc}", param="lora_path"
+                ) from None
             self.model.eval()
             self.generator.model = self.model
             self.adapters[name] = (internal, path)
@@ -131,14 +140,21 @@ class ModelServer:
     def models(self) -> dict:
         card = {"object": "model", "created": self.created, "owned_by": "openrft"}
         data = [{"id": self.served_name, **card, "root": self.root, "parent": None}]
-        data += [{"id": name, **card, "root": path, "parent": self.served_name}
-                 for name, (_, path) in self.adapters.items()]
+        data += [
+            {"id": name, **card, "root": path, "parent": self.served_name} for name, (_, path) in self.adapters.items()
+        ]
         return {"object": "list", "data": data}
 
     # generation ---------------------------------------------------------------------------------
 
-    def generate(self, model_name: str | None, prompts: list[list[int]], params: SamplingParams, seed: int | None,
-                 stop_token_ids: list[int] | None) -> list[list[Completion]]:
+    def generate(
+        self,
+        model_name: str | None,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seed: int | None,
+        stop_token_ids: list[int] | None,
+    ) -> list[list[Completion]]:
         name = model_name or self.served_name
         if name != self.served_name and name not in self.adapters:
             raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
@@ -146,9 +162,12 @@ class ModelServer:
             if not prompt:
                 raise ApiError(400, "a prompt is empty", param="prompt")
             if self.max_length and len(prompt) + params.max_new_tokens > self.max_length:
-                raise ApiError(400, f"This model's maximum context length is {self.max_length} tokens; the prompt "
-                                    f"({len(prompt)} tokens) plus max_tokens ({params.max_new_tokens}) exceeds it",
-                               param="max_tokens")
+                raise ApiError(
+                    400,
+                    f"This model's maximum context length is {self.max_length} tokens; the prompt "
+                    f"({len(prompt)} tokens) plus max_tokens ({params.max_new_tokens}) exceeds it",
+                    param="max_tokens",
+                )
         with self.lock:
             self.generator.eos_token_ids = sorted(set(self.eos_token_ids) | set(stop_token_ids or []))
             with self._select(name):
@@ -165,8 +184,9 @@ class ModelServer:
         return nullcontext()
 
     @torch.no_grad()
-    def top_logprobs(self, name: str | None, completion: Completion, temperature: float,
-                     k: int) -> list[list[tuple[int, float]]]:
+    def top_logprobs(
+        self, name: str | None, completion: Completion, temperature: float, k: int
+    ) -> list[list[tuple[int, float]]]:
         """The ``k`` most likely tokens at each response position (one teacher-forced pass)."""
         if k == 0 or not completion.token_ids:
             return [[] for _ in completion.token_ids]
@@ -199,8 +219,11 @@ def _params(request: CompletionRequest | ChatRequest, max_tokens: int) -> Sampli
 def _usage(prompts: list[list[int]], groups: list[list[Completion]]) -> dict:
     prompt_tokens = sum(len(p) for p in prompts)
     completion_tokens = sum(len(c.token_ids) for g in groups for c in g)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def _completion_prompts(server: ModelServer, prompt: Any) -> list[list[int]]:
@@ -208,8 +231,9 @@ def _completion_prompts(server: ModelServer, prompt: Any) -> list[list[int]]:
         prompt = [prompt]
     if prompt and all(isinstance(p, int) for p in prompt):
         return [list(prompt)]
-    return [server.tokenizer(p, add_special_tokens=True)["input_ids"] if isinstance(p, str) else list(p)
-            for p in prompt]
+    return [
+        server.tokenizer(p, add_special_tokens=True)["input_ids"] if isinstance(p, str) else list(p) for p in prompt
+    ]
 
 
 def completions(server: ModelServer, request: CompletionRequest) -> dict:
@@ -223,23 +247,37 @@ def completions(server: ModelServer, request: CompletionRequest) -> dict:
     as_ids = bool(request.return_tokens_as_token_ids)
     choices = []
     for completion in (c for g in groups for c in g):
-        choice: dict[str, Any] = {"index": len(choices), "text": completion.text, "logprobs": None,
-                                  "finish_reason": completion.finish_reason, "stop_reason": None}
+        choice: dict[str, Any] = {
+            "index": len(choices),
+            "text": completion.text,
+            "logprobs": None,
+            "finish_reason": completion.finish_reason,
+            "stop_reason": None,
+        }
         if request.logprobs is not None:
             tops = server.top_logprobs(request.model, completion, params.temperature, request.logprobs)
             tokens = [server.token_text(t, as_ids) for t in completion.token_ids]
-            offsets = list(itertools.accumulate((len(server.tokenizer.decode([t])) for t in completion.token_ids),
-                                                initial=0))[:-1]
+            offsets = list(
+                itertools.accumulate((len(server.tokenizer.decode([t])) for t in completion.token_ids), initial=0)
+            )[:-1]
             choice["logprobs"] = {
                 "tokens": tokens,
                 "token_logprobs": completion.logprobs,
-                "top_logprobs": [{**{server.token_text(t, as_ids): v for t, v in top}, token: lp}
-                                 for token, lp, top in zip(tokens, completion.logprobs, tops)],
+                "top_logprobs": [
+                    {**{server.token_text(t, as_ids): v for t, v in top}, token: lp}
+                    for token, lp, top in zip(tokens, completion.logprobs, tops)
+                ],
                 "text_offset": offsets,
             }
         choices.append(choice)
-    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": request.model or server.served_name, "choices": choices, "usage": _usage(prompts, groups)}
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": request.model or server.served_name,
+        "choices": choices,
+        "usage": _usage(prompts, groups),
+    }
 
 
 def chat_completions(server: ModelServer, request: ChatRequest) -> dict:
@@ -258,15 +296,28 @@ def chat_completions(server: ModelServer, request: ChatRequest) -> dict:
         if request.logprobs:
             k = request.top_logprobs or 0
             tops = server.top_logprobs(request.model, completion, params.temperature, k)
-            logprobs = {"content": [
-                {**_chat_token(server, t, lp),
-                 "top_logprobs": [_chat_token(server, i, v) for i, v in top]}
-                for t, lp, top in zip(completion.token_ids, completion.logprobs, tops)
-            ]}
-        choices.append({"index": len(choices), "message": {"role": "assistant", "content": completion.text},
-                        "logprobs": logprobs, "finish_reason": completion.finish_reason})
-    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": request.model or server.served_name, "choices": choices, "usage": _usage([prompt], groups)}
+            logprobs = {
+                "content": [
+                    {**_chat_token(server, t, lp), "top_logprobs": [_chat_token(server, i, v) for i, v in top]}
+                    for t, lp, top in zip(completion.token_ids, completion.logprobs, tops)
+                ]
+            }
+        choices.append(
+            {
+                "index": len(choices),
+                "message": {"role": "assistant", "content": completion.text},
+                "logprobs": logprobs,
+                "finish_reason": completion.finish_reason,
+            }
+        )
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model or server.served_name,
+        "choices": choices,
+        "usage": _usage([prompt], groups),
+    }
 
 
 def _chat_token(server: ModelServer, token_id: int, logprob: float) -> dict:
@@ -282,14 +333,17 @@ def build_app(server: ModelServer) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": {"message": exc.message, "type": exc.kind, "param": exc.param,
-                                       "code": exc.status}}, status_code=exc.status)
+        return JSONResponse(
+            {"error": {"message": exc.message, "type": exc.kind, "param": exc.param, "code": exc.status}},
+            status_code=exc.status,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
-        return JSONResponse({"error": {"message": problems, "type": "BadRequestError", "param": None, "code": 400}},
-                            status_code=400)
+        return JSONResponse(
+            {"error": {"message": problems, "type": "BadRequestError", "param": None, "code": 400}}, status_code=400
+        )
 
     @app.get("/health")
     async def health() -> dict:
@@ -322,9 +376,17 @@ def build_app(server: ModelServer) -> FastAPI:
     return app
 
 
-def load_server(model_name: str, *, served_name: str | None = None, adapters: dict[str, str] | None = None,
-                device: str = "auto", dtype: str = "auto", max_new_tokens: int = 512, seed: int = 0,
-                threads: int | None = None) -> ModelServer:
+def load_server(
+    model_name: str,
+    *,
+    served_name: str | None = None,
+    adapters: dict[str, str] | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    max_new_tokens: int = 512,
+    seed: int = 0,
+    threads: int | None = None,
+) -> ModelServer:
     from openrft.models import (
         configure_threads,
         eos_token_ids,
@@ -339,8 +401,15 @@ def load_server(model_name: str, *, served_name: str | None = None, adapters: di
     torch_device = pick_device(device)
     tokenizer = load_tokenizer(model_name)
     model = load_causal_lm(model_name, torch_device, pick_dtype(dtype, torch_device)).eval()
-    server = ModelServer(model, tokenizer, eos_token_ids(tokenizer, model), served_name or model_name,
-                         root=resolve_model_path(model_name), max_new_tokens=max_new_tokens, seed=seed)
+    server = ModelServer(
+        model,
+        tokenizer,
+        eos_token_ids(tokenizer, model),
+        served_name or model_name,
+        root=resolve_model_path(model_name),
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+    )
     for name, path in (adapters or {}).items():
         server.load_adapter(name, path)
     return server

@@ -49,8 +49,9 @@ class Completion:
 
 
 class Generator(Protocol):
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seed: int | None = None) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
+    ) -> list[list[Completion]]:
         """``params.n`` completions for each prompt, in prompt order. With ``seed``, sampling uses a
         fresh random stream from that seed and leaves the generator's own stream untouched."""
         ...

@@ -59,8 +59,9 @@ class LearnerActor:
         model, tokenizer, eos = _load_model(spec)
         self.policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
         self.learner = Learner(self.policy, learner_config(spec, tokenizer.pad_token_id))
-        self.generator = TransformersGenerator(self.policy.model, tokenizer, eos, tokenizer.pad_token_id,
-                                               seed=spec.training.seed)
+        self.generator = TransformersGenerator(
+            self.policy.model, tokenizer, eos, tokenizer.pad_token_id, seed=spec.training.seed
+        )
 
     def version(self) -> int:
         return self.learner.version
@@ -116,8 +117,9 @@ class GenerationActor:
             self.generator.set_policy_version(version)
         return os.getpid()
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 rng_state: torch.Tensor | None) -> tuple[list[list[Completion]], torch.Tensor]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, rng_state: torch.Tensor | None
+    ) -> tuple[list[list[Completion]], torch.Tensor]:
         if rng_state is not None:
             self.generator.rng.set_state(rng_state)
         groups = self.generator.generate(prompts, params)
@@ -181,8 +183,13 @@ class RayEvalGenerator(PolicyVersioned):
 class RayReplica:
     """A generation replica on a ``GenerationActor``; replaced (and its call re-issued) if it dies."""
 
-    def __init__(self, start: Callable[[], Any], name: str, on_event: Callable[[str, str], None],
-                 max_restarts: int = MAX_REPLICA_RESTARTS):
+    def __init__(
+        self,
+        start: Callable[[], Any],
+        name: str,
+        on_event: Callable[[str, str], None],
+        max_restarts: int = MAX_REPLICA_RESTARTS,
+    ):
         self.start, self.name, self.on_event, self.max_restarts = start, name, on_event, max_restarts
         self.actor = start()
         self.restarts = 0
@@ -192,8 +199,9 @@ class RayReplica:
         self._adapter = (weights, version)
         self._call(lambda actor: actor.load_adapter.remote(weights, version))
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 rng_state: Any | None) -> tuple[list[list[Completion]], Any]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, rng_state: Any | None
+    ) -> tuple[list[list[Completion]], Any]:
         return self._call(lambda actor: actor.generate.remote(prompts, params, rng_state))
 
     def _call(self, submit: Callable[[Any], Any]) -> Any:
@@ -205,11 +213,15 @@ class RayReplica:
                 return ray.get(submit(self.actor))
             except RayActorError as exc:
                 if self.restarts >= self.max_restarts:
-                    raise OpenRFTError(f"generation replica {self.name} died {self.restarts + 1} times; "
-                                       f"last: {exc}") from None
+                    raise OpenRFTError(
+                        f"generation replica {self.name} died {self.restarts + 1} times; last: {exc}"
+                    ) from None
                 self.restarts += 1
-                self.on_event("warn", f"generation replica {self.name} died; replacing it and re-issuing its work "
-                                      f"(restart {self.restarts})")
+                self.on_event(
+                    "warn",
+                    f"generation replica {self.name} died; replacing it and re-issuing its work "
+                    f"(restart {self.restarts})",
+                )
                 self.actor = self.start()
                 if self._adapter is not None:
                     ray.get(self.actor.load_adapter.remote(*self._adapter))
@@ -239,8 +251,7 @@ class RayRuntime:
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=True, logging_level="WARNING")
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise OpenRFTError(f"rollout.ray_address {address!r}: cannot connect to a Ray cluster: {exc}") \
-                    from None
+                raise OpenRFTError(f"rollout.ray_address {address!r}: cannot connect to a Ray cluster: {exc}") from None
             self._started_ray = address is None
         return ray
 
@@ -259,7 +270,8 @@ class RayRuntime:
             ray.util.remove_placement_group(group)
             raise OpenRFTError(
                 f"the Ray cluster cannot place the job: it needs {count} x {bundle} (1 learner + "
-                f"rollout.generation_replicas {count - 1}); the cluster has {ray.cluster_resources()}")
+                f"rollout.generation_replicas {count - 1}); the cluster has {ray.cluster_resources()}"
+            )
         self._group, self._bundle = group, bundle
         return ray
 
@@ -267,21 +279,30 @@ class RayRuntime:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         strategy = PlacementGroupSchedulingStrategy(placement_group=self._group, placement_group_bundle_index=index)
-        return {"num_cpus": self._bundle["CPU"], "num_gpus": self._bundle.get("GPU", 0),
-                "scheduling_strategy": strategy, "max_concurrency": 1}
+        return {
+            "num_cpus": self._bundle["CPU"],
+            "num_gpus": self._bundle.get("GPU", 0),
+            "scheduling_strategy": strategy,
+            "max_concurrency": 1,
+        }
 
     def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
         ray = self._placement()
         if spec.rollout.replicas > 1:
-            self.on_event("warn", f"rollout.replicas is {spec.rollout.replicas}: the Ray runtime runs the learner as "
-                                  "one actor (data-parallel learners are not implemented)")
+            self.on_event(
+                "warn",
+                f"rollout.replicas is {spec.rollout.replicas}: the Ray runtime runs the learner as "
+                "one actor (data-parallel learners are not implemented)",
+            )
         actor = ray.remote(LearnerActor).options(**self._options(0)).remote(spec.model_dump_json())
         self._learner = actor
-        return LearnerParts(RayLearner(actor), RayAdapterWriter(actor), RayEvalGenerator(actor),
-                            lambda: actor.adapter_state.remote())
+        return LearnerParts(
+            RayLearner(actor), RayAdapterWriter(actor), RayEvalGenerator(actor), lambda: actor.adapter_state.remote()
+        )
 
-    def generation_replicas(self, spec: JobSpec, parts: JobParts, learner: LearnerParts,
-                            run_dir: Path) -> list[GenerationReplica]:
+    def generation_replicas(
+        self, spec: JobSpec, parts: JobParts, learner: LearnerParts, run_dir: Path
+    ) -> list[GenerationReplica]:
         import ray
 
         if spec.rollout.generator_base_url:
@@ -293,8 +314,9 @@ class RayRuntime:
             seed = replica_seed(spec.training.seed, index)
             return lambda: remote_class.options(**self._options(1 + index)).remote(spec_json, seed)
 
-        self.replicas = [RayReplica(starter(i), f"ray-{i}", self.on_event)
-                         for i in range(spec.rollout.generation_replicas)]
+        self.replicas = [
+            RayReplica(starter(i), f"ray-{i}", self.on_event) for i in range(spec.rollout.generation_replicas)
+        ]
         return list(self.replicas)
 
     def close(self) -> None:

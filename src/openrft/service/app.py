@@ -29,8 +29,7 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
         app.state.auth = Authenticator(store, require_key=not config.loopback_only)
         app.state.submitter = Submitter(store, config)
     install_handlers(app)
-    app.add_middleware(BodyLimit, max_request_bytes=config.max_request_bytes,
-                       max_upload_bytes=config.max_upload_bytes)
+    app.add_middleware(BodyLimit, max_request_bytes=config.max_request_bytes, max_upload_bytes=config.max_upload_bytes)
     app.include_router(routes_files.router)
     app.include_router(routes_openai.router)
     app.include_router(routes_nova.router)

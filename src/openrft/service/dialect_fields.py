@@ -13,8 +13,11 @@ DATA_FIELDS: dict[str, tuple[FieldPath, FieldPath]] = {
     "nova": (("run", "data_s3_path"), ("run", "validation_data_s3_path")),
 }
 MODEL_FIELD = {"openai": "model", "vertex": "baseModel", "nova": "run.model_name_or_path"}
-REWARD_FIELD = {"openai": "method.reinforcement.grader", "vertex": "reinforcementTuningSpec",
-                "nova": "training_config.rollout.rewards"}
+REWARD_FIELD = {
+    "openai": "method.reinforcement.grader",
+    "vertex": "reinforcementTuningSpec",
+    "nova": "training_config.rollout.rewards",
+}
 
 
 def get_field(document: Any, path: FieldPath) -> Any:

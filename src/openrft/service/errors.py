@@ -19,13 +19,27 @@ from openrft.spec.errors import SpecError, join_path
 
 log = logging.getLogger("openrft.service")
 
-GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-                 405: "UNIMPLEMENTED", 409: "FAILED_PRECONDITION", 413: "OUT_OF_RANGE", 500: "INTERNAL"}
+GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    409: "FAILED_PRECONDITION",
+    413: "OUT_OF_RANGE",
+    500: "INTERNAL",
+}
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
-                 problems: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        problems: list[dict[str, Any]] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -40,14 +54,24 @@ def is_google_path(path: str) -> bool:
 
 def error_response(path: str, error: ApiError) -> JSONResponse:
     if is_google_path(path):
-        details = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
-                    "fieldViolations": [{"field": p["param"], "description": p["message"]} for p in error.problems]}]
-        body = {"error": {"code": error.status, "message": error.message,
-                          "status": GOOGLE_STATUS.get(error.status, "UNKNOWN"),
-                          "details": details if error.problems else []}}
+        details = [
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": p["param"], "description": p["message"]} for p in error.problems],
+            }
+        ]
+        body = {
+            "error": {
+                "code": error.status,
+                "message": error.message,
+                "status": GOOGLE_STATUS.get(error.status, "UNKNOWN"),
+                "details": details if error.problems else [],
+            }
+        }
     else:
         kind = {401: "authentication_error", 404: "invalid_request_error", 500: "server_error"}.get(
-            error.status, "invalid_request_error")
+            error.status, "invalid_request_error"
+        )
         body = {"error": {"message": error.message, "type": kind, "param": error.param, "code": error.code}}
         if error.problems:
             body["error"]["problems"] = error.problems
@@ -65,10 +89,16 @@ def from_dataset_error(exc: DatasetError, field: str, shown_as: str | None = Non
     text = str(exc)
     if shown_as:
         text = text.replace(exc.location, shown_as)
-    problems = [{"param": field, "message": str(p).replace(exc.location, shown_as or exc.location)}
-                for p in exc.problems]
-    return ApiError(400, f"{field}: {text}", "invalid_training_file" if "validation" not in field else
-                    "invalid_validation_file", field, problems)
+    problems = [
+        {"param": field, "message": str(p).replace(exc.location, shown_as or exc.location)} for p in exc.problems
+    ]
+    return ApiError(
+        400,
+        f"{field}: {text}",
+        "invalid_training_file" if "validation" not in field else "invalid_validation_file",
+        field,
+        problems,
+    )
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -47,8 +47,9 @@ def _item_example(item: Any, reference_answer: Any) -> Example:
         fields.setdefault("reference_answer", reference_answer)
     messages, problems = check_messages(fields.pop("messages")) if "messages" in fields else ([], [])
     if problems:
-        raise ApiError(400, "item.messages: " + "; ".join(f"{f}: {m}" for f, m in problems), "invalid_item",
-                       "item.messages")
+        raise ApiError(
+            400, "item.messages: " + "; ".join(f"{f}: {m}" for f, m in problems), "invalid_item", "item.messages"
+        )
     return Example(id=str(fields.get("id", "item")), messages=messages, fields=fields, tools=fields.pop("tools", None))
 
 

@@ -67,8 +67,9 @@ class JobRunner:
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         total = self.spec.training.total_steps
         self.step_metrics[step] = metrics
-        self.store.record_step(self.job.id, step, metrics, event_data(step, total, metrics),
-                               event_message(step, total, metrics))
+        self.store.record_step(
+            self.job.id, step, metrics, event_data(step, total, metrics), event_message(step, total, metrics)
+        )
 
     def on_event(self, level: str, message: str) -> None:
         message = message.replace(str(self.run_dir), f"runs/{self.job.id}")  # no server paths to tenants
@@ -76,16 +77,21 @@ class JobRunner:
         self.sync_checkpoints()  # the engine announces each saved checkpoint with an event
 
     def sync_checkpoints(self) -> None:
-        records = [CheckpointRecord(c.step, c.path, c.val_reward,
-                                    checkpoint_metrics(c.step, self.step_metrics.get(c.step)))
-                   for c in self.checkpoints.list()]
+        records = [
+            CheckpointRecord(c.step, c.path, c.val_reward, checkpoint_metrics(c.step, self.step_metrics.get(c.step)))
+            for c in self.checkpoints.list()
+        ]
         self.store.sync_checkpoints(self.job.id, records)
 
     # the run ----------------------------------------------------------------------------------------------
 
     def build(self) -> RFTJob:
-        kwargs = {"show_progress": False, "control": StoreControl(self.store, self.job.id),
-                  "listeners": (self.on_metrics,), "on_event": self.on_event}
+        kwargs = {
+            "show_progress": False,
+            "control": StoreControl(self.store, self.job.id),
+            "listeners": (self.on_metrics,),
+            "on_event": self.on_event,
+        }
         latest = self.checkpoints.latest() if (self.run_dir / "spec.json").exists() else None
         if latest is not None:
             self.store.truncate_after(self.job.id, latest.step)
@@ -106,16 +112,29 @@ class JobRunner:
             if code == "internal_error":
                 traceback.print_exc()
             param = "training_file" if code == "invalid_training_file" else None
-            self.store.finish(self.job.id, self.attempt, "failed", f"Job failed: {message}", "error",
-                              error_code=code, error_message=message, error_param=param)
+            self.store.finish(
+                self.job.id,
+                self.attempt,
+                "failed",
+                f"Job failed: {message}",
+                "error",
+                error_code=code,
+                error_message=message,
+                error_param=param,
+            )
             return 0
         self.sync_checkpoints()
         status, step = summary["status"], summary["steps"]
         if status == "succeeded":
-            self.store.finish(self.job.id, self.attempt, "succeeded", "The job has successfully completed",
-                              fine_tuned_model=final_model_name(self.job),
-                              trained_tokens=self.store.trained_tokens(self.job.id),
-                              result_files=[self.result_file()])
+            self.store.finish(
+                self.job.id,
+                self.attempt,
+                "succeeded",
+                "The job has successfully completed",
+                fine_tuned_model=final_model_name(self.job),
+                trained_tokens=self.store.trained_tokens(self.job.id),
+                result_files=[self.result_file()],
+            )
         elif status == "paused":
             self.store.finish(self.job.id, self.attempt, "paused", f"Job paused after step {step}; checkpoint saved")
         else:
@@ -128,8 +147,9 @@ class JobRunner:
         source = self.run_dir / "metrics.jsonl"
         target = self.config.files_dir / file_id
         shutil.copyfile(source, target)
-        self.store.add_file(self.job.owner, f"{self.job.id}-metrics.jsonl", "fine-tune-results",
-                            target.stat().st_size, file_id, file_id)
+        self.store.add_file(
+            self.job.owner, f"{self.job.id}-metrics.jsonl", "fine-tune-results", target.stat().st_size, file_id, file_id
+        )
         return file_id
 
 

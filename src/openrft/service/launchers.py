@@ -36,8 +36,17 @@ class JobHandle(Protocol):
 
 
 def job_args(job_id: str, attempt: int, config: ServiceConfig) -> list[str]:
-    return [job_id, "--attempt", str(attempt), "--database-url", config.database_url, "--data-dir",
-            str(config.data_dir), "--parent-pid", str(os.getpid())]
+    return [
+        job_id,
+        "--attempt",
+        str(attempt),
+        "--database-url",
+        config.database_url,
+        "--data-dir",
+        str(config.data_dir),
+        "--parent-pid",
+        str(os.getpid()),
+    ]
 
 
 class SpawnLauncher:
@@ -46,10 +55,13 @@ class SpawnLauncher:
 
     def start(self, job_id: str, attempt: int, log_path: Path) -> JobHandle:
         with log_path.open("ab") as log:
-            return subprocess.Popen([sys.executable, "-m", "openrft.service.job_process",
-                                     *job_args(job_id, attempt, self.config)],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            return subprocess.Popen(
+                [sys.executable, "-m", "openrft.service.job_process", *job_args(job_id, attempt, self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
 
 class _ForkedJob:
@@ -101,7 +113,11 @@ class ForkLauncher:
     def start(self, job_id: str, attempt: int, log_path: Path) -> JobHandle:
         sys.stdout.flush()
         sys.stderr.flush()
-        process = self.context.Process(target=_forked_main, name=f"openrft-job-{job_id}", daemon=False,
-                                       args=(job_args(job_id, attempt, self.config), str(log_path), self.engine))
+        process = self.context.Process(
+            target=_forked_main,
+            name=f"openrft-job-{job_id}",
+            daemon=False,
+            args=(job_args(job_id, attempt, self.config), str(log_path), self.engine),
+        )
         process.start()
         return _ForkedJob(process)

@@ -47,8 +47,21 @@ class BodyLimit:
 async def _too_large(send: Send, limit: int) -> None:
     import json
 
-    body = json.dumps({"error": {"message": f"request body is larger than the limit of {limit} bytes",
-                                 "type": "invalid_request_error", "param": None, "code": "request_too_large"}})
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    body = json.dumps(
+        {
+            "error": {
+                "message": f"request body is larger than the limit of {limit} bytes",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "request_too_large",
+            }
+        }
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body.encode()})

@@ -59,5 +59,8 @@ def event_message(step: int, total_steps: int, metrics: dict[str, float]) -> str
 
 def checkpoint_metrics(step: int, metrics: dict[str, float] | None) -> dict[str, Any]:
     metrics = metrics or {}
-    return {"step": step, "train_reward_mean": metrics.get("critic/rewards/mean"),
-            "valid_reward_mean": _validation_mean(metrics)}
+    return {
+        "step": step,
+        "train_reward_mean": metrics.get("critic/rewards/mean"),
+        "valid_reward_mean": _validation_mean(metrics),
+    }

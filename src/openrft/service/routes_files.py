@@ -38,16 +38,22 @@ def check_jsonl(path: Path) -> None:
             try:
                 json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ApiError(400, f"file: line {number} is not valid UTF-8 JSON: {exc}", "invalid_file_format",
-                               "file") from None
+                raise ApiError(
+                    400, f"file: line {number} is not valid UTF-8 JSON: {exc}", "invalid_file_format", "file"
+                ) from None
 
 
 @router.post("", response_model=FileObject)
-def upload_file(request: Request, owner: Owner, file: Annotated[UploadFile, File()],
-                purpose: Annotated[str, Form()]) -> FileObject:
+def upload_file(
+    request: Request, owner: Owner, file: Annotated[UploadFile, File()], purpose: Annotated[str, Form()]
+) -> FileObject:
     if purpose not in PURPOSES:
-        raise ApiError(400, f"purpose: {purpose!r} is not supported; use one of {', '.join(PURPOSES)}",
-                       "invalid_purpose", "purpose")
+        raise ApiError(
+            400,
+            f"purpose: {purpose!r} is not supported; use one of {', '.join(PURPOSES)}",
+            "invalid_purpose",
+            "purpose",
+        )
     store, config = request.app.state.store, request.app.state.config
     file_id = new_id("file-")
     target = config.files_dir / file_id
@@ -66,12 +72,18 @@ def upload_file(request: Request, owner: Owner, file: Annotated[UploadFile, File
 
 
 @router.get("", response_model=Page[FileObject])
-def list_files(request: Request, owner: Owner, purpose: str | None = None,
-               limit: Annotated[int, Query(ge=1, le=10000)] = 10000, after: str | None = None) -> Page[FileObject]:
+def list_files(
+    request: Request,
+    owner: Owner,
+    purpose: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
+    after: str | None = None,
+) -> Page[FileObject]:
     rows, more = request.app.state.store.list_files(owner, purpose, limit, after)
     data = [openai_file(r) for r in rows]
-    return Page[FileObject](data=data, has_more=more, first_id=data[0].id if data else None,
-                            last_id=data[-1].id if data else None)
+    return Page[FileObject](
+        data=data, has_more=more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
+    )
 
 
 def _row(request: Request, owner: str, file_id: str):
@@ -89,8 +101,11 @@ def get_file(request: Request, owner: Owner, file_id: str) -> FileObject:
 @router.get("/{file_id}/content", response_class=FileResponse)
 def file_content(request: Request, owner: Owner, file_id: str) -> FileResponse:
     row = _row(request, owner, file_id)
-    return FileResponse(request.app.state.config.files_dir / row.storage_name, media_type="application/octet-stream",
-                        filename=row.filename)
+    return FileResponse(
+        request.app.state.config.files_dir / row.storage_name,
+        media_type="application/octet-stream",
+        filename=row.filename,
+    )
 
 
 @router.delete("/{file_id}", response_model=FileDeleted)

@@ -32,12 +32,14 @@ def create_job(request: Request, owner: Owner, body: JobCreateRequest) -> FineTu
 
 
 @router.get("/jobs", response_model=Page[FineTuningJob])
-def list_jobs(request: Request, owner: Owner, after: str | None = None,
-              limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[FineTuningJob]:
+def list_jobs(
+    request: Request, owner: Owner, after: str | None = None, limit: Annotated[int, Query(ge=1, le=100)] = 20
+) -> Page[FineTuningJob]:
     jobs, more = request.app.state.store.list_jobs(owner, limit, after)
     data = [openai_job(j) for j in jobs]
-    return Page[FineTuningJob](data=data, has_more=more, first_id=data[0].id if data else None,
-                               last_id=data[-1].id if data else None)
+    return Page[FineTuningJob](
+        data=data, has_more=more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
+    )
 
 
 @router.get("/jobs/{job_id}", response_model=FineTuningJob)
@@ -61,8 +63,13 @@ def resume_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
 
 
 @router.get("/jobs/{job_id}/events", response_model=Page[JobEvent])
-def list_events(request: Request, owner: Owner, job_id: str, after: str | None = None,
-                limit: Annotated[int, Query(ge=1, le=1000)] = 20) -> Page[JobEvent]:
+def list_events(
+    request: Request,
+    owner: Owner,
+    job_id: str,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+) -> Page[JobEvent]:
     """Newest first; ``after`` is the id of the last event of the previous page."""
     store = request.app.state.store
     store.get_job(owner, job_id)
@@ -73,23 +80,33 @@ def list_events(request: Request, owner: Owner, job_id: str, after: str | None =
             raise ApiError(400, f"after: {after!r} is not an event id (ftevent-N)", "invalid_cursor", "after")
     events, more = store.list_events(job_id, cursor, limit)
     data = [openai_event(e) for e in events]
-    return Page[JobEvent](data=data, has_more=more, first_id=data[0].id if data else None,
-                          last_id=data[-1].id if data else None)
+    return Page[JobEvent](
+        data=data, has_more=more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
+    )
 
 
 @router.get("/jobs/{job_id}/checkpoints", response_model=Page[JobCheckpoint])
-def list_checkpoints(request: Request, owner: Owner, job_id: str, after: str | None = None,
-                     limit: Annotated[int, Query(ge=1, le=100)] = 10) -> Page[JobCheckpoint]:
+def list_checkpoints(
+    request: Request,
+    owner: Owner,
+    job_id: str,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> Page[JobCheckpoint]:
     """The best three checkpoints by validation reward, best first."""
     store = request.app.state.store
     job = store.get_job(owner, job_id)
     best = store.best_checkpoints(job_id, 3)
     if after is not None:
         ids = [c.id for c in best]
-        best = best[ids.index(after) + 1:] if after in ids else []
+        best = best[ids.index(after) + 1 :] if after in ids else []
     data = [openai_checkpoint(c, job) for c in best[:limit]]
-    return Page[JobCheckpoint](data=data, has_more=len(best) > limit, first_id=data[0].id if data else None,
-                               last_id=data[-1].id if data else None)
+    return Page[JobCheckpoint](
+        data=data,
+        has_more=len(best) > limit,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+    )
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=Page[dict[str, Any]], tags=["openrft"])

@@ -32,21 +32,28 @@ def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
     router = APIRouter(prefix=f"/{version}", tags=["vertex"], include_in_schema=include_in_schema)
 
     @router.post(BASE + "/tuningJobs", response_model=TuningJob)
-    def create_tuning_job(request: Request, owner: Owner, project: str, location: str,
-                          body: TuningJobCreateRequest) -> TuningJob:
+    def create_tuning_job(
+        request: Request, owner: Owner, project: str, location: str, body: TuningJobCreateRequest
+    ) -> TuningJob:
         job = request.app.state.submitter.create(owner, body.model_dump(exclude_unset=True), "vertex")
         return _vertex(request, owner, job.id, project, location)
 
     @router.get(BASE + "/tuningJobs", response_model=TuningJobList)
-    def list_tuning_jobs(request: Request, owner: Owner, project: str, location: str,
-                         pageSize: Annotated[int, Query(ge=0, le=100)] = 0,
-                         pageToken: str | None = None) -> TuningJobList:
+    def list_tuning_jobs(
+        request: Request,
+        owner: Owner,
+        project: str,
+        location: str,
+        pageSize: Annotated[int, Query(ge=0, le=100)] = 0,
+        pageToken: str | None = None,
+    ) -> TuningJobList:
         size = pageSize or 50
         try:
             jobs, more = request.app.state.store.list_jobs(owner, size, pageToken or None)
         except NotFound:
-            raise ApiError(400, f"pageToken: {pageToken!r} is not a page token of this list", "invalid_page_token",
-                           "pageToken") from None
+            raise ApiError(
+                400, f"pageToken: {pageToken!r} is not a page token of this list", "invalid_page_token", "pageToken"
+            ) from None
         checkpoints = request.app.state.store.best_checkpoints
         return TuningJobList(
             tuningJobs=[vertex_job(j, _parent(project, location), checkpoints(j.id, 3)) for j in jobs],
@@ -58,16 +65,19 @@ def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
         return _vertex(request, owner, job_id, project, location)
 
     @router.post(BASE + "/tuningJobs/{job_id}:cancel")
-    def cancel_tuning_job(request: Request, owner: Owner, project: str, location: str,
-                          job_id: str) -> dict[str, Any]:
+    def cancel_tuning_job(request: Request, owner: Owner, project: str, location: str, job_id: str) -> dict[str, Any]:
         request.app.state.store.request_cancel(owner, job_id)
         return {}
 
     @router.post(BASE + "/tuningJobs:validateReinforcementTuningReward")
     def validate_reward(owner: Owner, project: str, location: str, body: ValidateRewardRequest) -> dict[str, Any]:
         if (body.singleRewardConfig is None) == (body.compositeRewardConfig is None):
-            raise ApiError(400, "exactly one of singleRewardConfig and compositeRewardConfig is required",
-                           "invalid_reward", "singleRewardConfig")
+            raise ApiError(
+                400,
+                "exactly one of singleRewardConfig and compositeRewardConfig is required",
+                "invalid_reward",
+                "singleRewardConfig",
+            )
         return graders.validate_vertex_reward(body.model_dump(exclude_none=True))
 
     return router

@@ -132,8 +132,14 @@ class GraderValidateRequest(BaseModel):
 # Vertex objects ---------------------------------------------------------------------------------------------
 
 VertexState = Literal[
-    "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED",
-    "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED", "JOB_STATE_PAUSED",
+    "JOB_STATE_QUEUED",
+    "JOB_STATE_PENDING",
+    "JOB_STATE_RUNNING",
+    "JOB_STATE_SUCCEEDED",
+    "JOB_STATE_FAILED",
+    "JOB_STATE_CANCELLING",
+    "JOB_STATE_CANCELLED",
+    "JOB_STATE_PAUSED",
 ]
 
 

@@ -46,8 +46,12 @@ class Submitter:
     def file_path(self, owner: str, file_id: str, field: str) -> str:
         row = self.store.get_file(owner, file_id)
         if row is None:
-            raise ApiError(400, f"{field}: no file {file_id!r}: upload it with POST /v1/files (purpose fine-tune)",
-                           "invalid_file", field)
+            raise ApiError(
+                400,
+                f"{field}: no file {file_id!r}: upload it with POST /v1/files (purpose fine-tune)",
+                "invalid_file",
+                field,
+            )
         return str(self.config.files_dir / row.storage_name)
 
     def prepare(self, owner: str, document: dict[str, Any], dialect: str) -> Prepared:
@@ -88,11 +92,15 @@ class Submitter:
         files_dir = str(self.config.files_dir) + "/"
         for path, location in zip(DATA_FIELDS[dialect], (spec.data.train, spec.data.validation)):
             if location and location not in shown and not location.startswith(files_dir) and not is_remote(location):
-                problems.append(FieldProblem(".".join(path), "names a server path; upload the file (POST /v1/files) "
-                                             "and use its id", location))
+                problems.append(
+                    FieldProblem(
+                        ".".join(path), "names a server path; upload the file (POST /v1/files) and use its id", location
+                    )
+                )
         if Path(spec.model.name_or_path).is_absolute():
-            problems.append(FieldProblem(MODEL_FIELD[dialect], "is a server path; use a model name",
-                                         spec.model.name_or_path))
+            problems.append(
+                FieldProblem(MODEL_FIELD[dialect], "is a server path; use a model name", spec.model.name_or_path)
+            )
         if problems:
             raise from_spec_error(SpecError(problems))
 

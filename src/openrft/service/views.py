@@ -88,8 +88,14 @@ def openai_job(job: Job) -> FineTuningJob:
 
 
 def openai_event(event: Event) -> JobEvent:
-    return JobEvent(id=f"ftevent-{event.seq}", created_at=event.created_at, level=event.level,  # type: ignore[arg-type]
-                    message=event.message, type=event.type, data=event.data or {})  # type: ignore[arg-type]
+    return JobEvent(
+        id=f"ftevent-{event.seq}",
+        created_at=event.created_at,
+        level=event.level,  # type: ignore[arg-type]
+        message=event.message,
+        type=event.type,
+        data=event.data or {},
+    )  # type: ignore[arg-type]
 
 
 def event_seq(event_id: str) -> int | None:
@@ -120,8 +126,7 @@ def openai_checkpoint(checkpoint: Checkpoint, job: Job) -> JobCheckpoint:
 
 
 def openai_file(row: StoredFile) -> FileObject:
-    return FileObject(id=row.id, bytes=row.bytes, created_at=row.created_at, filename=row.filename,
-                      purpose=row.purpose)
+    return FileObject(id=row.id, bytes=row.bytes, created_at=row.created_at, filename=row.filename, purpose=row.purpose)
 
 
 def rfc3339(seconds: float | None) -> str | None:
@@ -136,13 +141,19 @@ def vertex_job(job: Job, parent: str, checkpoints: list[Checkpoint] = ()) -> Tun
         state = "JOB_STATE_CANCELLING"
     error = None
     if job.error_code or job.error_message:
-        error = GoogleStatus(code=GOOGLE_CODES.get(job.error_code or "", 13), message=job.error_message or "",
-                             details=[{"reason": job.error_code, "field": job.error_param}])
+        error = GoogleStatus(
+            code=GOOGLE_CODES.get(job.error_code or "", 13),
+            message=job.error_message or "",
+            details=[{"reason": job.error_code, "field": job.error_param}],
+        )
     tuned = None
     if job.fine_tuned_model or checkpoints:
-        tuned = TunedModel(model=job.fine_tuned_model, checkpoints=[
-            {"checkpointId": str(c.step), "step": str(c.step), "reward": c.val_reward} for c in checkpoints
-        ])
+        tuned = TunedModel(
+            model=job.fine_tuned_model,
+            checkpoints=[
+                {"checkpointId": str(c.step), "step": str(c.step), "reward": c.val_reward} for c in checkpoints
+            ],
+        )
     spec = job.request.get("reinforcementTuningSpec") if job.api == "vertex" else None
     return TuningJob(
         name=f"{parent}/tuningJobs/{job.id}",

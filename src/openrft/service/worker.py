@@ -32,8 +32,14 @@ class RunningJob:
 
 
 class Worker:
-    def __init__(self, store: Store, config: ServiceConfig, concurrency: int = 1, worker_id: str | None = None,
-                 launcher: SpawnLauncher | ForkLauncher | None = None):
+    def __init__(
+        self,
+        store: Store,
+        config: ServiceConfig,
+        concurrency: int = 1,
+        worker_id: str | None = None,
+        launcher: SpawnLauncher | ForkLauncher | None = None,
+    ):
         self.store = store
         self.config = config
         self.launcher = launcher or SpawnLauncher(config)
@@ -84,10 +90,16 @@ class Worker:
         if job.control == "cancel":
             self.store.finish(job.id, running.attempt, "cancelled", f"Job cancelled (job process stopped: {how})")
         elif job.attempts >= self.config.max_attempts:
-            self.store.finish(job.id, running.attempt, "failed", f"Job process ended with {how}", "error",
-                              error_code="job_process_died",
-                              error_message=f"the job process ended with {how} on {job.attempts} attempts; "
-                                            f"see {self.config.data_dir / 'logs' / (job.id + '.log')}")
+            self.store.finish(
+                job.id,
+                running.attempt,
+                "failed",
+                f"Job process ended with {how}",
+                "error",
+                error_code="job_process_died",
+                error_message=f"the job process ended with {how} on {job.attempts} attempts; "
+                f"see {self.config.data_dir / 'logs' / (job.id + '.log')}",
+            )
         else:
             self.store.requeue(job.id, self.worker_id, f"Job process ended with {how}")
 

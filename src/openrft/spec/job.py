@@ -57,8 +57,9 @@ class DataSpec(_Strict):
         """How many of ``total`` training examples are held out for validation (0 with a validation file)."""
         if self.validation:
             return 0
-        return held_out_count(total, self.validation_fraction, self.validation_min_examples,
-                              self.validation_max_examples)
+        return held_out_count(
+            total, self.validation_fraction, self.validation_min_examples, self.validation_max_examples
+        )
 
     def train_prompts(self, total: int) -> int:
         """Prompts the job trains on, of a training file of ``total`` examples: the steps of an epoch count these."""

@@ -166,7 +166,11 @@ class SingleRewardConfig(_Strict):
     autoraterScorer: AutoraterScorer | None = None
 
     SCORERS: ClassVar[tuple[str, ...]] = (
-        "stringMatchRewardScorer", "codeExecutionRewardScorer", "cloudRunRewardScorer", "autoraterScorer")
+        "stringMatchRewardScorer",
+        "codeExecutionRewardScorer",
+        "cloudRunRewardScorer",
+        "autoraterScorer",
+    )
 
     @model_validator(mode="after")
     def _one_scorer(self) -> SingleRewardConfig:
@@ -266,8 +270,18 @@ class StringCheckGrader(_Strict):
     operation: Literal["eq", "ne", "like", "ilike"]
 
 
-SIMILARITY_METRICS = ("fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5",
-                      "rouge_l")
+SIMILARITY_METRICS = (
+    "fuzzy_match",
+    "bleu",
+    "gleu",
+    "meteor",
+    "rouge_1",
+    "rouge_2",
+    "rouge_3",
+    "rouge_4",
+    "rouge_5",
+    "rouge_l",
+)
 
 
 class TextSimilarityGrader(_Strict):
@@ -275,16 +289,29 @@ class TextSimilarityGrader(_Strict):
     name: str
     input: str
     reference: str
-    evaluation_metric: Literal["cosine", "fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3",
-                               "rouge_4", "rouge_5", "rouge_l"]
+    evaluation_metric: Literal[
+        "cosine",
+        "fuzzy_match",
+        "bleu",
+        "gleu",
+        "meteor",
+        "rouge_1",
+        "rouge_2",
+        "rouge_3",
+        "rouge_4",
+        "rouge_5",
+        "rouge_l",
+    ]
     pass_threshold: float | None = None
 
     @field_validator("evaluation_metric")
     @classmethod
     def _no_cosine(cls, value: str) -> str:
         if value == "cosine":
-            raise ValueError("cosine needs an embeddings model, which OpenRFT does not call; use one of "
-                             + ", ".join(SIMILARITY_METRICS))
+            raise ValueError(
+                "cosine needs an embeddings model, which OpenRFT does not call; use one of "
+                + ", ".join(SIMILARITY_METRICS)
+            )
         return value
 
 
@@ -383,8 +410,9 @@ def _check_http_url(value: str, advice: str) -> str:
     return value
 
 
-NOVA_ENDPOINT_ADVICE = ("give the URL of a server implementing the Nova Lambda contract, e.g. http://127.0.0.1:8080/ "
-                        "— see docs/rewards.md")
+NOVA_ENDPOINT_ADVICE = (
+    "give the URL of a server implementing the Nova Lambda contract, e.g. http://127.0.0.1:8080/ — see docs/rewards.md"
+)
 
 
 class NovaLambdaReward(_Strict):
@@ -447,7 +475,8 @@ class RemoteCallSpec(_Strict):
     """
 
     timeout_s: float | None = Field(
-        None, gt=0, description="per attempt; None = the service's limit: Nova 900 s, Cloud Run 300 s, judges 60 s")
+        None, gt=0, description="per attempt; None = the service's limit: Nova 900 s, Cloud Run 300 s, judges 60 s"
+    )
     max_retries: int = Field(3, ge=0, le=20)
     backoff_initial_s: float = Field(0.5, ge=0)
     backoff_max_s: float = Field(10.0, ge=0)
@@ -461,9 +490,11 @@ class JudgeSpec(_Strict):
     OpenAI-compatible server. Unset fields fall back to the environment."""
 
     base_url: str | None = Field(
-        None, description="e.g. http://127.0.0.1:8000/v1; None = $OPENRFT_JUDGE_BASE_URL, else $OPENAI_BASE_URL")
-    api_key_env: str = Field("OPENRFT_JUDGE_API_KEY",
-                             description="variable holding the key; $OPENAI_API_KEY is tried when it is unset")
+        None, description="e.g. http://127.0.0.1:8000/v1; None = $OPENRFT_JUDGE_BASE_URL, else $OPENAI_BASE_URL"
+    )
+    api_key_env: str = Field(
+        "OPENRFT_JUDGE_API_KEY", description="variable holding the key; $OPENAI_API_KEY is tried when it is unset"
+    )
     model: str | None = Field(None, description="sent instead of the model the grader names (e.g. a local model)")
     max_concurrency: int = Field(8, ge=1, description="judge requests in flight")
     max_tokens: int = Field(256, ge=1, description="reply length when the grader sets none")
@@ -483,10 +514,12 @@ class SandboxSpec(_Strict):
     isolation: Literal["strict", "weak"] = "strict"
     workers: int = Field(2, ge=1, le=64, description="sandboxed worker processes")
     time_limit_s: float | None = Field(
-        None, gt=0, description="per call; None = the service's: Vertex 100 s, OpenAI python grader 120 s")
+        None, gt=0, description="per call; None = the service's: Vertex 100 s, OpenAI python grader 120 s"
+    )
     memory_limit_mb: int = Field(2048, ge=64, description="address-space limit of each worker (OpenAI's 2 GB)")
-    python_paths: list[str] = Field(default_factory=list,
-                                    description="extra directories importable (read-only) by user code")
+    python_paths: list[str] = Field(
+        default_factory=list, description="extra directories importable (read-only) by user code"
+    )
 
 
 class RewardSpec(_Strict):

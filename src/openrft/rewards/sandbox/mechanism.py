@@ -77,8 +77,20 @@ def strict_command(scratch: str, memory_limit_mb: int, extra_paths: list[str]) -
     if bwrap is None:
         raise FileNotFoundError("bwrap")
     python = python_executable()
-    args = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user",
-            "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL", *_ro_system_dirs()]
+    args = [
+        bwrap,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        str(NOBODY),
+        "--gid",
+        str(NOBODY),
+        "--cap-drop",
+        "ALL",
+        *_ro_system_dirs(),
+    ]
     prefixes = {os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(python))}
     for prefix in sorted(prefixes):
         if not prefix.startswith("/usr/") and prefix != "/usr":
@@ -88,13 +100,41 @@ def strict_command(scratch: str, memory_limit_mb: int, extra_paths: list[str]) -
         inside = f"/sandbox/lib/{i}"
         args += ["--ro-bind", path, inside]
         inside_paths.append(inside)
-    args += ["--ro-bind", str(WORKER), "/sandbox/worker.py",
-             "--proc", "/proc", "--dev", "/dev",
-             "--bind", scratch, "/scratch", "--chdir", "/scratch",
-             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/scratch",
-             "--setenv", "TMPDIR", "/scratch", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-             "--setenv", "LANG", "C.UTF-8",
-             python, "-I", "-S", "/sandbox/worker.py", worker_config(memory_limit_mb, inside_paths)]
+    args += [
+        "--ro-bind",
+        str(WORKER),
+        "/sandbox/worker.py",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--bind",
+        scratch,
+        "/scratch",
+        "--chdir",
+        "/scratch",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/scratch",
+        "--setenv",
+        "TMPDIR",
+        "/scratch",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        python,
+        "-I",
+        "-S",
+        "/sandbox/worker.py",
+        worker_config(memory_limit_mb, inside_paths),
+    ]
     return args
 
 
@@ -109,8 +149,10 @@ WEAK_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE
 def strict_unavailable() -> str | None:
     """Why strict isolation cannot run here (None when it can): bwrap missing or refused."""
     if bwrap_path() is None:
-        return ("bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: apt-get install bubblewrap) "
-                "or set reward.sandbox.isolation: weak to run user code without isolation")
+        return (
+            "bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: apt-get install bubblewrap) "
+            "or set reward.sandbox.isolation: weak to run user code without isolation"
+        )
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="openrft-sandbox-probe-") as scratch:
@@ -121,7 +163,9 @@ def strict_unavailable() -> str | None:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"bubblewrap could not start a sandbox: {exc}"
     if done.returncode != 0:
-        return (f"bubblewrap could not start a sandbox here (exit {done.returncode}: {done.stderr.strip()[:300]}); "
-                "user namespaces may be disabled. Set reward.sandbox.isolation: weak to run user code "
-                "without isolation")
+        return (
+            f"bubblewrap could not start a sandbox here (exit {done.returncode}: {done.stderr.strip()[:300]}); "
+            "user namespaces may be disabled. Set reward.sandbox.isolation: weak to run user code "
+            "without isolation"
+        )
     return None

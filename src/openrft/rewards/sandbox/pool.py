@@ -92,8 +92,13 @@ class SandboxPool:
             command = mechanism.weak_command(scratch, self.spec.memory_limit_mb, self.spec.python_paths)
             env, cwd = dict(mechanism.WEAK_ENV, HOME=scratch, TMPDIR=scratch), scratch
         process = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd,
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            cwd=cwd,
             limit=2**26,
         )
         worker = _Worker(process, scratch)
@@ -101,8 +106,9 @@ class SandboxPool:
             ready = await asyncio.wait_for(worker.receive(), START_TIMEOUT_S)
         except (TimeoutError, asyncio.IncompleteReadError) as exc:
             await worker.kill()
-            raise RewardError(f"a sandboxed worker did not start ({type(exc).__name__}); "
-                              f"command: {' '.join(command[:3])} ...") from None
+            raise RewardError(
+                f"a sandboxed worker did not start ({type(exc).__name__}); command: {' '.join(command[:3])} ..."
+            ) from None
         if ready.get("value") != "ready":
             await worker.kill()
             raise RewardError(f"a sandboxed worker did not start: {ready}")
@@ -134,8 +140,9 @@ class SandboxPool:
         self.restarts += 1
         await worker.kill()
 
-    async def call(self, source: str, entry: str, args: list[Any], time_limit_s: float,
-                   check_only: bool = False) -> CallResult:
+    async def call(
+        self, source: str, entry: str, args: list[Any], time_limit_s: float, check_only: bool = False
+    ) -> CallResult:
         """Run ``entry(*args)`` from ``source`` in a worker, within ``time_limit_s`` seconds."""
         worker = await self._acquire()
         keep: _Worker | None = worker

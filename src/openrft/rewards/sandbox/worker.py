@@ -41,8 +41,9 @@ def _write(stream, message):
     try:
         data = json.dumps(message, allow_nan=True).encode("utf-8")
     except (TypeError, ValueError) as exc:
-        data = json.dumps({"ok": False, "kind": "invalid_output",
-                           "message": f"the function returned a value that is not JSON: {exc}"}).encode("utf-8")
+        data = json.dumps(
+            {"ok": False, "kind": "invalid_output", "message": f"the function returned a value that is not JSON: {exc}"}
+        ).encode("utf-8")
     stream.write(struct.pack(">I", len(data)) + data)
     stream.flush()
 
@@ -89,9 +90,14 @@ def main():
                 answer = {"ok": True, "value": function(*request["args"])}
         except MemoryError:
             _FUNCTIONS.clear()
-            _write(protocol_out, {"ok": False, "kind": "runtime_error",
-                                  "message": f"MemoryError: the code went past the memory limit "
-                                             f"({config['memory_limit_mb']} MB)"})
+            _write(
+                protocol_out,
+                {
+                    "ok": False,
+                    "kind": "runtime_error",
+                    "message": f"MemoryError: the code went past the memory limit ({config['memory_limit_mb']} MB)",
+                },
+            )
             os._exit(3)
         except SyntaxError as exc:
             answer = {"ok": False, "kind": "runtime_error", "message": f"SyntaxError: {exc}"}

@@ -19,8 +19,12 @@ def latest_rewards(store: Store, job_id: str) -> tuple[float | None, float | Non
     """(train, validation) reward of the latest steps that have them; rows are read newest first and only
     until both are found (validation runs every few steps)."""
     train = validation = None
-    query = (select(StepMetrics.data).where(StepMetrics.job_id == job_id).order_by(StepMetrics.step.desc())
-             .execution_options(yield_per=32))
+    query = (
+        select(StepMetrics.data)
+        .where(StepMetrics.job_id == job_id)
+        .order_by(StepMetrics.step.desc())
+        .execution_options(yield_per=32)
+    )
     with store.session() as s:
         for data in s.scalars(query):
             if train is None and TRAIN_REWARD in data:
@@ -61,10 +65,13 @@ def metric_rows(store: Store, job_id: str) -> list[dict[str, Any]]:
 def events_after(store: Store, job_id: str, after: int, limit: int = 500) -> list[dict[str, Any]]:
     """Oldest first, the events newer than sequence number ``after``."""
     with store.session() as s:
-        rows = s.scalars(select(Event).where(Event.job_id == job_id, Event.seq > after).order_by(Event.seq)
-                         .limit(limit))
-        return [{"seq": e.seq, "created_at": e.created_at, "level": e.level, "type": e.type, "message": e.message}
-                for e in rows]
+        rows = s.scalars(
+            select(Event).where(Event.job_id == job_id, Event.seq > after).order_by(Event.seq).limit(limit)
+        )
+        return [
+            {"seq": e.seq, "created_at": e.created_at, "level": e.level, "type": e.type, "message": e.message}
+            for e in rows
+        ]
 
 
 def checkpoints(store: Store, job_id: str) -> list[dict[str, Any]]:

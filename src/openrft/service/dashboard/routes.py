@@ -32,8 +32,12 @@ def jobs(request: Request, owner: Owner, limit: Annotated[int, Query(ge=1, le=10
 
 
 @router.get("/v1/dashboard/jobs/{job_id}")
-def job(request: Request, owner: Owner, job_id: str,
-        after_event: Annotated[int, Query(ge=0, description="events after this sequence number")] = 0) -> dict:
+def job(
+    request: Request,
+    owner: Owner,
+    job_id: str,
+    after_event: Annotated[int, Query(ge=0, description="events after this sequence number")] = 0,
+) -> dict:
     """One job's page: summary, chart series, checkpoints, new events."""
     store = request.app.state.store
     return queries.job_page(store, store.get_job(owner, job_id), after_event)

@@ -9,10 +9,18 @@ from openrft.service.store.models import StoredFile
 
 
 class FilesRepo(Repo):
-    def add_file(self, owner: str, filename: str, purpose: str, size: int, storage_name: str,
-                 file_id: str | None = None) -> StoredFile:
-        row = StoredFile(id=file_id or new_id("file-"), owner=owner, filename=filename, purpose=purpose, bytes=size,
-                         created_at=now_s(), storage_name=storage_name)
+    def add_file(
+        self, owner: str, filename: str, purpose: str, size: int, storage_name: str, file_id: str | None = None
+    ) -> StoredFile:
+        row = StoredFile(
+            id=file_id or new_id("file-"),
+            owner=owner,
+            filename=filename,
+            purpose=purpose,
+            bytes=size,
+            created_at=now_s(),
+            storage_name=storage_name,
+        )
         with self.session() as s:
             s.add(row)
         return row
@@ -21,8 +29,9 @@ class FilesRepo(Repo):
         with self.session() as s:
             return s.scalar(select(StoredFile).where(StoredFile.id == file_id, StoredFile.owner == owner))
 
-    def list_files(self, owner: str, purpose: str | None = None, limit: int = 100,
-                   after: str | None = None) -> tuple[list[StoredFile], bool]:
+    def list_files(
+        self, owner: str, purpose: str | None = None, limit: int = 100, after: str | None = None
+    ) -> tuple[list[StoredFile], bool]:
         with self.session() as s:
             query = select(StoredFile).where(StoredFile.owner == owner)
             if purpose:

@@ -58,11 +58,11 @@ class JobsRepo(Repo):
             rows = list(s.scalars(query.order_by(Job.seq.desc()).limit(limit + 1)))
         return rows[:limit], len(rows) > limit
 
-    def _transition(self, job_id: str, expected: str, message: str | None, level: str = "info",
-                    **values: Any) -> bool:
+    def _transition(self, job_id: str, expected: str, message: str | None, level: str = "info", **values: Any) -> bool:
         with self.session() as s:
-            result = s.execute(update(Job).where(Job.id == job_id, Job.status == expected)
-                               .values(updated_at=now(), **values))
+            result = s.execute(
+                update(Job).where(Job.id == job_id, Job.status == expected).values(updated_at=now(), **values)
+            )
             if result.rowcount != 1:
                 return False
             if message:
@@ -77,11 +77,13 @@ class JobsRepo(Repo):
             if job.status in TERMINAL:
                 raise Conflict(f"job {job_id} is already {job.status}", "job_not_cancellable")
             if job.status in ACTIVE:
-                if job.control == "cancel" or self._transition(job_id, job.status, "Cancellation requested",
-                                                               control="cancel"):
+                if job.control == "cancel" or self._transition(
+                    job_id, job.status, "Cancellation requested", control="cancel"
+                ):
                     return self.get_job(owner, job_id)
-            elif self._transition(job_id, job.status, "Job cancelled", status="cancelled", control=None,
-                                  finished_at=now_s()):
+            elif self._transition(
+                job_id, job.status, "Job cancelled", status="cancelled", control=None, finished_at=now_s()
+            ):
                 return self.get_job(owner, job_id)
         raise Conflict(f"job {job_id} changed state while being cancelled; try again", "concurrent_update")
 
@@ -89,15 +91,17 @@ class JobsRepo(Repo):
         for _ in range(5):
             job = self.get_job(owner, job_id)
             if job.status == "running" and job.control != "cancel":
-                if self._transition(job_id, "running", "Pause requested: checkpointing", status="pausing",
-                                    control="pause"):
+                if self._transition(
+                    job_id, "running", "Pause requested: checkpointing", status="pausing", control="pause"
+                ):
                     return self.get_job(owner, job_id)
             elif job.status == "queued":
                 if self._transition(job_id, "queued", "Job paused", status="paused"):
                     return self.get_job(owner, job_id)
             else:
-                raise Conflict(f"job {job_id} is {job.status}: only a running or queued job can be paused",
-                               "job_not_pausable")
+                raise Conflict(
+                    f"job {job_id} is {job.status}: only a running or queued job can be paused", "job_not_pausable"
+                )
         raise Conflict(f"job {job_id} changed state while being paused; try again", "concurrent_update")
 
     def request_resume(self, owner: str, job_id: str) -> Job:
@@ -120,8 +124,14 @@ class JobsRepo(Repo):
             claimed = s.execute(
                 update(Job)
                 .where(Job.seq == oldest.scalar_subquery(), Job.status == "queued")
-                .values(status="running", worker_id=worker_id, heartbeat_at=t, updated_at=t,
-                        attempts=Job.attempts + 1, control=None)
+                .values(
+                    status="running",
+                    worker_id=worker_id,
+                    heartbeat_at=t,
+                    updated_at=t,
+                    attempts=Job.attempts + 1,
+                    control=None,
+                )
                 .returning(Job.id)
             ).scalar()
             if claimed is None:
@@ -134,8 +144,11 @@ class JobsRepo(Repo):
         if not job_ids:
             return
         with self.session() as s:
-            s.execute(update(Job).where(Job.id.in_(list(job_ids)), Job.worker_id == worker_id,
-                                        Job.status.in_(ACTIVE)).values(heartbeat_at=now()))
+            s.execute(
+                update(Job)
+                .where(Job.id.in_(list(job_ids)), Job.worker_id == worker_id, Job.status.in_(ACTIVE))
+                .values(heartbeat_at=now())
+            )
 
     def controls(self, job_ids: Sequence[str]) -> dict[str, str | None]:
         with self.session() as s:
@@ -153,18 +166,45 @@ class JobsRepo(Repo):
             lost = f"worker {job.worker_id} stopped heartbeating"
             base = {"worker_id": None, "heartbeat_at": None}
             if job.control == "cancel":
-                ok = self._transition(job.id, job.status, f"{lost}; job cancelled", status="cancelled",
-                                      finished_at=now_s(), control=None, **base)
+                ok = self._transition(
+                    job.id,
+                    job.status,
+                    f"{lost}; job cancelled",
+                    status="cancelled",
+                    finished_at=now_s(),
+                    control=None,
+                    **base,
+                )
             elif job.attempts >= max_attempts:
-                ok = self._transition(job.id, job.status, f"{lost}; giving up after {job.attempts} attempts",
-                                      "error", status="failed", finished_at=now_s(), error_code="worker_lost",
-                                      error_message=f"{lost} {job.attempts} times", **base)
+                ok = self._transition(
+                    job.id,
+                    job.status,
+                    f"{lost}; giving up after {job.attempts} attempts",
+                    "error",
+                    status="failed",
+                    finished_at=now_s(),
+                    error_code="worker_lost",
+                    error_message=f"{lost} {job.attempts} times",
+                    **base,
+                )
             elif job.control == "pause":
-                ok = self._transition(job.id, job.status, f"{lost}; job paused at its last checkpoint",
-                                      status="paused", control=None, **base)
+                ok = self._transition(
+                    job.id,
+                    job.status,
+                    f"{lost}; job paused at its last checkpoint",
+                    status="paused",
+                    control=None,
+                    **base,
+                )
             else:
-                ok = self._transition(job.id, job.status, f"{lost}; requeued to resume from the last checkpoint",
-                                      "warn", status="queued", **base)
+                ok = self._transition(
+                    job.id,
+                    job.status,
+                    f"{lost}; requeued to resume from the last checkpoint",
+                    "warn",
+                    status="queued",
+                    **base,
+                )
             if ok:
                 reaped.append(job.id)
         return reaped
@@ -172,22 +212,27 @@ class JobsRepo(Repo):
     def requeue(self, job_id: str, worker_id: str, reason: str) -> bool:
         """A worker hands back a job it cannot finish (it is shutting down)."""
         with self.session() as s:
-            result = s.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id,
-                                                 Job.status.in_(ACTIVE))
-                               .values(status="queued", worker_id=None, heartbeat_at=None, updated_at=now()))
+            result = s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE))
+                .values(status="queued", worker_id=None, heartbeat_at=None, updated_at=now())
+            )
             if result.rowcount == 1:
                 s.add(_event(job_id, f"{reason}; requeued", "warn"))
             return result.rowcount == 1
 
-    def finish(self, job_id: str, attempt: int, status: str, message: str, level: str = "info",
-               **values: Any) -> bool:
+    def finish(self, job_id: str, attempt: int, status: str, message: str, level: str = "info", **values: Any) -> bool:
         """The job process's last word; ignored if the job was reaped and claimed again meanwhile."""
         assert status in ("succeeded", "failed", "cancelled", "paused")
         extra = {} if status == "paused" else {"finished_at": now_s()}
         with self.session() as s:
-            result = s.execute(update(Job).where(Job.id == job_id, Job.attempts == attempt, Job.status.in_(ACTIVE))
-                               .values(status=status, control=None, worker_id=None, heartbeat_at=None,
-                                       updated_at=now(), **extra, **values))
+            result = s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.attempts == attempt, Job.status.in_(ACTIVE))
+                .values(
+                    status=status, control=None, worker_id=None, heartbeat_at=None, updated_at=now(), **extra, **values
+                )
+            )
             if result.rowcount == 1:
                 s.add(_event(job_id, message, level))
             return result.rowcount == 1

@@ -40,6 +40,7 @@ class KeysRepo(Repo):
 
     def revoke_key(self, key_id: str) -> bool:
         with self.session() as s:
-            result = s.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
-                               .values(revoked_at=now_s()))
+            result = s.execute(
+                update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=now_s())
+            )
             return result.rowcount == 1

@@ -25,11 +25,27 @@ class CheckpointRecord:
 
 
 class ProgressRepo(Repo):
-    def add_event(self, job_id: str, level: str, message: str, type: str = "message",
-                  data: dict[str, Any] | None = None, step: int | None = None) -> None:
+    def add_event(
+        self,
+        job_id: str,
+        level: str,
+        message: str,
+        type: str = "message",
+        data: dict[str, Any] | None = None,
+        step: int | None = None,
+    ) -> None:
         with self.session() as s:
-            s.add(Event(job_id=job_id, created_at=now_s(), level=level, type=type, message=message,
-                        data=data or {}, step=step))
+            s.add(
+                Event(
+                    job_id=job_id,
+                    created_at=now_s(),
+                    level=level,
+                    type=type,
+                    message=message,
+                    data=data or {},
+                    step=step,
+                )
+            )
 
     def list_events(self, job_id: str, after: int | None = None, limit: int = 20) -> tuple[list[Event], bool]:
         """Newest first, like OpenAI; ``after`` is the sequence number of the last event already seen."""
@@ -46,16 +62,27 @@ class ProgressRepo(Repo):
             query = select(Event).where(Event.job_id == job_id, Event.seq > since).order_by(Event.seq).limit(limit)
             return list(s.scalars(query))
 
-    def record_step(self, job_id: str, step: int, metrics: dict[str, float], event_data: dict[str, Any],
-                    message: str) -> None:
+    def record_step(
+        self, job_id: str, step: int, metrics: dict[str, float], event_data: dict[str, Any], message: str
+    ) -> None:
         with self.session() as s:
             s.execute(delete(StepMetrics).where(StepMetrics.job_id == job_id, StepMetrics.step == step))
             s.execute(delete(Event).where(Event.job_id == job_id, Event.type == "metrics", Event.step == step))
             s.add(StepMetrics(job_id=job_id, step=step, created_at=now_s(), data=metrics))
-            s.add(Event(job_id=job_id, created_at=now_s(), level="info", type="metrics", message=message,
-                        data=event_data, step=step))
-            s.execute(update(Job).where(Job.id == job_id, Job.last_step < step)
-                      .values(last_step=step, updated_at=now()))
+            s.add(
+                Event(
+                    job_id=job_id,
+                    created_at=now_s(),
+                    level="info",
+                    type="metrics",
+                    message=message,
+                    data=event_data,
+                    step=step,
+                )
+            )
+            s.execute(
+                update(Job).where(Job.id == job_id, Job.last_step < step).values(last_step=step, updated_at=now())
+            )
 
     def truncate_after(self, job_id: str, step: int) -> None:
         """Forget metrics (rows and events) past ``step``: the run resumes from its checkpoint there."""
@@ -83,18 +110,29 @@ class ProgressRepo(Repo):
             for record in records:
                 row = existing.get(record.step)
                 if row is None:
-                    s.add(Checkpoint(id=checkpoint_id(job_id, record.step), job_id=job_id, step=record.step,
-                                     created_at=now_s(), path=record.path, val_reward=record.val_reward,
-                                     metrics=record.metrics))
+                    s.add(
+                        Checkpoint(
+                            id=checkpoint_id(job_id, record.step),
+                            job_id=job_id,
+                            step=record.step,
+                            created_at=now_s(),
+                            path=record.path,
+                            val_reward=record.val_reward,
+                            metrics=record.metrics,
+                        )
+                    )
                 else:
                     row.path, row.val_reward, row.metrics = record.path, record.val_reward, record.metrics
 
     def best_checkpoints(self, job_id: str, limit: int = 3) -> list[Checkpoint]:
         """Best first by validation reward (unevaluated last), later step first among equals."""
         with self.session() as s:
-            query = (select(Checkpoint).where(Checkpoint.job_id == job_id)
-                     .order_by(Checkpoint.val_reward.is_(None), Checkpoint.val_reward.desc(), Checkpoint.step.desc())
-                     .limit(limit))
+            query = (
+                select(Checkpoint)
+                .where(Checkpoint.job_id == job_id)
+                .order_by(Checkpoint.val_reward.is_(None), Checkpoint.val_reward.desc(), Checkpoint.step.desc())
+                .limit(limit)
+            )
             return list(s.scalars(query))
 
     def count_events(self, job_id: str) -> int:

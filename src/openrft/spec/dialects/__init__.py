@@ -78,9 +78,14 @@ def detect_dialect(document: Any) -> Dialect:
     )
 
 
-def resolve_document(document: Any, dialect: Dialect | None = None, base_dir: Path | None = None,
-                     source: str | None = None, file_resolver: FileResolver | None = None,
-                     dataset_size: DatasetSizer | None = None) -> Resolution:
+def resolve_document(
+    document: Any,
+    dialect: Dialect | None = None,
+    base_dir: Path | None = None,
+    source: str | None = None,
+    file_resolver: FileResolver | None = None,
+    dataset_size: DatasetSizer | None = None,
+) -> Resolution:
     """Resolve a parsed job document, with the provenance of every value.
 
     ``file_resolver`` maps the file ids an OpenAI job names (``training_file: file-abc``) to local paths;
@@ -115,15 +120,21 @@ def _canonical(document: Any, source: str | None) -> Resolution:
     return Resolution(spec, complete(spec, written))
 
 
-def parse_document(document: Any, dialect: Dialect | None = None, base_dir: Path | None = None,
-                   source: str | None = None, file_resolver: FileResolver | None = None,
-                   dataset_size: DatasetSizer | None = None) -> JobSpec:
+def parse_document(
+    document: Any,
+    dialect: Dialect | None = None,
+    base_dir: Path | None = None,
+    source: str | None = None,
+    file_resolver: FileResolver | None = None,
+    dataset_size: DatasetSizer | None = None,
+) -> JobSpec:
     """Resolve a parsed job document into a JobSpec (see ``resolve_document``)."""
     return resolve_document(document, dialect, base_dir, source, file_resolver, dataset_size).spec
 
 
-def resolve_job(path: str | Path, dialect: Dialect | None = None,
-                dataset_size: DatasetSizer | None = None) -> Resolution:
+def resolve_job(
+    path: str | Path, dialect: Dialect | None = None, dataset_size: DatasetSizer | None = None
+) -> Resolution:
     """Read a job file in any dialect and resolve it, with provenance and warnings."""
     path = Path(path)
     document = read_document(path)

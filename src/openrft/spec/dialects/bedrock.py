@@ -107,8 +107,9 @@ def is_bedrock_request(raw: dict[str, Any]) -> bool:
     return any(key in raw for key in BEDROCK_KEYS) and "training_config" not in raw
 
 
-def parse_bedrock(raw: Any, base_dir: Path | None = None, source: str | None = None,
-                  dataset_size: DatasetSizer = count_examples) -> Resolution:
+def parse_bedrock(
+    raw: Any, base_dir: Path | None = None, source: str | None = None, dataset_size: DatasetSizer = count_examples
+) -> Resolution:
     request, problems = validate_all(BedrockRequest, raw)
     if request is None:
         raise SpecError(problems, source)
@@ -126,31 +127,45 @@ def _blocks(b: SpecBuilder, request: BedrockRequest) -> tuple[BedrockHyperParame
     return request.hyperParameters or BedrockHyperParameters(), request.graderConfig, ""
 
 
-def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer: DatasetSizer,
-             problems: list[FieldProblem]) -> Resolution:
+def _resolve(
+    request: BedrockRequest, base_dir: Path, source: str | None, sizer: DatasetSizer, problems: list[FieldProblem]
+) -> Resolution:
     b = SpecBuilder(problems)
     hp, grader, at = _blocks(b, request)
     HP = f"{at}hyperParameters"
     b.derived("dialect", "nova", "a Bedrock request for a Nova RFT job")
-    apply_extensions(b, request.openrft, {"base_learning_rate": f"{HP}.learningRate",
-                                          "max_length": f"{HP}.maxPromptLength + inferenceMaxTokens",
-                                          "max_new_tokens": f"{HP}.inferenceMaxTokens"}, "Bedrock")
+    apply_extensions(
+        b,
+        request.openrft,
+        {
+            "base_learning_rate": f"{HP}.learningRate",
+            "max_length": f"{HP}.maxPromptLength + inferenceMaxTokens",
+            "max_new_tokens": f"{HP}.inferenceMaxTokens",
+        },
+        "Bedrock",
+    )
     for name in AWS_ONLY:
         if getattr(request, name) is not None:
             b.warn(name, "is an AWS setting; OpenRFT ignores it")
     b.take("name", request, "jobName", "jobName")
     tags = {t.key: t.value for t in [*request.jobTags, *request.customModelTags]}
     if tags or request.customModelName:
-        b.user("metadata", {**tags, **({"customModelName": request.customModelName} if request.customModelName
-                                       else {})}, "jobTags, customModelTags, customModelName")
+        b.user(
+            "metadata",
+            {**tags, **({"customModelName": request.customModelName} if request.customModelName else {})},
+            "jobTags, customModelTags, customModelName",
+        )
     tracking_from_metadata(b, tags, "jobTags")
     b.model(request.baseModelIdentifier, base_dir, "baseModelIdentifier")
     base_learning_rate(b, request.baseModelIdentifier, request.openrft)  # informational: learningRate is set
     b.user("data.train", resolve_location(request.trainingDataConfig.s3Uri, base_dir), "trainingDataConfig.s3Uri")
     b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", "Bedrock's limit of 20K prompts")
     if request.validationDataConfig:
-        b.user("data.validation", resolve_location(request.validationDataConfig.validators[0].s3Uri, base_dir),
-               "validationDataConfig.validators[0].s3Uri")
+        b.user(
+            "data.validation",
+            resolve_location(request.validationDataConfig.validators[0].s3Uri, base_dir),
+            "validationDataConfig.validators[0].s3Uri",
+        )
     if request.outputDataConfig:
         b.user("output_dir", resolve_location(request.outputDataConfig.s3Uri, base_dir), "outputDataConfig.s3Uri")
 
@@ -166,25 +181,40 @@ def _resolve(request: BedrockRequest, base_dir: Path, source: str | None, sizer:
     b.take("sampling.samples_per_prompt", hp, "trainingSamplePerPrompt", f"{HP}.trainingSamplePerPrompt")
     b.take("sampling.max_new_tokens", hp, "inferenceMaxTokens", f"{HP}.inferenceMaxTokens")
     written = was_set(hp, "maxPromptLength") or was_set(hp, "inferenceMaxTokens")
-    b.set("sampling.max_length", hp.maxPromptLength + hp.inferenceMaxTokens, "derived" if written else "default",
-          f"{HP}.maxPromptLength", f"maxPromptLength + inferenceMaxTokens = {hp.maxPromptLength} + "
-          f"{hp.inferenceMaxTokens}")
+    b.set(
+        "sampling.max_length",
+        hp.maxPromptLength + hp.inferenceMaxTokens,
+        "derived" if written else "default",
+        f"{HP}.maxPromptLength",
+        f"maxPromptLength + inferenceMaxTokens = {hp.maxPromptLength} + {hp.inferenceMaxTokens}",
+    )
     b.take("sampling.reasoning_effort", hp, "reasoningEffort", f"{HP}.reasoningEffort")
 
     n, prompts = hp.trainingSamplePerPrompt, None
     if hp.batchSize % n:
-        b.problem(f"{HP}.batchSize", f"is not a multiple of trainingSamplePerPrompt ({n}): a step holds whole "
-                  "groups of samples", hp.batchSize)
+        b.problem(
+            f"{HP}.batchSize",
+            f"is not a multiple of trainingSamplePerPrompt ({n}): a step holds whole groups of samples",
+            hp.batchSize,
+        )
     else:
         per_step = hp.batchSize // n
-        b.derived("training.prompts_per_step", per_step,
-                  f"batchSize / trainingSamplePerPrompt = {hp.batchSize} / {n} (samples -> prompts)", f"{HP}.batchSize")
+        b.derived(
+            "training.prompts_per_step",
+            per_step,
+            f"batchSize / trainingSamplePerPrompt = {hp.batchSize} / {n} (samples -> prompts)",
+            f"{HP}.batchSize",
+        )
         prompts = training_prompts(b, sizer, "trainingDataConfig.s3Uri", "epochCount")
         if prompts:
             b.take("training.epochs", hp, "epochCount", f"{HP}.epochCount", float(hp.epochCount))
             steps = steps_for_epochs(hp.epochCount, prompts, per_step)
-            b.derived("training.total_steps", steps, f"ceil(epochCount × prompts / prompts per step) = "
-                      f"ceil({fmt(hp.epochCount)} × {prompts} / {per_step})", f"{HP}.epochCount")
+            b.derived(
+                "training.total_steps",
+                steps,
+                f"ceil(epochCount × prompts / prompts per step) = ceil({fmt(hp.epochCount)} × {prompts} / {per_step})",
+                f"{HP}.epochCount",
+            )
 
     if grader is None:
         b.problem(f"{at}graderConfig", "is required: graderConfig.lambdaGrader.lambdaArn names the reward function")

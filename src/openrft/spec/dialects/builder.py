@@ -43,8 +43,9 @@ class SpecBuilder:
     def derived(self, path: str, value: Any, note: str, field: str | None = None) -> Any:
         return self.set(path, value, "derived", field, note)
 
-    def take(self, path: str, model: BaseModel, name: str, field: str, value: Any = _RAW,
-             note: str | None = None) -> Any:
+    def take(
+        self, path: str, model: BaseModel, name: str, field: str, value: Any = _RAW, note: str | None = None
+    ) -> Any:
         """Copy ``model.name`` (or ``value``, a translation of it) to ``path``: ``user`` if the user wrote the
         field, else ``default`` (the dialect's documented default)."""
         result = getattr(model, name) if value is _RAW else value

@@ -150,8 +150,14 @@ def count_examples(location: str) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def training_prompts(b: SpecBuilder, sizer: DatasetSizer, train_field: str, needed_for: str | None,
-                     alternative: str = "", validation_field: str | None = None) -> int | None:
+def training_prompts(
+    b: SpecBuilder,
+    sizer: DatasetSizer,
+    train_field: str,
+    needed_for: str | None,
+    alternative: str = "",
+    validation_field: str | None = None,
+) -> int | None:
     """Prompts the job trains on (after holding out a validation part): counted from the training file.
 
     Reads the ``data.*`` values already set on ``b`` and enforces their example limits. When the file
@@ -165,12 +171,14 @@ def training_prompts(b: SpecBuilder, sizer: DatasetSizer, train_field: str, need
         if needed_for is None:
             return None
         hint = f", {alternative}" if alternative else ""
-        b.problem(train_field, f"{exc}, and {needed_for} needs its number of prompts: give a local path{hint}",
-                  data.train)
+        b.problem(
+            train_field, f"{exc}, and {needed_for} needs its number of prompts: give a local path{hint}", data.train
+        )
         return None
     if data.train_examples_limit and total > data.train_examples_limit:
-        b.problem(train_field, f"holds {total:,} examples; at most {data.train_examples_limit:,} are allowed",
-                  data.train)
+        b.problem(
+            train_field, f"holds {total:,} examples; at most {data.train_examples_limit:,} are allowed", data.train
+        )
         return None
     if data.validation and data.validation_examples_limit and validation_field:
         try:
@@ -178,13 +186,19 @@ def training_prompts(b: SpecBuilder, sizer: DatasetSizer, train_field: str, need
         except DatasetUnreadable:
             validation = 0  # the engine reports it when it loads the file
         if validation > data.validation_examples_limit:
-            b.problem(validation_field, f"holds {validation:,} examples; at most "
-                      f"{data.validation_examples_limit:,} are allowed", data.validation)
+            b.problem(
+                validation_field,
+                f"holds {validation:,} examples; at most {data.validation_examples_limit:,} are allowed",
+                data.validation,
+            )
     prompts = data.train_prompts(total)
     if prompts < 1:
         held = data.held_out(total)
-        b.problem(train_field, f"holds {total} example(s); none is left to train on after holding out {held} for "
-                  "validation", data.train)
+        b.problem(
+            train_field,
+            f"holds {total} example(s); none is left to train on after holding out {held} for validation",
+            data.train,
+        )
         return None
     return prompts
 

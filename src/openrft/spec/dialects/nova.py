@@ -157,8 +157,9 @@ class NovaRecipe(Strict):
     openrft: OpenRFTExtensions = OpenRFTExtensions()
 
 
-def parse_recipe(raw: Any, base_dir: Path | None = None, source: str | None = None,
-                 dataset_size: DatasetSizer = count_examples) -> Resolution:
+def parse_recipe(
+    raw: Any, base_dir: Path | None = None, source: str | None = None, dataset_size: DatasetSizer = count_examples
+) -> Resolution:
     """Validate a recipe (already loaded from YAML) and resolve it. A Bedrock request goes to bedrock.py."""
     from openrft.spec.dialects.bedrock import is_bedrock_request, parse_bedrock
 
@@ -173,8 +174,9 @@ def parse_recipe(raw: Any, base_dir: Path | None = None, source: str | None = No
     return _resolve(recipe, base_dir or Path.cwd(), source, dataset_size, problems)
 
 
-def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: DatasetSizer,
-             problems: list[FieldProblem]) -> Resolution:
+def _resolve(
+    recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: DatasetSizer, problems: list[FieldProblem]
+) -> Resolution:
     run, tc, ext = recipe.run, recipe.training_config, recipe.openrft
     trainer, rollout = tc.trainer, tc.rollout
     b = SpecBuilder(problems)
@@ -187,8 +189,9 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
         b.user("metadata", {"model_type": run.model_type}, "run.model_type")
     b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
     if run.validation_data_s3_path:
-        b.user("data.validation", resolve_location(run.validation_data_s3_path, base_dir),
-               "run.validation_data_s3_path")
+        b.user(
+            "data.validation", resolve_location(run.validation_data_s3_path, base_dir), "run.validation_data_s3_path"
+        )
     b.take("data.shuffle", tc.data, "shuffle", f"{TC}.data.shuffle")
     if run.output_s3_path:
         b.user("output_dir", resolve_location(run.output_s3_path, base_dir), "run.output_s3_path")
@@ -203,24 +206,35 @@ def _resolve(recipe: NovaRecipe, base_dir: Path, source: str | None, sizer: Data
         b.take(f"tracking.{name}", run, name, f"run.{name}")
     curriculum = trainer.adaptive_curriculum
     if curriculum is not None and curriculum.enable:
-        b.problem(f"{TRAINER}.adaptive_curriculum.enable",
-                  "is not supported yet by OpenRFT's engine; set it to false (the other adaptive_curriculum "
-                  "settings are validated all the same)", True)
+        b.problem(
+            f"{TRAINER}.adaptive_curriculum.enable",
+            "is not supported yet by OpenRFT's engine; set it to false (the other adaptive_curriculum "
+            "settings are validated all the same)",
+            True,
+        )
     return b.build(source, prompts)
 
 
 def _sampling(b: SpecBuilder, tc: NovaTrainingConfig) -> None:
     generator = tc.rollout.generator
-    b.take("sampling.samples_per_prompt", tc.rollout.advantage_strategy, "number_generation",
-           f"{ROLLOUT}.advantage_strategy.number_generation")
+    b.take(
+        "sampling.samples_per_prompt",
+        tc.rollout.advantage_strategy,
+        "number_generation",
+        f"{ROLLOUT}.advantage_strategy.number_generation",
+    )
     b.take("sampling.max_new_tokens", generator, "max_new_tokens", f"{ROLLOUT}.generator.max_new_tokens")
     b.take("sampling.max_length", tc, "max_length", f"{TC}.max_length")
     b.take("sampling.temperature", generator, "temperature", f"{ROLLOUT}.generator.temperature")
     b.take("sampling.top_k", generator, "top_k", f"{ROLLOUT}.generator.top_k")
     b.take("sampling.reasoning_effort", tc, "reasoning_effort", f"{TC}.reasoning_effort")
     if not generator.set_random_seed:
-        b.derived("training.seed", random.SystemRandom().randrange(2**31), "a random seed: set_random_seed is false",
-                  f"{ROLLOUT}.generator.set_random_seed")
+        b.derived(
+            "training.seed",
+            random.SystemRandom().randrange(2**31),
+            "a random seed: set_random_seed is false",
+            f"{ROLLOUT}.generator.set_random_seed",
+        )
 
 
 def _rollout(b: SpecBuilder, run: NovaRun, rollout: NovaRollout) -> None:
@@ -229,8 +243,11 @@ def _rollout(b: SpecBuilder, run: NovaRun, rollout: NovaRollout) -> None:
     b.take("rollout.strategy", strategy, "type", f"{field}.type")
     if strategy.type == "sync":
         if strategy.age_tolerance not in (None, 0):
-            b.problem(f"{field}.age_tolerance", "needs rollout_strategy.type: off_policy_async (sync rollouts have "
-                      "age 0)", strategy.age_tolerance)
+            b.problem(
+                f"{field}.age_tolerance",
+                "needs rollout_strategy.type: off_policy_async (sync rollouts have age 0)",
+                strategy.age_tolerance,
+            )
         b.derived("rollout.age_tolerance", 0, "sync rollouts are never stale", f"{field}.type")
     elif strategy.age_tolerance is None:
         b.default("rollout.age_tolerance", 2, f"{field}.age_tolerance", "Nova's documented value for off_policy_async")
@@ -244,20 +261,30 @@ def _training(b: SpecBuilder, tc: NovaTrainingConfig, sizer: DatasetSizer) -> in
     """Prompts per step and steps; the training prompts when the dataset can be counted (for epochs)."""
     n = tc.rollout.advantage_strategy.number_generation
     if tc.global_batch_size % n:
-        b.problem(f"{TC}.global_batch_size", f"is not a multiple of rollout.advantage_strategy.number_generation "
-                  f"({n}): a step holds whole groups of samples", tc.global_batch_size)
+        b.problem(
+            f"{TC}.global_batch_size",
+            f"is not a multiple of rollout.advantage_strategy.number_generation "
+            f"({n}): a step holds whole groups of samples",
+            tc.global_batch_size,
+        )
         return None
     per_step = tc.global_batch_size // n
-    b.derived("training.prompts_per_step", per_step,
-              f"global_batch_size / number_generation = {tc.global_batch_size} / {n} (samples -> prompts)",
-              f"{TC}.global_batch_size")
+    b.derived(
+        "training.prompts_per_step",
+        per_step,
+        f"global_batch_size / number_generation = {tc.global_batch_size} / {n} (samples -> prompts)",
+        f"{TC}.global_batch_size",
+    )
     b.take("training.total_steps", tc.trainer, "max_steps", f"{TRAINER}.max_steps")
     prompts = training_prompts(b, sizer, "run.data_s3_path", None, validation_field="run.validation_data_s3_path")
     if prompts:
         steps = tc.trainer.max_steps
-        b.derived("training.epochs", steps * per_step / prompts,
-                  f"max_steps × prompts per step / prompts = {steps} × {per_step} / {prompts}",
-                  f"{TRAINER}.max_steps")
+        b.derived(
+            "training.epochs",
+            steps * per_step / prompts,
+            f"max_steps × prompts per step / prompts = {steps} × {per_step} / {prompts}",
+            f"{TRAINER}.max_steps",
+        )
     return prompts
 
 
@@ -265,8 +292,9 @@ def resolve_optimizer(b: SpecBuilder, trainer: NovaTrainer) -> None:
     optim, lora = trainer.optim_config, trainer.peft.lora_tuning
     for name in ("lr", "weight_decay", "adam_beta1", "adam_beta2"):
         b.take(f"optimizer.{name}", optim, name, f"{TRAINER}.optim_config.{name}")
-    b.take("lora.enabled", trainer.peft, "peft_scheme", f"{TRAINER}.peft.peft_scheme",
-           trainer.peft.peft_scheme == "lora")
+    b.take(
+        "lora.enabled", trainer.peft, "peft_scheme", f"{TRAINER}.peft.peft_scheme", trainer.peft.peft_scheme == "lora"
+    )
     b.take("lora.alpha", lora, "alpha", f"{TRAINER}.peft.lora_tuning.alpha")
     b.take("lora.lora_plus_lr_ratio", lora, "lora_plus_lr_ratio", f"{TRAINER}.peft.lora_tuning.lora_plus_lr_ratio")
     for name in ("clip_ratio_high", "kl_loss_coef", "ent_coeff", "loss_scale", "refit_freq"):
@@ -282,22 +310,34 @@ def resolve_intervals(b: SpecBuilder, trainer: NovaTrainer) -> None:
 def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
     endpoint, arn = rewards.api_endpoint, run.reward_lambda_arn
     if endpoint and arn and endpoint.lambda_arn != arn:
-        b.problem("run.reward_lambda_arn", f"differs from {REWARDS}.api_endpoint.lambda_arn "
-                  f"({endpoint.lambda_arn!r}): name one reward endpoint", arn)
+        b.problem(
+            "run.reward_lambda_arn",
+            f"differs from {REWARDS}.api_endpoint.lambda_arn ({endpoint.lambda_arn!r}): name one reward endpoint",
+            arn,
+        )
         return
     if rewards.preset_reward_function and (endpoint or arn):
         field = f"{REWARDS}.api_endpoint" if endpoint else "run.reward_lambda_arn"
-        b.problem(field, "is an alternative to preset_reward_function: set preset_reward_function to null for a "
-                  "custom reward, or remove this")
+        b.problem(
+            field,
+            "is an alternative to preset_reward_function: set preset_reward_function to null for a "
+            "custom reward, or remove this",
+        )
         return
     if rewards.preset_reward_function:
-        b.user("reward.function", PresetReward(name=rewards.preset_reward_function),
-               f"{REWARDS}.preset_reward_function")
+        b.user(
+            "reward.function", PresetReward(name=rewards.preset_reward_function), f"{REWARDS}.preset_reward_function"
+        )
     elif endpoint:
         field = f"{REWARDS}.api_endpoint"
-        config = build_reward(b, NovaLambdaReward, f"{field}.lambda_arn", endpoint=endpoint.lambda_arn,
-                              batch_size=endpoint.lambda_batch_size,
-                              concurrency_limit=endpoint.lambda_concurrency_limit)
+        config = build_reward(
+            b,
+            NovaLambdaReward,
+            f"{field}.lambda_arn",
+            endpoint=endpoint.lambda_arn,
+            batch_size=endpoint.lambda_batch_size,
+            concurrency_limit=endpoint.lambda_concurrency_limit,
+        )
         if config is not None:
             b.user("reward.function", config, field)
     elif arn:
@@ -305,5 +345,6 @@ def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
         if config is not None:
             b.user("reward.function", config, "run.reward_lambda_arn")
     else:
-        b.problem(REWARDS, "names no reward: set preset_reward_function, api_endpoint.lambda_arn or "
-                  "run.reward_lambda_arn")
+        b.problem(
+            REWARDS, "names no reward: set preset_reward_function, api_endpoint.lambda_arn or run.reward_lambda_arn"
+        )

@@ -115,12 +115,18 @@ class OpenAIJob(Strict):
         return value
 
 
-def parse_job(raw: Any, base_dir: Path | None = None, source: str | None = None,
-              file_resolver: FileResolver | None = None, dataset_size: DatasetSizer = count_examples) -> Resolution:
+def parse_job(
+    raw: Any,
+    base_dir: Path | None = None,
+    source: str | None = None,
+    file_resolver: FileResolver | None = None,
+    dataset_size: DatasetSizer = count_examples,
+) -> Resolution:
     """Validate an OpenAI job body (already loaded from JSON) and resolve it."""
     if not isinstance(raw, dict):
-        raise SpecError([FieldProblem("<root>", "an OpenAI job is a JSON object with model, training_file and "
-                                                "method")], source)
+        raise SpecError(
+            [FieldProblem("<root>", "an OpenAI job is a JSON object with model, training_file and method")], source
+        )
     job, problems = validate_all(OpenAIJob, raw)
     if job is None:
         raise SpecError(problems, source)
@@ -136,14 +142,24 @@ def resolve_file(b: SpecBuilder, value: str, field: str, base_dir: Path, resolve
             b.problem(field, f"cannot be resolved: {exc}", value)
             return None
     if FILE_ID.match(value) and not (base_dir / value).exists():
-        b.problem(field, "is a file id, but no file store is available here to look it up: give a local path or a "
-                  "file:// URI, or submit the job to the OpenRFT service", value)
+        b.problem(
+            field,
+            "is a file id, but no file store is available here to look it up: give a local path or a "
+            "file:// URI, or submit the job to the OpenRFT service",
+            value,
+        )
         return None
     return resolve_location(value, base_dir)
 
 
-def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileResolver | None,
-             sizer: DatasetSizer, problems: list[FieldProblem]) -> Resolution:
+def _resolve(
+    job: OpenAIJob,
+    base_dir: Path,
+    source: str | None,
+    resolver: FileResolver | None,
+    sizer: DatasetSizer,
+    problems: list[FieldProblem],
+) -> Resolution:
     hp, ext = job.method.reinforcement.hyperparameters, job.openrft
     b = SpecBuilder(problems)
     b.derived("dialect", "openai", "an OpenAI fine-tuning job (method.type: reinforcement)")
@@ -158,8 +174,11 @@ def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileR
     else:
         b.default("training.seed", ext.seed, "seed", "OpenRFT's fixed seed (OpenAI would draw one)")
     if job.integrations:
-        b.warn("integrations", "are not supported by OpenRFT; ignored (metrics go to metrics.jsonl and TensorBoard, "
-               "and to MLflow with metadata.mlflow_tracking_uri)")
+        b.warn(
+            "integrations",
+            "are not supported by OpenRFT; ignored (metrics go to metrics.jsonl and TensorBoard, "
+            "and to MLflow with metadata.mlflow_tracking_uri)",
+        )
 
     b.model(job.model, base_dir, "model")
     base_rate = base_learning_rate(b, job.model, ext)
@@ -173,9 +192,13 @@ def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileR
 
     _sampling(b, hp, ext)
     multiplier = 1.0 if hp.learning_rate_multiplier == "auto" else hp.learning_rate_multiplier
-    b.derived("optimizer.lr", multiplier * base_rate, f"learning_rate_multiplier {fmt(multiplier)}"
-              f"{' (auto)' if hp.learning_rate_multiplier == 'auto' else ''} × base rate {base_rate:g}",
-              f"{H}.learning_rate_multiplier")
+    b.derived(
+        "optimizer.lr",
+        multiplier * base_rate,
+        f"learning_rate_multiplier {fmt(multiplier)}"
+        f"{' (auto)' if hp.learning_rate_multiplier == 'auto' else ''} × base rate {base_rate:g}",
+        f"{H}.learning_rate_multiplier",
+    )
     rank = ext.lora_rank
     b.derived("lora.alpha", float(2 * rank), "2 × rank, as for Vertex adapters", "openrft.lora_rank")
 
@@ -189,12 +212,20 @@ def _resolve(job: OpenAIJob, base_dir: Path, source: str | None, resolver: FileR
 
 def _sampling(b: SpecBuilder, hp: OpenAIHyperparameters, ext: OpenRFTExtensions) -> None:
     if hp.compute_multiplier == "auto":
-        b.default("sampling.samples_per_prompt", BASE_SAMPLES_PER_PROMPT, f"{H}.compute_multiplier",
-                  f"auto: {BASE_SAMPLES_PER_PROMPT} samples per prompt")
+        b.default(
+            "sampling.samples_per_prompt",
+            BASE_SAMPLES_PER_PROMPT,
+            f"{H}.compute_multiplier",
+            f"auto: {BASE_SAMPLES_PER_PROMPT} samples per prompt",
+        )
     else:
         samples = max(2, round(BASE_SAMPLES_PER_PROMPT * hp.compute_multiplier))
-        b.derived("sampling.samples_per_prompt", samples, f"max(2, round({BASE_SAMPLES_PER_PROMPT} × "
-                  f"compute_multiplier {fmt(hp.compute_multiplier)}))", f"{H}.compute_multiplier")
+        b.derived(
+            "sampling.samples_per_prompt",
+            samples,
+            f"max(2, round({BASE_SAMPLES_PER_PROMPT} × compute_multiplier {fmt(hp.compute_multiplier)}))",
+            f"{H}.compute_multiplier",
+        )
     if ext.max_new_tokens is not None:
         b.user("sampling.max_new_tokens", ext.max_new_tokens, "openrft.max_new_tokens")
     else:
@@ -204,8 +235,7 @@ def _sampling(b: SpecBuilder, hp: OpenAIHyperparameters, ext: OpenRFTExtensions)
         b.user("sampling.max_length", ext.max_length, "openrft.max_length")
     else:
         b.derived("sampling.max_length", tokens + PROMPT_TOKENS, f"max_new_tokens + {PROMPT_TOKENS:,} prompt tokens")
-    b.take("sampling.reasoning_effort", hp, "reasoning_effort", f"{H}.reasoning_effort",
-           REASONING[hp.reasoning_effort])
+    b.take("sampling.reasoning_effort", hp, "reasoning_effort", f"{H}.reasoning_effort", REASONING[hp.reasoning_effort])
     if hp.eval_samples == "auto":
         b.default("evaluation.samples_per_prompt", 1, f"{H}.eval_samples", "auto: one sample per validation prompt")
     else:
@@ -214,8 +244,9 @@ def _sampling(b: SpecBuilder, hp: OpenAIHyperparameters, ext: OpenRFTExtensions)
 
 def _steps(b: SpecBuilder, hp: OpenAIHyperparameters, sizer: DatasetSizer) -> int | None:
     if hp.batch_size == "auto":
-        batch = b.default("training.prompts_per_step", AUTO_BATCH_SIZE, f"{H}.batch_size",
-                          f"auto: {AUTO_BATCH_SIZE} prompts per step")
+        batch = b.default(
+            "training.prompts_per_step", AUTO_BATCH_SIZE, f"{H}.batch_size", f"auto: {AUTO_BATCH_SIZE} prompts per step"
+        )
     else:
         batch = b.user("training.prompts_per_step", hp.batch_size, f"{H}.batch_size")
     prompts = training_prompts(b, sizer, "training_file", "n_epochs")
@@ -223,20 +254,37 @@ def _steps(b: SpecBuilder, hp: OpenAIHyperparameters, sizer: DatasetSizer) -> in
         return None
     if hp.n_epochs == "auto":
         epochs: Fraction = vertex_default_epochs(batch, prompts)
-        b.derived("training.epochs", float(epochs), f"auto: min(110 × batch_size / prompts, 10) = "
-                  f"min(110 × {batch} / {prompts}, 10)", f"{H}.n_epochs")
+        b.derived(
+            "training.epochs",
+            float(epochs),
+            f"auto: min(110 × batch_size / prompts, 10) = min(110 × {batch} / {prompts}, 10)",
+            f"{H}.n_epochs",
+        )
     else:
         epochs = exact(hp.n_epochs)
         b.user("training.epochs", float(hp.n_epochs), f"{H}.n_epochs")
     steps = steps_for_epochs(epochs, prompts, batch)
-    b.derived("training.total_steps", steps, f"ceil(n_epochs × prompts / batch_size) = ceil({fmt(epochs)} × "
-              f"{prompts} / {batch}) = {steps}", f"{H}.n_epochs")
+    b.derived(
+        "training.total_steps",
+        steps,
+        f"ceil(n_epochs × prompts / batch_size) = ceil({fmt(epochs)} × {prompts} / {batch}) = {steps}",
+        f"{H}.n_epochs",
+    )
     if hp.eval_interval == "auto":
         interval = min(steps_per_epoch(prompts, batch), steps)
-        b.derived("evaluation.interval", interval, f"auto: once per epoch, ceil(prompts / batch_size) = "
-                  f"ceil({prompts} / {batch}), at most the run's {steps} steps", f"{H}.eval_interval")
+        b.derived(
+            "evaluation.interval",
+            interval,
+            f"auto: once per epoch, ceil(prompts / batch_size) = "
+            f"ceil({prompts} / {batch}), at most the run's {steps} steps",
+            f"{H}.eval_interval",
+        )
     else:
         interval = b.user("evaluation.interval", hp.eval_interval, f"{H}.eval_interval")
-    b.derived("checkpoint.interval", interval, "at every evaluation: OpenAI keeps the best checkpoints by "
-              "validation reward", f"{H}.eval_interval")
+    b.derived(
+        "checkpoint.interval",
+        interval,
+        "at every evaluation: OpenAI keeps the best checkpoints by validation reward",
+        f"{H}.eval_interval",
+    )
     return prompts

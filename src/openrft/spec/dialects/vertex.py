@@ -85,20 +85,23 @@ class VertexRequest(Strict):
     openrft: OpenRFTExtensions = OpenRFTExtensions()
 
 
-def parse_request(raw: Any, base_dir: Path | None = None, source: str | None = None,
-                  dataset_size: DatasetSizer = count_examples) -> Resolution:
+def parse_request(
+    raw: Any, base_dir: Path | None = None, source: str | None = None, dataset_size: DatasetSizer = count_examples
+) -> Resolution:
     """Validate a Vertex request (already loaded from JSON) and resolve it."""
     if not isinstance(raw, dict):
-        raise SpecError([FieldProblem("<root>", "a Vertex request is a JSON object with reinforcementTuningSpec")],
-                        source)
+        raise SpecError(
+            [FieldProblem("<root>", "a Vertex request is a JSON object with reinforcementTuningSpec")], source
+        )
     request, problems = validate_all(VertexRequest, raw)
     if request is None:
         raise SpecError(problems, source)
     return _resolve(request, base_dir or Path.cwd(), source, dataset_size, problems)
 
 
-def _resolve(request: VertexRequest, base_dir: Path, source: str | None, sizer: DatasetSizer,
-             problems: list[FieldProblem]) -> Resolution:
+def _resolve(
+    request: VertexRequest, base_dir: Path, source: str | None, sizer: DatasetSizer, problems: list[FieldProblem]
+) -> Resolution:
     rts, hp, ext = request.reinforcementTuningSpec, request.reinforcementTuningSpec.hyperParameters, request.openrft
     b = SpecBuilder(problems)
     b.derived("dialect", "vertex", "a Vertex reinforcementTuningSpec request")
@@ -107,8 +110,11 @@ def _resolve(request: VertexRequest, base_dir: Path, source: str | None, sizer: 
         b.user("name", request.tunedModelDisplayName, "tunedModelDisplayName")
     if request.labels or request.description:
         meta = {"labels": request.labels} if request.labels else {}
-        b.user("metadata", {**meta, **({"description": request.description} if request.description else {})},
-               "labels, description")
+        b.user(
+            "metadata",
+            {**meta, **({"description": request.description} if request.description else {})},
+            "labels, description",
+        )
     tracking_from_metadata(b, request.labels, "labels")
 
     b.model(request.baseModel, base_dir, "baseModel")
@@ -120,25 +126,35 @@ def _resolve(request: VertexRequest, base_dir: Path, source: str | None, sizer: 
     b.take("sampling.samples_per_prompt", hp, "samplesPerPrompt", f"{HP}.samplesPerPrompt")
     product = batch * samples
     if product % SAMPLES_PER_STEP_MULTIPLE:
-        b.problem(f"{HP}.samplesPerPrompt", f"× batchSize ({batch}) = {product}, which is not divisible by 16",
-                  samples)
+        b.problem(f"{HP}.samplesPerPrompt", f"× batchSize ({batch}) = {product}, which is not divisible by 16", samples)
     elif product > MAX_SAMPLES_PER_STEP:
-        b.problem(f"{HP}.samplesPerPrompt", f"× batchSize ({batch}) = {product:,}, which is more than 8,192",
-                  samples)
+        b.problem(f"{HP}.samplesPerPrompt", f"× batchSize ({batch}) = {product:,}, which is more than 8,192", samples)
 
     b.take("sampling.max_new_tokens", hp, "maxOutputTokens", f"{HP}.maxOutputTokens")
     if ext.max_length is not None:
         b.user("sampling.max_length", ext.max_length, "openrft.max_length")
     else:
-        b.derived("sampling.max_length", hp.maxOutputTokens + PROMPT_TOKENS,
-                  f"maxOutputTokens + {PROMPT_TOKENS:,} prompt tokens", f"{HP}.maxOutputTokens")
+        b.derived(
+            "sampling.max_length",
+            hp.maxOutputTokens + PROMPT_TOKENS,
+            f"maxOutputTokens + {PROMPT_TOKENS:,} prompt tokens",
+            f"{HP}.maxOutputTokens",
+        )
     b.take("sampling.reasoning_effort", hp, "thinkingLevel", f"{HP}.thinkingLevel", THINKING_LEVELS[hp.thinkingLevel])
     rate = hp.learningRateMultiplier * base_rate
-    b.derived("optimizer.lr", rate, f"learningRateMultiplier {fmt(hp.learningRateMultiplier)} × base rate "
-              f"{base_rate:g}", f"{HP}.learningRateMultiplier")
+    b.derived(
+        "optimizer.lr",
+        rate,
+        f"learningRateMultiplier {fmt(hp.learningRateMultiplier)} × base rate {base_rate:g}",
+        f"{HP}.learningRateMultiplier",
+    )
     rank = b.take("lora.rank", hp, "adapterSize", f"{HP}.adapterSize", ADAPTER_RANKS[hp.adapterSize])
-    b.derived("lora.alpha", float(2 * rank), "2 × rank: the adapter scale alpha/rank is 2 for every adapterSize",
-              f"{HP}.adapterSize")
+    b.derived(
+        "lora.alpha",
+        float(2 * rank),
+        "2 × rank: the adapter scale alpha/rank is 2 for every adapterSize",
+        f"{HP}.adapterSize",
+    )
 
     prompts = _steps(b, hp, sizer)
     _intervals(b, hp, prompts)
@@ -149,13 +165,16 @@ def _resolve(request: VertexRequest, base_dir: Path, source: str | None, sizer: 
 def _data(b: SpecBuilder, rts: VertexTuningSpec, base_dir: Path) -> None:
     b.user("data.train", resolve_location(rts.trainingDatasetUri, base_dir), f"{SPEC}.trainingDatasetUri")
     if rts.validationDatasetUri:
-        b.user("data.validation", resolve_location(rts.validationDatasetUri, base_dir),
-               f"{SPEC}.validationDatasetUri")
+        b.user("data.validation", resolve_location(rts.validationDatasetUri, base_dir), f"{SPEC}.validationDatasetUri")
     rule = "with no validation set, Vertex holds out 25% of training or 50 examples, whichever is larger"
     b.default("data.validation_fraction", 0.25, f"{SPEC}.validationDatasetUri", rule)
     b.default("data.validation_min_examples", 50, f"{SPEC}.validationDatasetUri", rule)
-    b.default("data.validation_max_examples", VALIDATION_LIMIT, f"{SPEC}.validationDatasetUri",
-              "at most Vertex's validation limit")
+    b.default(
+        "data.validation_max_examples",
+        VALIDATION_LIMIT,
+        f"{SPEC}.validationDatasetUri",
+        "at most Vertex's validation limit",
+    )
     b.default("data.train_examples_limit", TRAIN_LIMIT, f"{SPEC}.trainingDatasetUri", "Vertex's limit")
     b.default("data.validation_examples_limit", VALIDATION_LIMIT, f"{SPEC}.validationDatasetUri", "Vertex's limit")
 
@@ -172,15 +191,24 @@ def _steps(b: SpecBuilder, hp: VertexHyperParameters, sizer: DatasetSizer) -> in
         needed = "the default evaluateInterval/checkpointInterval (once per epoch)"
     else:
         needed = None
-    prompts = training_prompts(b, sizer, f"{SPEC}.trainingDatasetUri", needed,
-                               "or set stepCount, evaluateInterval and checkpointInterval",
-                               f"{SPEC}.validationDatasetUri")
+    prompts = training_prompts(
+        b,
+        sizer,
+        f"{SPEC}.trainingDatasetUri",
+        needed,
+        "or set stepCount, evaluateInterval and checkpointInterval",
+        f"{SPEC}.validationDatasetUri",
+    )
     batch = hp.batchSize
     if hp.stepCount is not None:
         field, steps, origin, note = f"{HP}.stepCount", hp.stepCount, "user", f"stepCount {hp.stepCount}"
         if prompts:
-            b.derived("training.epochs", hp.stepCount * batch / prompts,
-                      f"stepCount × batchSize / prompts = {hp.stepCount} × {batch} / {prompts}", field)
+            b.derived(
+                "training.epochs",
+                hp.stepCount * batch / prompts,
+                f"stepCount × batchSize / prompts = {hp.stepCount} × {batch} / {prompts}",
+                field,
+            )
     elif prompts is None:
         return None
     else:
@@ -190,8 +218,12 @@ def _steps(b: SpecBuilder, hp: VertexHyperParameters, sizer: DatasetSizer) -> in
             b.user("training.epochs", hp.epochCount, field)
         else:
             epochs = vertex_default_epochs(batch, prompts)
-            b.derived("training.epochs", float(epochs),
-                      f"Vertex default min(110 × batchSize / prompts, 10) = min(110 × {batch} / {prompts}, 10)", field)
+            b.derived(
+                "training.epochs",
+                float(epochs),
+                f"Vertex default min(110 × batchSize / prompts, 10) = min(110 × {batch} / {prompts}, 10)",
+                field,
+            )
         steps, origin = steps_for_epochs(epochs, prompts, batch), "derived"
         note = f"ceil(epochs × prompts / batchSize) = ceil({fmt(epochs)} × {prompts} / {batch}) = {steps}"
     if steps > MAX_STEPS:
@@ -211,13 +243,20 @@ def _intervals(b: SpecBuilder, hp: VertexHyperParameters, prompts: int | None) -
         if was_set(hp, name):
             b.user(path, getattr(hp, name), f"{HP}.{name}")
         elif per_epoch is not None:
-            b.derived(path, per_epoch, note + (f", at most the run's {total} steps" if per_epoch == total else ""),
-                      f"{HP}.{name}")
+            b.derived(
+                path,
+                per_epoch,
+                note + (f", at most the run's {total} steps" if per_epoch == total else ""),
+                f"{HP}.{name}",
+            )
     evaluate, checkpoint = b.values.get("evaluation.interval"), b.values.get("checkpoint.interval")
     if evaluate and checkpoint and checkpoint % evaluate:
-        b.warn(f"{HP}.checkpointInterval", f"is not a multiple of evaluateInterval ({evaluate}): Vertex recommends "
-               "checkpointInterval = evaluateInterval × N, so that every checkpoint has a fresh evaluation",
-               checkpoint)
+        b.warn(
+            f"{HP}.checkpointInterval",
+            f"is not a multiple of evaluateInterval ({evaluate}): Vertex recommends "
+            "checkpointInterval = evaluateInterval × N, so that every checkpoint has a fresh evaluation",
+            checkpoint,
+        )
 
 
 def _reward(b: SpecBuilder, rts: VertexTuningSpec) -> None:
