@@ -391,7 +391,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("suites", nargs="*", default=list(SUITES), help=f"any of {', '.join(SUITES)} (default: all)")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: the engine's choice)")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: checks that it all runs")
-    parser.add_argument("--steps", type=int, default=60, help="vs-trl: training steps per run (the recipe's 60)")
+    parser.add_argument("--steps", type=int, default=60, help="vs-trl: training steps per run (default 60)")
     parser.add_argument("--seeds", type=int, default=3, help="vs-trl: seeds per system")
     parser.add_argument("--eval-every", type=int, default=10, help="vs-trl: evaluate every N steps")
     parser.add_argument("--warmup", type=int, default=2, help="vs-trl: steps left out of the median")
