@@ -145,7 +145,8 @@ def test_the_seed_documents_recipe_resolves_field_by_field():
                     "rewards": {"preset_reward_function": "exact_match"},
                 }
             },
-            "training_config.rollout.rollout_strategy.age_tolerance: 2 needs rollout_strategy.type: off_policy_async",
+            "training_config.rollout.rollout_strategy.age_tolerance: 2 needs "
+            "training_config.rollout.rollout_strategy.type: off_policy_async",
         ),
         ({"rollout": {"rewards": {}}}, "training_config.rollout.rewards: names no reward"),
     ],

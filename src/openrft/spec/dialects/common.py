@@ -72,6 +72,10 @@ class OpenRFTExtensions(Strict):
     base_learning_rate: float | None = Field(None, gt=0, description="what a learning-rate multiplier scales")
     max_length: int | None = Field(None, ge=2, description="prompt + response tokens")
     max_new_tokens: int | None = Field(None, ge=1)
+    rollout_strategy: Literal["sync", "off_policy_async"] = "sync"
+    age_tolerance: int | None = Field(None, ge=0, description="off_policy_async only; default 2")
+    replicas: int = Field(1, ge=1)
+    generation_replicas: int = Field(1, ge=1)
 
 
 EXTENSION_TARGETS = {
@@ -96,9 +100,12 @@ EXTENSION_TARGETS = {
     "device": "runtime.device",
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
+    "replicas": "rollout.replicas",
+    "generation_replicas": "rollout.generation_replicas",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
-apply themselves (they combine with dialect fields)."""
+apply themselves (they combine with dialect fields), rollout_strategy and age_tolerance go together
+through ``rollout_strategy``."""
 
 
 def apply_extensions(b: SpecBuilder, ext: OpenRFTExtensions, covered: dict[str, str], dialect: str) -> None:
@@ -109,6 +116,24 @@ def apply_extensions(b: SpecBuilder, ext: OpenRFTExtensions, covered: dict[str, 
     for name, path in EXTENSION_TARGETS.items():
         if name not in covered:
             b.take(path, ext, name, f"openrft.{name}", note=None if was_set(ext, name) else OPENRFT_DEFAULT)
+    if "rollout_strategy" not in covered:
+        rollout_strategy(b, ext, "rollout_strategy", "age_tolerance", "openrft")
+
+
+def rollout_strategy(b: SpecBuilder, model: BaseModel, type_name: str, tolerance_name: str, prefix: str) -> None:
+    """``rollout.strategy`` and ``rollout.age_tolerance``: 0 for sync (anything else is a problem),
+    Nova's documented 2 for off_policy_async unless given."""
+    strategy, tolerance = getattr(model, type_name), getattr(model, tolerance_name)
+    type_field, tolerance_field = f"{prefix}.{type_name}", f"{prefix}.{tolerance_name}"
+    b.take("rollout.strategy", model, type_name, type_field)
+    if strategy == "sync":
+        if tolerance not in (None, 0):
+            b.problem(tolerance_field, f"needs {type_field}: off_policy_async (sync rollouts have age 0)", tolerance)
+        b.derived("rollout.age_tolerance", 0, "sync rollouts are never stale", type_field)
+    elif tolerance is None:
+        b.default("rollout.age_tolerance", 2, tolerance_field, "Nova's documented value for off_policy_async")
+    else:
+        b.user("rollout.age_tolerance", tolerance, tolerance_field)
 
 
 MLFLOW_SETTINGS = ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name")

@@ -26,6 +26,7 @@ from openrft.spec.dialects.common import (
     build_reward,
     closed,
     count_examples,
+    rollout_strategy,
     training_prompts,
     validate_all,
 )
@@ -43,6 +44,10 @@ COVERED = {
     "base_learning_rate": f"{TRAINER}.optim_config.lr",
     "max_length": f"{TC}.max_length",
     "max_new_tokens": f"{ROLLOUT}.generator.max_new_tokens",
+    "rollout_strategy": f"{ROLLOUT}.rollout_strategy.type",
+    "age_tolerance": f"{ROLLOUT}.rollout_strategy.age_tolerance",
+    "replicas": "run.replicas",
+    "generation_replicas": "run.generation_replicas",
 }
 
 
@@ -238,21 +243,7 @@ def _sampling(b: SpecBuilder, tc: NovaTrainingConfig) -> None:
 
 
 def _rollout(b: SpecBuilder, run: NovaRun, rollout: NovaRollout) -> None:
-    strategy = rollout.rollout_strategy
-    field = f"{ROLLOUT}.rollout_strategy"
-    b.take("rollout.strategy", strategy, "type", f"{field}.type")
-    if strategy.type == "sync":
-        if strategy.age_tolerance not in (None, 0):
-            b.problem(
-                f"{field}.age_tolerance",
-                "needs rollout_strategy.type: off_policy_async (sync rollouts have age 0)",
-                strategy.age_tolerance,
-            )
-        b.derived("rollout.age_tolerance", 0, "sync rollouts are never stale", f"{field}.type")
-    elif strategy.age_tolerance is None:
-        b.default("rollout.age_tolerance", 2, f"{field}.age_tolerance", "Nova's documented value for off_policy_async")
-    else:
-        b.user("rollout.age_tolerance", strategy.age_tolerance, f"{field}.age_tolerance")
+    rollout_strategy(b, rollout.rollout_strategy, "type", "age_tolerance", f"{ROLLOUT}.rollout_strategy")
     b.take("rollout.replicas", run, "replicas", "run.replicas")
     b.take("rollout.generation_replicas", run, "generation_replicas", "run.generation_replicas")
 
