@@ -13,7 +13,7 @@ import pytest
 
 from openrft.cli import main
 from openrft.data.loader import DatasetError, load_dataset
-from openrft.storage import StorageError, check_output_location, read_text
+from openrft.storage import StorageError, check_output_location
 from tests.conftest import DEMO_DATA
 from tests.monitoring.servers import moto_server
 
@@ -61,13 +61,6 @@ def test_missing_object_and_bucket_are_named(s3):
     assert "bucket 'no-such-bucket-8' does not exist" in str(no_bucket.value)
     with pytest.raises(StorageError, match=r"s3://no-such-bucket-8/out: bucket 'no-such-bucket-8' does not exist"):
         check_output_location("s3://no-such-bucket-8/out")
-
-
-def test_gcs_without_its_package_names_the_extra():
-    if pytest.importorskip("importlib.util").find_spec("gcsfs") is not None:
-        pytest.skip("gcsfs is installed")
-    with pytest.raises(StorageError, match=r"gs://b/x.jsonl: gs:// locations need gcsfs: pip install 'openrft\[gcs\]'"):
-        read_text("gs://b/x.jsonl")
 
 
 @pytest.mark.slow
