@@ -66,6 +66,38 @@ def test_ray_actors_reproduce_the_local_synchronous_run(cluster, recipe_factory,
 
 
 @pytest.mark.slow
+def test_two_data_parallel_learners_stay_equal_and_step_like_one(cluster, recipe_factory, tmp_path):
+    local = _spec(recipe_factory, 2, "local")
+    on_ray = _spec(recipe_factory, 2, "ray", "off_policy_async", 0)
+    on_ray.rollout.replicas = 2
+    runtime = runtime_for(on_ray)
+    seen = {}
+
+    def inspect_learners(step, metrics):
+        seen["pids"] = {ray.get(a.pid.remote()) for a in runtime._learners}
+        seen[step] = [ray.get(a.adapter_state.remote()) for a in runtime._learners]
+
+    RFTJob(local, tmp_path / "local", show_progress=False).run()
+    job = RFTJob(on_ray, tmp_path / "ray", show_progress=False, runtime=runtime, listeners=(inspect_learners,))
+    assert job.run()["status"] == "succeeded"
+    assert len(seen["pids"]) == 2  # two learner actors, in two processes
+    for step in (1, 2):  # every learner applied the same summed gradient: the same weights
+        first, second = seen[step]
+        assert all(torch.equal(first[name], second[name]) for name in first)
+    assert any(not torch.equal(seen[1][0][n], seen[2][0][n]) for n in seen[1][0])  # and they train
+
+    def train_rows(run):
+        rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in rows if "actor/pg_loss" in r]
+
+    # the first update is the single learner's on the same rollouts, up to float summation order (after
+    # it, Adam's sign-like first steps turn float noise in near-zero gradients into lr-sized differences)
+    want, have = train_rows("local")[0], train_rows("ray")[0]
+    for key in ("actor/pg_loss", "actor/entropy", "actor/trained_tokens", "actor/grad_norm", "critic/rewards/mean"):
+        assert have[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.slow
 def test_two_replicas_and_a_replica_killed_mid_job(cluster, recipe_factory, tmp_path):
     spec = _spec(recipe_factory, 5, "ray", "off_policy_async", 1, replicas=2)
     runtime = runtime_for(spec)

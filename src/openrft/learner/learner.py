@@ -49,6 +49,34 @@ def token_logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
+SUM_KEYS = ("pg_loss", "clipped", "kl", "entropy", "is_weight", "mismatch_kl", "off_policy")
+
+
+def response_tokens(samples: list[TrainSample]) -> int:
+    total = sum(len(s.response_ids) for s in samples)
+    if total == 0:
+        raise ValueError("a training batch needs at least one response token")
+    return total
+
+
+def step_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float, lr: float, kl: bool) -> dict[str, float]:
+    """One update's metrics from the loss sums of its samples (summed over data-parallel learners too)."""
+    metrics = {
+        "actor/pg_loss": sums["pg_loss"] / total_tokens,
+        "actor/pg_clipfrac": sums["clipped"] / total_tokens,
+        "actor/entropy": sums["entropy"] / total_tokens,
+        "actor/grad_norm": grad_norm,
+        "actor/lr": lr,
+        "actor/trained_tokens": float(total_tokens),
+    }
+    if kl:
+        metrics["actor/kl"] = sums["kl"] / total_tokens
+    if sums["off_policy"]:
+        metrics["actor/importance_weight_mean"] = sums["is_weight"] / total_tokens
+        metrics["rollout/mismatch_kl"] = sums["mismatch_kl"] / total_tokens
+    return metrics
+
+
 class Learner:
     """Owns the policy's optimizer and the policy version (the number of updates so far)."""
 
@@ -66,18 +94,23 @@ class Learner:
         return self.config.algorithm.kl_loss_coef > 0
 
     def step(self, samples: list[TrainSample]) -> dict[str, float]:
-        """Accumulate the gradient of every micro-batch, then take one optimizer step.
+        """Accumulate the gradient of every micro-batch, then take one optimizer step."""
+        total_tokens = response_tokens(samples)
+        sums = self.accumulate(samples, total_tokens)
+        grad_norm = self.apply_update()
+        return step_metrics(sums, total_tokens, grad_norm, self.optimizer.param_groups[0]["lr"], self.use_kl)
 
-        Token-level aggregation: each micro-batch's token sum is divided by the number of response
-        tokens in the whole global batch, so the result does not depend on how it was split.
+    def accumulate(self, samples: list[TrainSample], total_tokens: int) -> dict[str, float]:
+        """Add the gradient of ``samples`` to the parameters' ``.grad``; the loss sums of its metrics.
+
+        Token-level aggregation: each micro-batch's token sum is divided by ``total_tokens``, the
+        response tokens of the whole global batch, so the result does not depend on how the batch
+        was split, into micro-batches here or across data-parallel learners.
         """
         algo = self.config.algorithm
-        total_tokens = sum(len(s.response_ids) for s in samples)
-        if total_tokens == 0:
-            raise ValueError("a training batch needs at least one response token")
         if not self.model.training:  # train() walks every module: skip it when nothing changes
             self.model.train()
-        sums = {"pg_loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0, "is_weight": 0.0, "mismatch_kl": 0.0}
+        sums = dict.fromkeys(SUM_KEYS, 0.0)
         for indices in self.plan(samples):
             mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
             ref_logp = self._reference_logp(mb) if self.use_kl else None
@@ -94,6 +127,7 @@ class Learner:
                 weight = truncated_importance_weight(proximal, mb.behaviour_logp, self.config.importance_weight_cap)
                 delta = mb.behaviour_logp - proximal
                 sums["mismatch_kl"] += ((delta.exp() - delta - 1) * mb.response_mask).sum().item()
+                sums["off_policy"] = 1.0
             terms = policy_loss_terms(
                 logp,
                 proximal,
@@ -114,24 +148,24 @@ class Learner:
             sums["kl"] += terms.kl
             sums["entropy"] += (entropy.detach() * mb.response_mask).sum().item()
             sums["is_weight"] += terms.importance_weight
+        return sums
+
+    def apply_update(self) -> float:
+        """Clip the accumulated gradient, step, and count the update; the gradient norm before clipping."""
         grad_norm = self._clip_and_step()
         self.version += 1
-        if algo.refit_freq and self.version % algo.refit_freq == 0:
+        if self.config.algorithm.refit_freq and self.version % self.config.algorithm.refit_freq == 0:
             self.policy.refit_reference()
-        metrics = {
-            "actor/pg_loss": sums["pg_loss"] / total_tokens,
-            "actor/pg_clipfrac": sums["clipped"] / total_tokens,
-            "actor/entropy": sums["entropy"] / total_tokens,
-            "actor/grad_norm": grad_norm,
-            "actor/lr": self.optimizer.param_groups[0]["lr"],
-            "actor/trained_tokens": float(total_tokens),
-        }
-        if self.use_kl:
-            metrics["actor/kl"] = sums["kl"] / total_tokens
-        if any(s.behaviour_logp is not None for s in samples):
-            metrics["actor/importance_weight_mean"] = sums["is_weight"] / total_tokens
-            metrics["rollout/mismatch_kl"] = sums["mismatch_kl"] / total_tokens
-        return metrics
+        return grad_norm
+
+    def gradients(self) -> list[torch.Tensor]:
+        """The accumulated gradient of each trainable parameter (zeros where none flowed)."""
+        return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.policy.trainable_parameters()]
+
+    def set_gradients(self, grads: list[torch.Tensor]) -> None:
+        """Use ``grads`` as the accumulated gradient; copied, since clipping scales ``.grad`` in place."""
+        for param, grad in zip(self.policy.trainable_parameters(), grads, strict=True):
+            param.grad = grad.to(param.device, param.dtype, copy=True)
 
     def plan(self, samples: list[TrainSample]) -> list[list[int]]:
         """Shared-prefix micro-batches sorted and sized by padded tokens (``plan_micro_batches``)."""

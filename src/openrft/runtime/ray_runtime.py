@@ -1,9 +1,11 @@
 """The Ray runtime (``rollout.runtime: ray``): the learner and the generation replicas are Ray actors.
 
-- One placement group holds a bundle for the learner and one per generation replica
-  (``rollout.generation_replicas``), one CPU each (``runtime.threads`` CPUs when set) and one GPU
-  each when the cluster has enough; the job waits for it and fails with the missing resources named.
-- The learner actor loads the model, trains, and evaluates. After each update its adapter state is
+- One placement group holds a bundle per learner (``rollout.replicas``) and one per generation
+  replica (``rollout.generation_replicas``), one CPU each (``runtime.threads`` CPUs when set) and one
+  GPU each when the cluster has enough; the job waits for it and fails with the missing resources named.
+- Several learners are data-parallel (``RayLearner``): each takes a share of the batch, the driver
+  sums their gradients, and every learner applies the sum, so they stay identical.
+- The first learner actor also evaluates. After each update its adapter state is
   returned by an actor call, so the weights go into Ray's object store once and every replica
   fetches them from there by reference (adapter weights only with LoRA, never the base model).
 - A replica whose actor dies is replaced in its bundle, given the adapter it was serving, and its
@@ -18,6 +20,7 @@ it a Ray instance is started for the job and shut down after. Every node needs O
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -30,6 +33,7 @@ from openrft.engine.async_rollouts import GenerationReplica
 from openrft.engine.local_runtime import LearnerParts, learner_config, remote_replicas, replica_seed
 from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
+from openrft.learner.learner import SUM_KEYS, response_tokens, step_metrics
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.job import JobSpec
 
@@ -66,10 +70,30 @@ class LearnerActor:
     def version(self) -> int:
         return self.learner.version
 
+    def use_kl(self) -> bool:
+        return self.learner.use_kl
+
+    def pid(self) -> int:
+        return os.getpid()
+
     def step(self, samples: list) -> tuple[dict[str, float], int]:
         metrics = self.learner.step(samples)
         self.generator.set_policy_version(self.learner.version)
         return metrics, self.learner.version
+
+    def backward(self, samples: list, total_tokens: int) -> tuple[dict[str, float], list[torch.Tensor]]:
+        """Data-parallel, first half: this learner's share of the global batch's gradient."""
+        sums = self.learner.accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
+        grads = self.learner.gradients()
+        self.learner.optimizer.zero_grad(set_to_none=True)
+        return sums, grads
+
+    def apply(self, grads: list[torch.Tensor]) -> tuple[float, float, int]:
+        """Data-parallel, second half: the same summed gradient and step on every learner keeps them equal."""
+        self.learner.set_gradients(grads)
+        grad_norm = self.learner.apply_update()
+        self.generator.set_policy_version(self.learner.version)
+        return grad_norm, self.learner.optimizer.param_groups[0]["lr"], self.learner.version
 
     def state_dict(self) -> dict:
         return self.learner.state_dict()
@@ -133,23 +157,46 @@ class GenerationActor:
 
 
 class RayLearner:
-    """The learner as the loop sees it (``step``, ``version``, state), running on ``LearnerActor``."""
+    """The learner as the loop sees it (``step``, ``version``, state), running on ``LearnerActor``s.
 
-    def __init__(self, actor):
+    With several actors (``rollout.replicas``) the learners are data-parallel: each computes the
+    gradient of its share of the batch (normalised by the global batch's tokens), the driver sums
+    them, and every learner applies the same sum, so all of them hold the same weights; the first
+    one serves evaluation, checkpoints and the adapter for the generators.
+    """
+
+    def __init__(self, actors: list):
         import ray
 
-        self.actor, self._ray = actor, ray
-        self.version = ray.get(actor.version.remote())
+        self.actors, self._ray = actors, ray
+        self.actor = actors[0]
+        self.version = ray.get(self.actor.version.remote())
+        self.use_kl: bool | None = None
 
     def step(self, samples: list) -> dict[str, float]:
-        metrics, self.version = self._ray.get(self.actor.step.remote(samples))
-        return metrics
+        if len(self.actors) == 1:
+            metrics, self.version = self._ray.get(self.actor.step.remote(samples))
+            return metrics
+        ray, total_tokens = self._ray, response_tokens(samples)
+        share = math.ceil(len(samples) / len(self.actors))
+        parts = ray.get(
+            [a.backward.remote(samples[i * share : (i + 1) * share], total_tokens) for i, a in enumerate(self.actors)]
+        )
+        sums = {key: sum(part[0][key] for part in parts) for key in SUM_KEYS}
+        grads = [torch.stack(tensors).sum(0) for tensors in zip(*(part[1] for part in parts), strict=True)]
+        grads_ref = ray.put(grads)
+        results = ray.get([a.apply.remote(grads_ref) for a in self.actors])
+        grad_norm, lr, self.version = results[0]
+        if self.use_kl is None:
+            self.use_kl = ray.get(self.actor.use_kl.remote())
+        return step_metrics(sums, total_tokens, grad_norm, lr, self.use_kl)
 
     def state_dict(self) -> dict:
         return self._ray.get(self.actor.state_dict.remote())
 
     def load_state_dict(self, state: dict) -> None:
-        self.version = self._ray.get(self.actor.load_state_dict.remote(state))
+        ref = self._ray.put(state)
+        self.version = self._ray.get([a.load_state_dict.remote(ref) for a in self.actors])[0]
 
 
 class RayAdapterWriter:
@@ -241,7 +288,7 @@ class RayRuntime:
         self.replicas: list[RayReplica] = []
         self._started_ray = False
         self._group = None
-        self._learner = None
+        self._learners: list = []
 
     def _connect(self):
         import ray
@@ -260,7 +307,8 @@ class RayRuntime:
         ray = self._connect()
         from ray.util.placement_group import placement_group
 
-        count = 1 + self.spec.rollout.generation_replicas
+        learners = self.spec.rollout.replicas
+        count = learners + self.spec.rollout.generation_replicas
         cpus = float(self.spec.runtime.threads or 1)
         gpus = 1.0 if self.spec.runtime.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= count else 0.0
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
@@ -269,8 +317,9 @@ class RayRuntime:
         if not ready:
             ray.util.remove_placement_group(group)
             raise OpenRFTError(
-                f"the Ray cluster cannot place the job: it needs {count} x {bundle} (1 learner + "
-                f"rollout.generation_replicas {count - 1}); the cluster has {ray.cluster_resources()}"
+                f"the Ray cluster cannot place the job: it needs {count} x {bundle} (rollout.replicas {learners} "
+                f"learners + rollout.generation_replicas {count - learners}); the cluster has "
+                f"{ray.cluster_resources()}"
             )
         self._group, self._bundle = group, bundle
         return ray
@@ -288,16 +337,16 @@ class RayRuntime:
 
     def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
         ray = self._placement()
-        if spec.rollout.replicas > 1:
-            self.on_event(
-                "warn",
-                f"rollout.replicas is {spec.rollout.replicas}: the Ray runtime runs the learner as "
-                "one actor (data-parallel learners are not implemented)",
-            )
-        actor = ray.remote(LearnerActor).options(**self._options(0)).remote(spec.model_dump_json())
-        self._learner = actor
+        spec_json = spec.model_dump_json()
+        self._learners = [
+            ray.remote(LearnerActor).options(**self._options(i)).remote(spec_json) for i in range(spec.rollout.replicas)
+        ]
+        actor = self._learners[0]
         return LearnerParts(
-            RayLearner(actor), RayAdapterWriter(actor), RayEvalGenerator(actor), lambda: actor.adapter_state.remote()
+            RayLearner(self._learners),
+            RayAdapterWriter(actor),
+            RayEvalGenerator(actor),
+            lambda: actor.adapter_state.remote(),
         )
 
     def generation_replicas(
@@ -312,7 +361,7 @@ class RayRuntime:
 
         def starter(index: int) -> Callable[[], Any]:
             seed = replica_seed(spec.training.seed, index)
-            return lambda: remote_class.options(**self._options(1 + index)).remote(spec_json, seed)
+            return lambda: remote_class.options(**self._options(spec.rollout.replicas + index)).remote(spec_json, seed)
 
         self.replicas = [
             RayReplica(starter(i), f"ray-{i}", self.on_event) for i in range(spec.rollout.generation_replicas)
@@ -327,8 +376,8 @@ class RayRuntime:
         for replica in self.replicas:
             with contextlib.suppress(Exception):  # already closed or dead
                 replica.close()
-        if self._learner is not None:
-            ray.kill(self._learner, no_restart=True)
+        for learner in self._learners:
+            ray.kill(learner, no_restart=True)
         if self._group is not None:
             ray.util.remove_placement_group(self._group)
         if self._started_ray:
