@@ -170,8 +170,7 @@ class RayLearner:
 
         self.actors, self._ray = actors, ray
         self.actor = actors[0]
-        self.version = ray.get(self.actor.version.remote())
-        self.use_kl: bool | None = None
+        self.version, self.use_kl = ray.get([self.actor.version.remote(), self.actor.use_kl.remote()])
 
     def step(self, samples: list) -> dict[str, float]:
         if len(self.actors) == 1:
@@ -187,8 +186,6 @@ class RayLearner:
         grads_ref = ray.put(grads)
         results = ray.get([a.apply.remote(grads_ref) for a in self.actors])
         grad_norm, lr, self.version = results[0]
-        if self.use_kl is None:
-            self.use_kl = ray.get(self.actor.use_kl.remote())
         return step_metrics(sums, total_tokens, grad_norm, lr, self.use_kl)
 
     def state_dict(self) -> dict:
