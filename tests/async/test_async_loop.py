@@ -153,3 +153,18 @@ def test_stale_groups_are_dropped_counted_and_regenerated(recipe_factory):
     finally:
         source.close()
         rewards.close()
+
+
+def test_learner_replicas_on_the_local_runtime_are_reported(recipe_factory, tmp_path):
+    spec = load_job(recipe_factory(max_steps=1))
+    spec.rollout.replicas = 3
+    events = []
+    job = RFTJob(
+        spec, tmp_path / "run", show_progress=False, on_event=lambda level, message: events.append((level, message))
+    )
+    assert job.run()["status"] == "succeeded"
+    assert (
+        "warn",
+        "rollout.replicas is 3: the local runtime trains with one learner (rollout.runtime ray runs that "
+        "many data-parallel learners)",
+    ) in events

@@ -191,6 +191,12 @@ class RFTJob:
         if self.mirror is not None:  # before anything is loaded: a wrong bucket fails in seconds
             self.mirror.check(resuming=self.resume)
         self._build()
+        if self.spec.rollout.replicas > 1 and self.runtime.name == "local":
+            self.on_event(
+                "warn",
+                f"rollout.replicas is {self.spec.rollout.replicas}: the local runtime trains with one learner "
+                "(rollout.runtime ray runs that many data-parallel learners)",
+            )
         start_step = self._restore() if self.resume else 0
         if not self.resume:
             (self.run_dir / "spec.json").write_text(self.spec.model_dump_json(indent=2))
