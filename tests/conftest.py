@@ -10,6 +10,20 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA = ROOT / "examples" / "arithmetic"
 
+# a continuous reward, so that advantages (and so the updates) are not zero on a weak model
+FUZZY_REWARD = {
+    "function": {
+        "type": "openai_grader",
+        "grader": {
+            "type": "text_similarity",
+            "name": "fuzzy",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}",
+            "evaluation_metric": "fuzzy_match",
+        },
+    }
+}
+
 
 def small_recipe(tmp_path: Path, **trainer) -> Path:
     """A Nova recipe for the demo model that runs a step in about a second on 2 CPU cores."""

@@ -15,20 +15,10 @@ from openrft.rewards.runner import RewardRunner
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
 from openrft.spec.dialects import load_job
-from openrft.spec.rewards import OpenAIGraderReward, RewardSpec
+from openrft.spec.rewards import RewardSpec
+from tests.conftest import FUZZY_REWARD
 
-# a continuous reward, so that advantages (and so the updates) are not zero on a weak model
-FUZZY = RewardSpec(
-    function=OpenAIGraderReward(
-        grader={
-            "type": "text_similarity",
-            "name": "fuzzy",
-            "input": "{{sample.output_text}}",
-            "reference": "{{item.reference_answer}}",
-            "evaluation_metric": "fuzzy_match",
-        }
-    )
-)
+FUZZY = RewardSpec.model_validate(FUZZY_REWARD)
 
 
 def _spec(recipe_factory, steps, strategy="sync", tolerance=0, replicas=1):

@@ -10,21 +10,12 @@ from openrft.engine import RFTJob
 from openrft.engine.checkpoints import CheckpointManager
 from openrft.runtime import runtime_for
 from openrft.spec.dialects import load_job
-from openrft.spec.rewards import OpenAIGraderReward, RewardSpec
+from openrft.spec.rewards import RewardSpec
+from tests.conftest import FUZZY_REWARD
 
 ray = pytest.importorskip("ray")
 
-FUZZY = RewardSpec(
-    function=OpenAIGraderReward(
-        grader={
-            "type": "text_similarity",
-            "name": "fuzzy",
-            "input": "{{sample.output_text}}",
-            "reference": "{{item.reference_answer}}",
-            "evaluation_metric": "fuzzy_match",
-        }
-    )
-)
+FUZZY = RewardSpec.model_validate(FUZZY_REWARD)
 
 
 @pytest.fixture(scope="module")

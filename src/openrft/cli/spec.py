@@ -91,8 +91,8 @@ def check_job(spec) -> dict[str, Any]:
     """Every problem of a resolved job that can be found without training: the reward can be built, the
     datasets load (all bad lines of both files), the model resolves and, when it is local, every prompt
     fits ``max_length``, and an object-store output location can be written to."""
-    from openrft.data.loader import DatasetError, load_dataset, split_validation
-    from openrft.engine.setup import render_prompts
+    from openrft.data.loader import DatasetError, load_dataset
+    from openrft.engine.setup import held_out_validation, render_prompts
     from openrft.models import load_tokenizer, resolve_model_path
     from openrft.storage import StorageError, check_output_location, is_object_store
 
@@ -117,13 +117,7 @@ def check_job(spec) -> dict[str, Any]:
             problems += [str(p) for p in exc.problems]
     train, validation = loaded.get("train", []), loaded.get("validation", [])
     if "train" in loaded and spec.data.validation is None:
-        train, validation = split_validation(
-            train,
-            spec.data.validation_fraction,
-            spec.data.validation_min_examples,
-            spec.training.seed,
-            spec.data.validation_max_examples,
-        )
+        train, validation = held_out_validation(spec, train)
     prompts_checked = False
     try:
         local = Path(resolve_model_path(spec.model.name_or_path)).exists()  # else a hub id: not fetched here

@@ -33,6 +33,18 @@ class Datasets:
     validation: list[Example]
 
 
+def held_out_validation(spec: JobSpec, train: list[Example]) -> tuple[list[Example], list[Example]]:
+    """Train split into (train, validation) when the job names no validation file."""
+    data = spec.data
+    return split_validation(
+        train,
+        data.validation_fraction,
+        data.validation_min_examples,
+        spec.training.seed,
+        data.validation_max_examples,
+    )
+
+
 def load_datasets(spec: JobSpec, require_reference: bool) -> Datasets:
     """Train and validation examples (messages or Vertex format); with no validation file, a held-out part of
     train (DataSpec: Vertex's rule, 25% or 50 examples, whichever is larger)."""
@@ -40,13 +52,7 @@ def load_datasets(spec: JobSpec, require_reference: bool) -> Datasets:
     if spec.data.validation:
         validation = load_dataset(spec.data.validation, require_reference, spec.data.validation_examples_limit)
     else:
-        train, validation = split_validation(
-            train,
-            spec.data.validation_fraction,
-            spec.data.validation_min_examples,
-            spec.training.seed,
-            spec.data.validation_max_examples,
-        )
+        train, validation = held_out_validation(spec, train)
     if spec.data.max_train_examples:
         train = train[: spec.data.max_train_examples]
     if spec.evaluation.max_examples:

@@ -14,7 +14,7 @@ and ``.sandbox``, all with documented defaults, so that no dialect has to know a
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -270,18 +270,10 @@ class StringCheckGrader(_Strict):
     operation: Literal["eq", "ne", "like", "ilike"]
 
 
-SIMILARITY_METRICS = (
-    "fuzzy_match",
-    "bleu",
-    "gleu",
-    "meteor",
-    "rouge_1",
-    "rouge_2",
-    "rouge_3",
-    "rouge_4",
-    "rouge_5",
-    "rouge_l",
-)
+SimilarityMetric = Literal[
+    "fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5", "rouge_l"
+]
+SIMILARITY_METRICS: tuple[str, ...] = get_args(SimilarityMetric)
 
 
 class TextSimilarityGrader(_Strict):
@@ -289,19 +281,7 @@ class TextSimilarityGrader(_Strict):
     name: str
     input: str
     reference: str
-    evaluation_metric: Literal[
-        "cosine",
-        "fuzzy_match",
-        "bleu",
-        "gleu",
-        "meteor",
-        "rouge_1",
-        "rouge_2",
-        "rouge_3",
-        "rouge_4",
-        "rouge_5",
-        "rouge_l",
-    ]
+    evaluation_metric: Literal["cosine"] | SimilarityMetric  # cosine: OpenAI's, refused below
     pass_threshold: float | None = None
 
     @field_validator("evaluation_metric")
