@@ -44,8 +44,12 @@ OPENAI_NAMESPACES = ("item", "sample.output_text", "sample.output_json", "sample
 
 def resolver(sample: RewardSample) -> NamespaceResolver:
     return NamespaceResolver(
-        {"item": openai_item(sample.example), "sample.output_text": sample.completion, "sample.output_tools": []},
-        lazy={"sample.output_json": lambda: parse_json_output(sample.completion)},
+        {
+            "item": openai_item(sample.example),
+            "sample.output_text": sample.output_text,
+            "sample.output_tools": sample.output_tools,
+        },
+        lazy={"sample.output_json": lambda: parse_json_output(sample.output_text)},
     )
 
 
@@ -100,7 +104,7 @@ class GraderFunction:
             return similarity(grader.evaluation_metric, text, reference)
         if isinstance(grader, PythonGrader):
             time_limit = self.context.spec.sandbox.time_limit_s or PYTHON_GRADER_TIME_LIMIT_S
-            args = [openai_sample(sample.completion), openai_item(sample.example)]
+            args = [openai_sample(sample), openai_item(sample.example)]
             result = await self.pool.call(grader.source, "grade", args, time_limit)
             if not result.ok:
                 raise RewardFailure(result.kind, f"grade(): {result.message}")  # type: ignore[arg-type]

@@ -15,9 +15,11 @@ Error kinds, the same for every reward kind:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from openrft.data.records import Example
+from openrft.tools.calls import parse_tool_calls, tool_names
 
 ErrorKind = Literal["parse_error", "timeout", "runtime_error", "server_error", "invalid_output"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("parse_error", "timeout", "runtime_error", "server_error", "invalid_output")
@@ -25,16 +27,47 @@ ERROR_KINDS: tuple[ErrorKind, ...] = ("parse_error", "timeout", "runtime_error",
 
 @dataclass
 class RewardSample:
-    """What a reward sees of one completion: the whole dataset example and the model's text."""
+    """What a reward sees of one completion: the whole dataset example and the model's text.
+
+    ``turns``: the messages a multi-turn rollout added after the prompt (assistant messages with their
+    ``tool_calls``, tool results), ``completion`` then being the final answer. A single-turn sample's one
+    assistant message is built from ``completion``, its tool calls parsed when the row offers ``tools``.
+    """
 
     example: Example
     completion: str
     step: int = 0
     sample_index: int = 0
+    turns: list[dict[str, Any]] | None = None
 
     @property
     def prompt_messages(self) -> list[dict[str, Any]]:
         return self.example.messages
+
+    @cached_property
+    def output_messages(self) -> list[dict[str, Any]]:
+        """The messages the model's rollout added to the conversation (OpenAI's chat shape)."""
+        if self.turns is not None:
+            return self.turns
+        if not self.example.tools:
+            return [{"role": "assistant", "content": self.completion}]
+        parsed = parse_tool_calls(self.completion, tool_names(self.example.tools))
+        if not parsed.calls:
+            return [{"role": "assistant", "content": self.completion}]
+        return [{"role": "assistant", "content": parsed.content, "tool_calls": parsed.calls}]
+
+    @property
+    def output_tools(self) -> list[dict[str, Any]]:
+        """Every tool call of the rollout, in order: OpenAI's ``sample.output_tools``."""
+        return [c for m in self.output_messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+
+    @property
+    def output_text(self) -> str:
+        """The last assistant message's content (without its tool-call markup): ``sample.output_text``."""
+        for message in reversed(self.output_messages):
+            if message["role"] == "assistant":
+                return message.get("content") or ""
+        return self.completion
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """What each service's reward code sees of a sample: one place that builds those shapes.
 
-- Nova Lambda input entry: ``{id, messages (prompt + the assistant's answer), metadata}``, where
+- Nova Lambda input entry: ``{id, messages (prompt + the rollout's messages: the assistant's answer, its
+  ``tool_calls`` and the tool results of a multi-turn rollout), metadata}``, where
   ``metadata`` holds every other field of the dataset line (``reference_answer`` included).
 - OpenAI: ``item`` is the dataset line (every field, ``messages`` included); ``sample`` holds
-  ``output_text``, ``output_json`` (``None`` when the output is not JSON) and ``output_tools``.
+  ``output_text``, ``output_json`` (``None`` when the output is not JSON) and ``output_tools`` (the tool
+  calls parsed from the output, OpenAI's shape; ``RewardSample.output_tools``).
 - Vertex: the example in Vertex's dataset shape (``contents``, ``systemInstruction``,
   ``references``), built from the messages when the line was in the messages format.
 """
@@ -22,7 +24,7 @@ VERTEX_ROLES = {"user": "user", "assistant": "model", "tool": "user"}
 def nova_entry(sample: RewardSample) -> dict[str, Any]:
     example = sample.example
     metadata = {k: v for k, v in example.fields.items() if k != "id"}
-    messages = [*example.messages, {"role": "assistant", "content": sample.completion}]
+    messages = [*example.messages, *sample.output_messages]
     return {"id": example.id, "messages": messages, "metadata": metadata}
 
 
@@ -41,8 +43,9 @@ def output_json_or_none(text: str) -> Any:
         return None
 
 
-def openai_sample(completion: str) -> dict[str, Any]:
-    return {"output_text": completion, "output_json": output_json_or_none(completion), "output_tools": []}
+def openai_sample(sample: RewardSample) -> dict[str, Any]:
+    text = sample.output_text
+    return {"output_text": text, "output_json": output_json_or_none(text), "output_tools": sample.output_tools}
 
 
 def system_text(example: Example) -> str:
