@@ -9,6 +9,7 @@ import torch
 
 from openrft.algo.loss import entropy_from_logits, policy_loss_terms, truncated_importance_weight
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
+from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, unwrap
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
 from openrft.rollout.kv import cache_keyword, continue_from, prefill
@@ -24,6 +25,9 @@ class LearnerConfig:
     micro_batch_tokens: int
     pad_token_id: int
     importance_weight_cap: float = 2.0
+    # Above this many bytes of fp32 response logits, log-probs and entropy come from the LM head run over
+    # chunks of this size (learner/logprobs.py); below it, from the full logits.
+    logits_chunk_bytes: int = 64 * 2**20
 
 
 def response_logits(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> torch.Tensor:
@@ -114,13 +118,7 @@ class Learner:
         for indices in self.plan(samples):
             mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
             ref_logp = self._reference_logp(mb) if self.use_kl else None
-            logits = self.logits(self.model, mb)
-            logp = token_logp(logits, mb.targets)
-            if algo.ent_coeff > 0:
-                entropy = entropy_from_logits(logits)
-            else:
-                with torch.no_grad():
-                    entropy = entropy_from_logits(logits)
+            logp, entropy = self.log_probs(self.model, mb, entropy_grad=algo.ent_coeff > 0)
             proximal = self.proximal_logp(mb, logp)
             weight = None
             if mb.behaviour_logp is not None:
@@ -175,6 +173,29 @@ class Learner:
         """Temperature-scaled response logits of ``model`` (the policy, or the reference)."""
         return response_logits(model, mb, self.config.temperature)
 
+    def log_probs(
+        self, model: torch.nn.Module, mb: MicroBatch, entropy: bool = True, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs of ``mb.targets`` and (if ``entropy``) entropies ``[rows, response_width]`` under ``model``:
+        from the full logits when they fit ``logits_chunk_bytes``, otherwise chunked over tokens."""
+        chunk = self.head_chunk(model, mb)
+        if chunk is not None:
+            logp, ent = chunked_logp_entropy(model, mb, self.config.temperature, chunk)
+            return logp, (ent if entropy_grad else ent.detach()) if entropy else None
+        logits = self.logits(model, mb)
+        if not entropy:
+            return token_logp(logits, mb.targets), None
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = entropy_from_logits(logits)
+        return token_logp(logits, mb.targets), ent
+
+    def head_chunk(self, model: torch.nn.Module, mb: MicroBatch) -> int | None:
+        """Tokens per LM-head chunk for ``mb``, or None when its full fp32 logits fit ``logits_chunk_bytes``."""
+        if not can_chunk(model):
+            return None
+        chunk = chunk_tokens(unwrap(model).get_output_embeddings().weight.shape[0], self.config.logits_chunk_bytes)
+        return chunk if mb.response_ids.numel() > chunk else None
+
     def proximal_logp(self, mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
         """The policy before this update. It is the one being trained, so its log-probs are this
         forward's own, detached: the ratio is 1 and no second forward pass is needed."""
@@ -183,7 +204,7 @@ class Learner:
     @torch.no_grad()
     def _reference_logp(self, mb: MicroBatch) -> torch.Tensor:
         with self.policy.reference_forward() as reference:
-            return token_logp(self.logits(reference, mb), mb.targets)
+            return self.log_probs(reference, mb, entropy=False)[0]
 
     def _clip_and_step(self) -> float:
         params = self.policy.trainable_parameters()

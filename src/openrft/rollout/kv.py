@@ -34,20 +34,22 @@ def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tenso
 
 
 def prefill(
-    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache_kwarg: str
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    positions: torch.Tensor,
+    cache_kwarg: str,
+    hidden: bool = False,
 ) -> tuple[torch.Tensor, DynamicCache]:
     """Run left-padded prompts through ``model``; returns the last position's logits ``[prompts, vocab]``
-    (the language-model head runs on that position only) and the filled KV cache."""
+    (the language-model head runs on that position only) and the filled KV cache. ``hidden``: ``model`` is
+    a decoder without the head, and the last position's hidden state ``[prompts, hidden]`` is returned."""
     cache = DynamicCache()
+    kwargs = {} if hidden else {"logits_to_keep": 1}
     out = model(
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-        **{cache_kwarg: cache},
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs, **{cache_kwarg: cache}
     )
-    return out.logits[:, -1, :], cache
+    return (out.last_hidden_state if hidden else out.logits)[:, -1, :], cache
 
 
 def continue_from(
@@ -57,8 +59,9 @@ def continue_from(
     mask: torch.Tensor,
     positions: torch.Tensor,
     cache_kwarg: str,
+    hidden: bool = False,
 ) -> torch.Tensor:
     """Logits ``[rows, width, vocab]`` of ``ids`` continuing the sequences held in ``cache``; ``mask``
-    covers the cached positions and the new ones."""
+    covers the cached positions and the new ones. ``hidden``: as for ``prefill``, hidden states."""
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_kwarg: cache})
-    return out.logits
+    return out.last_hidden_state if hidden else out.logits

@@ -1,0 +1,165 @@
+"""Per-token log-probs and entropy of responses without the ``[tokens, vocabulary]`` logits in memory.
+
+A real vocabulary (151,936 tokens for Qwen2.5/Qwen3) makes the fp32 logits of one 32,768-token response
+20 GB, and autograd keeps several copies of them. Here the decoder's last hidden states ``[tokens, hidden]``
+are all that is kept: the language-model head runs over chunks of tokens, each chunk's log-sum-exp,
+target log-prob and entropy are reduced to three numbers per token, and backward recomputes each chunk's
+logits to form its gradient. Peak memory then grows with the chunk, not with the response.
+
+The gradient is written out by hand (``ChunkedHeadLogp``), with ``z = (h W^T + b) / T`` and ``p = softmax(z)``:
+
+- ``d logp_y / dz = onehot(y) - p``
+- ``d H / dz = -p * (log p + H)``, since ``H = logsumexp(z) - sum_i p_i z_i``
+
+A head that is not a plain ``nn.Linear`` (for instance one LoRA wraps) is chunked through activation
+checkpointing instead, with autograd's own gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from openrft.learner.batch import MicroBatch
+from openrft.rollout.kv import cache_keyword, continue_from, prefill
+
+# Configuration fields after which a causal LM's forward does more than ``lm_head(hidden)`` (soft-capping,
+# scaling): such models keep the unchunked path, which runs their own forward.
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a PEFT wrapper (LoRA layers are injected in place, so its modules are live)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def can_chunk(model: torch.nn.Module) -> bool:
+    """True when the model's logits are its output embedding applied to its decoder's last hidden states."""
+    base = unwrap(model)
+    config = getattr(base, "config", None)
+    if config is None or not hasattr(base, "get_decoder") or base.get_output_embeddings() is None:
+        return False
+    return all(getattr(config, name, None) in (None, 1.0) for name in LOGIT_TRANSFORMS)
+
+
+def response_hidden(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
+    """The decoder's last hidden states ``[rows, response_width, hidden]`` that predict ``mb.response_ids``:
+    ``response_logits`` before the language-model head (the same shared-prefix passes)."""
+    decoder = unwrap(model).get_decoder()
+    kwarg = cache_keyword(model)
+    first, cache = prefill(decoder, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg, hidden=True)
+    hidden = first.index_select(0, mb.prompt_index).unsqueeze(1)
+    if mb.response_width > 1:
+        cache.batch_select_indices(mb.prompt_index)
+        mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
+        rest = continue_from(
+            decoder, cache, mb.response_ids[:, :-1], mask, mb.response_positions[:, :-1], kwarg, hidden=True
+        )
+        hidden = torch.cat([hidden, rest], dim=1)
+    return hidden
+
+
+def chunk_tokens(vocab: int, budget_bytes: int) -> int:
+    """Tokens per chunk so that one chunk's fp32 logits take about ``budget_bytes``."""
+    return max(1, budget_bytes // (4 * vocab))
+
+
+def _chunk_stats(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk's target log-probs and entropies under the scaled fp32 logits."""
+    z = torch.nn.functional.linear(h, weight, bias).float()
+    if scale != 1.0:
+        z = z.mul_(scale)
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+    return logp, entropy
+
+
+class ChunkedHeadLogp(torch.autograd.Function):
+    """``(logp, entropy)`` per token of ``hidden [N, H]`` under ``linear(hidden, weight, bias) * scale``;
+    saves only its inputs, and recomputes each chunk's logits in backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, scale: float, chunk: int):
+        ctx.set_materialize_grads(False)
+        logp = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        entropy = torch.empty_like(logp)
+        for s in range(0, hidden.shape[0], chunk):
+            logp[s : s + chunk], entropy[s : s + chunk] = _chunk_stats(
+                hidden[s : s + chunk], weight, bias, targets[s : s + chunk], scale
+            )
+        ctx.save_for_backward(hidden, weight, bias, targets)
+        ctx.scale, ctx.chunk = scale, chunk
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, bias, targets = ctx.saved_tensors
+        scale, chunk = ctx.scale, ctx.chunk
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+        for s in range(0, hidden.shape[0], chunk):
+            h, y = hidden[s : s + chunk], targets[s : s + chunk]
+            z = torch.nn.functional.linear(h, weight, bias).float()
+            if scale != 1.0:
+                z = z.mul_(scale)
+            logq = z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # log p, in place of z
+            p = logq.exp()
+            g_logp = grad_logp[s : s + chunk].float().unsqueeze(-1) if grad_logp is not None else None
+            if grad_entropy is not None:  # dH/dz = -p (log p + H); dlogp/dz = onehot(y) - p
+                entropy = -(p * logq).sum(-1, keepdim=True)
+                coef = logq.add_(entropy).mul_(grad_entropy[s : s + chunk].float().unsqueeze(-1))
+                gz = p.mul_(coef.add_(g_logp) if g_logp is not None else coef).neg_()
+            else:
+                gz = p.mul_(-g_logp)
+            if g_logp is not None:
+                gz.scatter_add_(-1, y.unsqueeze(-1), g_logp)
+            if scale != 1.0:
+                gz = gz.mul_(scale)
+            gz = gz.to(weight.dtype)
+            if need_h:
+                grad_h[s : s + chunk] = gz @ weight
+            if need_w:
+                grad_w.addmm_(gz.t().float(), h.float())
+            if need_b:
+                grad_b += gz.float().sum(0)
+        grad_w = grad_w.to(weight.dtype) if need_w else None
+        grad_b = grad_b.to(bias.dtype) if need_b else None
+        return grad_h, grad_w, grad_b, None, None, None
+
+
+def _generic_chunk(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor, scale: float):
+    z = head(h).float() * scale
+    logq = torch.log_softmax(z, dim=-1)
+    return logq.gather(-1, targets.unsqueeze(-1)).squeeze(-1), -(logq.exp() * logq).sum(-1)
+
+
+def head_logp_entropy(
+    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, temperature: float, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of ``targets`` and entropies ``[...]`` (the shape of ``targets``) under
+    ``head(hidden) / temperature`` (temperature 0 is read as 1), ``chunk`` tokens at a time."""
+    scale = 1.0 / temperature if temperature > 0 else 1.0
+    flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    if type(head) is torch.nn.Linear:
+        logp, entropy = ChunkedHeadLogp.apply(flat_h, head.weight, head.bias, flat_t, scale, chunk)
+    else:  # a wrapped head (LoRA on lm_head): autograd's gradient, each chunk recomputed in backward
+        parts = []
+        for s in range(0, flat_h.shape[0], chunk):
+            args = (head, flat_h[s : s + chunk], flat_t[s : s + chunk], scale)
+            grad = torch.is_grad_enabled()
+            parts.append(checkpoint(_generic_chunk, *args, use_reentrant=False) if grad else _generic_chunk(*args))
+        logp, entropy = (torch.cat(x) for x in zip(*parts, strict=True))
+    return logp.view(targets.shape), entropy.view(targets.shape)
+
+
+def chunked_logp_entropy(
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of ``mb.targets`` and entropies ``[rows, response_width]`` under ``model``, chunked."""
+    hidden = response_hidden(model, mb)
+    return head_logp_entropy(hidden, unwrap(model).get_output_embeddings(), mb.targets, temperature, chunk)

@@ -1,0 +1,138 @@
+"""The LM head chunked over tokens (learner/logprobs.py): the same log-probs, entropies and gradients as the full
+fp32 logits, through the hand-written backward and through the learner, with LoRA, tied embeddings, the entropy
+bonus and the KL term."""
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from openrft.algo.loss import entropy_from_logits
+from openrft.learner import Learner, Policy
+from openrft.learner.batch import TrainSample, collate
+from openrft.learner.learner import LearnerConfig, token_logp
+from openrft.learner.logprobs import ChunkedHeadLogp, head_logp_entropy, unwrap
+from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
+
+VOCAB = 300
+
+
+def _relative_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    a, b = torch.cat([g.flatten() for g in got]), torch.cat([w.flatten() for w in want])
+    assert b.norm() > 0
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("temperature", [0.7, 0.0])
+@pytest.mark.parametrize("grads", ["logp", "entropy", "both"])
+def test_function_matches_autograd_on_full_logits(bias, temperature, grads):
+    torch.manual_seed(0)
+    n, h = 23, 8
+    head = torch.nn.Linear(h, VOCAB, bias=bias)
+    hidden = torch.randn(n, h, requires_grad=True)
+    targets = torch.randint(0, VOCAB, (n,))
+    g_logp, g_ent = torch.randn(n), torch.randn(n)
+
+    def objective(logp, entropy):
+        return (logp * g_logp if grads != "entropy" else 0) + (entropy * g_ent if grads != "logp" else 0)
+
+    scale = 1 / temperature if temperature > 0 else 1.0
+    logits = head(hidden) * scale
+    want_logp, want_ent = token_logp(logits, targets), entropy_from_logits(logits)
+    objective(want_logp, want_ent).sum().backward()
+    want = [hidden.grad.clone(), head.weight.grad.clone()] + ([head.bias.grad.clone()] if bias else [])
+    hidden.grad, head.weight.grad = None, None
+    if bias:
+        head.bias.grad = None
+
+    logp, ent = head_logp_entropy(hidden, head, targets, temperature, chunk=5)  # 5 chunks, the last one short
+    assert torch.allclose(logp, want_logp, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(ent, want_ent, rtol=1e-5, atol=1e-6)
+    assert "ChunkedHeadLogp" in logp.grad_fn.next_functions[0][0].name()
+    objective(logp, ent).sum().backward()
+    got = [hidden.grad, head.weight.grad] + ([head.bias.grad] if bias else [])
+    assert _relative_error(got, want) <= 1e-5
+
+
+def test_frozen_head_gets_no_gradient_and_no_grad_mode_saves_nothing():
+    head = torch.nn.Linear(4, VOCAB).requires_grad_(False)
+    hidden = torch.randn(6, 4, requires_grad=True)
+    targets = torch.randint(0, VOCAB, (6,))
+    logp, _ = ChunkedHeadLogp.apply(hidden, head.weight, head.bias, targets, 1.0, 4)
+    logp.sum().backward()
+    assert hidden.grad is not None and head.weight.grad is None
+    with torch.no_grad():
+        logp, _ = head_logp_entropy(hidden, head, targets, 1.0, chunk=4)
+    assert logp.grad_fn is None
+
+
+def _model(tied: bool) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def _samples() -> list[TrainSample]:
+    g = torch.Generator().manual_seed(1)
+    samples = []
+    for p in range(3):
+        prompt = torch.randint(1, VOCAB, (3 + 2 * p,), generator=g).tolist()
+        for k in range(3):
+            response = torch.randint(1, VOCAB, (2 + (5 * p + 3 * k) % 9,), generator=g).tolist()
+            samples.append(TrainSample(prompt, response, advantage=float(k) - 1.0))
+    return samples
+
+
+def _learner(lora: LoraSpec, tied: bool, ent_coeff: float, kl: float) -> Learner:
+    policy = Policy(_model(tied), lora, need_reference=kl > 0)
+    torch.manual_seed(1)
+    with torch.no_grad():  # LoRA starts at B = 0, the policy equal to the reference: move it off
+        for param in policy.trainable_parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    algorithm = AlgorithmSpec(ent_coeff=ent_coeff, kl_loss_coef=kl)
+    config = LearnerConfig(algorithm, OptimizerSpec(), lora, temperature=0.7, micro_batch_tokens=60, pad_token_id=0)
+    return Learner(policy, config)
+
+
+@pytest.mark.parametrize(
+    ("lora", "tied"),
+    [
+        (LoraSpec(), False),
+        (LoraSpec(), True),
+        (LoraSpec(enabled=False), True),  # full fine-tuning: the head's gradient adds to the embedding's
+        (LoraSpec(target_modules=["q_proj", "v_proj", "lm_head"]), False),  # a LoRA-wrapped head
+    ],
+    ids=["lora", "lora-tied", "full-tied", "lora-on-head"],
+)
+@pytest.mark.parametrize(("ent_coeff", "kl"), [(0.0, 0.0), (0.01, 0.0), (0.0, 0.05), (0.01, 0.05)])
+def test_learner_gradient_equals_the_unchunked_one(lora, tied, ent_coeff, kl):
+    learner = _learner(lora, tied, ent_coeff, kl)
+    samples = _samples()
+    total = sum(len(s.response_ids) for s in samples)
+
+    learner.config.logits_chunk_bytes = 2**40  # every micro-batch's logits fit: the full logits
+    unchunked_sums = learner.accumulate(samples, total)
+    want = learner.gradients()
+    learner.optimizer.zero_grad(set_to_none=True)
+
+    learner.config.logits_chunk_bytes = 4 * VOCAB * 3  # 3 tokens per chunk
+    mb = collate([samples[i] for i in learner.plan(samples)[0]], 0, torch.device("cpu"))
+    assert learner.head_chunk(learner.model, mb) == 3
+    chunked_sums = learner.accumulate(samples, total)
+    assert _relative_error(learner.gradients(), want) <= 1e-5
+    for key in ("pg_loss", "kl", "entropy"):
+        assert chunked_sums[key] == pytest.approx(unchunked_sums[key], rel=1e-5, abs=1e-7)
+
+
+def test_all_linear_lora_leaves_the_head_a_plain_linear():
+    policy = Policy(_model(tied=False), LoraSpec(), need_reference=False)
+    assert type(unwrap(policy.model).get_output_embeddings()) is torch.nn.Linear
