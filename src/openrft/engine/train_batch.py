@@ -60,6 +60,7 @@ def build_train_batch(
                     response_ids=completion.token_ids,
                     advantage=float(advantages[i, j]),
                     behaviour_logp=completion.logprobs if age > 0 else None,
+                    loss_mask=completion.loss_mask,
                 )
             )
 

@@ -17,16 +17,27 @@ from openrft.rollout.kv import left_pad
 
 @dataclass
 class TrainSample:
-    """One completion to learn from. ``behaviour_logp`` is set for off-policy rollouts only."""
+    """One completion to learn from. ``behaviour_logp`` is set for off-policy rollouts only.
+
+    ``loss_mask`` (one 0/1 per response token, None = all 1): which response tokens are trained on. A
+    multi-turn rollout's response holds tool results and chat-template tokens the model did not sample:
+    they are context (attended to) but carry no loss, no entropy and no token count.
+    """
 
     prompt_ids: list[int]
     response_ids: list[int]
     advantage: float
     behaviour_logp: list[float] | None = None
+    loss_mask: list[int] | None = None
 
     @property
     def length(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
+
+    @property
+    def trained_tokens(self) -> int:
+        """Response tokens that carry loss (all of them unless ``loss_mask`` says otherwise)."""
+        return len(self.response_ids) if self.loss_mask is None else sum(self.loss_mask)
 
 
 @dataclass
@@ -39,10 +50,15 @@ class MicroBatch:
     prompt_positions: torch.Tensor  # [prompts, prompt_width]
     prompt_index: torch.Tensor  # [rows]: the prompt each response continues
     response_ids: torch.Tensor  # [rows, response_width]: the tokens the policy is scored on
-    response_mask: torch.Tensor  # [rows, response_width]: 1 on response tokens
+    response_mask: torch.Tensor  # [rows, response_width]: 1 on response tokens (attention)
     response_positions: torch.Tensor  # [rows, response_width]
     advantages: torch.Tensor  # [rows]
     behaviour_logp: torch.Tensor | None  # [rows, response_width]
+    loss_mask: torch.Tensor | None = None  # [rows, response_width]: 1 on trained tokens; None = response_mask
+
+    def __post_init__(self) -> None:
+        if self.loss_mask is None:
+            self.loss_mask = self.response_mask
 
     @property
     def targets(self) -> torch.Tensor:
@@ -124,10 +140,12 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
     response_ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((rows, width), dtype=torch.float32)
     behaviour = torch.zeros((rows, width)) if any(s.behaviour_logp is not None for s in samples) else None
+    loss_mask = torch.zeros((rows, width), dtype=torch.float32)
     for i, s in enumerate(samples):
         r = len(s.response_ids)
         response_ids[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
         response_mask[i, :r] = 1
+        loss_mask[i, :r] = torch.tensor(s.loss_mask, dtype=torch.float32) if s.loss_mask is not None else 1.0
         if behaviour is not None and s.behaviour_logp is not None:
             behaviour[i, :r] = torch.tensor(s.behaviour_logp)
     prompt_index = torch.tensor(index, dtype=torch.long)
@@ -143,4 +161,5 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
         response_positions=response_positions.to(device),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
         behaviour_logp=behaviour.to(device) if behaviour is not None else None,
+        loss_mask=loss_mask.to(device),
     )

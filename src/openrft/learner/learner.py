@@ -57,9 +57,9 @@ SUM_KEYS = ("pg_loss", "clipped", "kl", "entropy", "is_weight", "mismatch_kl", "
 
 
 def response_tokens(samples: list[TrainSample]) -> int:
-    total = sum(len(s.response_ids) for s in samples)
+    total = sum(s.trained_tokens for s in samples)
     if total == 0:
-        raise ValueError("a training batch needs at least one response token")
+        raise ValueError("a training batch needs at least one trained response token")
     return total
 
 
@@ -107,9 +107,9 @@ class Learner:
     def accumulate(self, samples: list[TrainSample], total_tokens: int) -> dict[str, float]:
         """Add the gradient of ``samples`` to the parameters' ``.grad``; the loss sums of its metrics.
 
-        Token-level aggregation: each micro-batch's token sum is divided by ``total_tokens``, the
-        response tokens of the whole global batch, so the result does not depend on how the batch
-        was split, into micro-batches here or across data-parallel learners.
+        Token-level aggregation: each micro-batch's token sum is divided by ``total_tokens``, the trained
+        response tokens (``loss_mask``) of the whole global batch, so the result does not depend on how the
+        batch was split, into micro-batches here or across data-parallel learners.
         """
         algo = self.config.algorithm
         if not self.model.training:  # train() walks every module: skip it when nothing changes
@@ -124,13 +124,13 @@ class Learner:
             if mb.behaviour_logp is not None:
                 weight = truncated_importance_weight(proximal, mb.behaviour_logp, self.config.importance_weight_cap)
                 delta = mb.behaviour_logp - proximal
-                sums["mismatch_kl"] += ((delta.exp() - delta - 1) * mb.response_mask).sum().item()
+                sums["mismatch_kl"] += ((delta.exp() - delta - 1) * mb.loss_mask).sum().item()
                 sums["off_policy"] = 1.0
             terms = policy_loss_terms(
                 logp,
                 proximal,
                 mb.advantages,
-                mb.response_mask,
+                mb.loss_mask,
                 clip_low=algo.clip_ratio_low,
                 clip_high=algo.clip_ratio_high,
                 ref_logp=ref_logp,
@@ -144,7 +144,7 @@ class Learner:
             sums["pg_loss"] += terms.pg_loss
             sums["clipped"] += terms.clipped_tokens
             sums["kl"] += terms.kl
-            sums["entropy"] += (entropy.detach() * mb.response_mask).sum().item()
+            sums["entropy"] += (entropy.detach() * mb.loss_mask).sum().item()
             sums["is_weight"] += terms.importance_weight
         return sums
 

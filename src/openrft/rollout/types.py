@@ -37,7 +37,12 @@ class PolicyVersioned:
 @dataclass
 class Completion:
     """One sampled response. ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy's
-    temperature-scaled distribution (before top-k/top-p), the quantity the learner recomputes."""
+    temperature-scaled distribution (before top-k/top-p), the quantity the learner recomputes.
+
+    A multi-turn rollout (``openrft.tools``) is one Completion: ``token_ids`` hold every turn, tool results
+    and chat-template tokens included; ``loss_mask`` is 1 on the tokens the model sampled (0 elsewhere, where
+    ``logprobs`` is 0), ``turns`` the messages it added (OpenAI's chat shape) and ``text`` its final answer.
+    """
 
     prompt_ids: list[int]
     token_ids: list[int]
@@ -46,6 +51,8 @@ class Completion:
     finish_reason: str  # "stop" (end token) or "length"
     policy_version: int
     metadata: dict = field(default_factory=dict)
+    loss_mask: list[int] | None = None
+    turns: list[dict] | None = None
 
 
 class Generator(Protocol):
