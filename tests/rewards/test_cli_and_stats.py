@@ -212,8 +212,10 @@ def test_dialect_style_construction_and_paths():
             }
         )
     assert "passing_labels ['b'] are not among labels ['a']" in str(info.value)
-    with pytest.raises(ValidationError, match="is an AWS ARN: OpenRFT calls reward functions over HTTP"):
-        NovaLambdaReward(endpoint="arn:aws:lambda:us-east-1:1:function:f")
+    assert NovaLambdaReward(endpoint="arn:aws:lambda:us-east-1:1:function:f").transport == "aws"
+    assert NovaLambdaReward(endpoint="/abs/reward.py:lambda_handler").transport == "handler"
+    with pytest.raises(ValidationError, match="is not an http"):
+        NovaLambdaReward(endpoint="reward.py:lambda_handler")  # the dialects make handler paths absolute
     with pytest.raises(ValidationError, match="is not an http"):
         NovaLambdaReward(endpoint="127.0.0.1:8080")
     with pytest.raises(ValidationError) as info:

@@ -26,9 +26,49 @@ def register(sub: argparse._SubParsersAction) -> None:
         q.add_argument("job", help="the job file (YAML or JSON, any dialect)")
         q.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
         q.add_argument("--json", action="store_true", help="print JSON")
+        add_mapping_options(q)
     explain.add_argument("--all", action="store_true", help="also list values left at OpenRFT's defaults")
     explain.set_defaults(handler=run_explain)
     validate.set_defaults(handler=run_validate)
+
+
+def add_mapping_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--map-lambda",
+        action="append",
+        default=[],
+        metavar="[ARN=]TARGET",
+        help="run the job's reward Lambda ARN as TARGET: a handler file (reward.py:lambda_handler) or an http(s) "
+        "URL; without ARN=, the job's one Lambda (also a blank one). Repeatable; adds to openrft.lambda_map",
+    )
+    parser.add_argument(
+        "--map-model",
+        action="append",
+        default=[],
+        metavar="NAME=TARGET",
+        help="train TARGET (a local path or Hugging Face id, e.g. openrft-demo) where the job names the cloud "
+        "model NAME. Repeatable; adds to openrft.model_map",
+    )
+
+
+def mappings(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """``--map-lambda``/``--map-model`` as ``openrft`` block entries; relative handler files are made absolute
+    against the current directory (the file's own ``openrft`` entries are read against the job file)."""
+    from openrft.spec.dialects.lambdas import ANY_LAMBDA, resolve_handler
+
+    lambdas: dict[str, str] = {}
+    for value in getattr(args, "map_lambda", None) or []:
+        arn, sep, target = value.partition("=") if value.startswith("arn:") else ("", "", value)
+        if value.startswith("arn:") and not sep:
+            raise OpenRFTError(f"--map-lambda {value}: write ARN=TARGET, e.g. {value}=reward.py:lambda_handler")
+        lambdas[arn or ANY_LAMBDA] = resolve_handler(target, Path.cwd()) or target
+    models: dict[str, str] = {}
+    for value in getattr(args, "map_model", None) or []:
+        name, sep, target = value.rpartition("=")
+        if not sep or not name or not target:
+            raise OpenRFTError(f"--map-model {value}: write NAME=TARGET, e.g. nova-lite-2/prod=openrft-demo")
+        models[name] = target
+    return {"lambda_map": lambdas, "model_map": models}
 
 
 def run_explain(args: argparse.Namespace) -> int:
@@ -36,7 +76,7 @@ def run_explain(args: argparse.Namespace) -> int:
     from openrft.spec.dialects import resolve_job
     from openrft.spec.provenance import OPENRFT_DEFAULT, leaf_paths
 
-    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples)
+    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args))
     if args.json:
         print(json.dumps(resolution.to_json(), indent=2))
         return 0
@@ -65,7 +105,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
 
-    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples)
+    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args))
     report = check_job(resolution.spec)
     report["total_steps"] = resolution.total_steps
     report["warnings"] = [str(w) for w in resolution.warnings]

@@ -6,6 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+from openrft.cli.spec import add_mapping_options, mappings
 from openrft.errors import OpenRFTError
 
 
@@ -23,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--steps", type=int, help="override the number of training steps")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    add_mapping_options(p)
     p.set_defaults(handler=run)
 
 
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.job:
             raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
-        resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples)
+        resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args))
         for warning in resolution.warnings:
             print(f"warning: {warning}")
         spec = resolution.spec

@@ -18,6 +18,7 @@ from openrft.spec.rewards import (
     CallableReward,
     LabelModelGrader,
     MultiGrader,
+    NovaLambdaReward,
     OpenAIGraderReward,
     PythonGrader,
     RewardSpec,
@@ -169,4 +170,19 @@ def check_reward(spec: RewardSpec) -> list[FieldProblem]:
             load_function(config.target)
         except RewardError as exc:
             return [FieldProblem(f"{ROOT}.target", str(exc))]
+    if isinstance(config, NovaLambdaReward) and config.transport == "handler":
+        return _check_handler(config.endpoint, spec)
     return []
+
+
+def _check_handler(target: str, spec: RewardSpec) -> list[FieldProblem]:
+    """A Lambda handler file: it reads, compiles and defines ``handler(event, context)``; the sandbox runs."""
+    from openrft.rewards.lambdas import split_handler
+
+    path, handler = split_handler(target)
+    where = f"{ROOT}.endpoint"
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return [FieldProblem(where, f"cannot be read: {exc.strerror}", str(path))]
+    return check_source(source, handler, 2, where) + _sandbox(spec, where)

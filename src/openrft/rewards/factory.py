@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from openrft.errors import RewardError
 from openrft.rewards.context import RewardContext
 from openrft.rewards.types import RewardFunction, RewardOutcome, RewardSample
@@ -53,10 +55,21 @@ def build_function(spec: RewardSpec, context: RewardContext) -> RewardFunction:
 
         return GraderFunction(config.grader, context)
     if isinstance(config, NovaLambdaReward):
-        from openrft.rewards.nova import NOVA_TIMEOUT_S, NovaLambdaFunction
+        from openrft.rewards.nova import NOVA_TIMEOUT_S, HttpInvoker, NovaLambdaFunction
 
-        endpoint = context.endpoint(config.endpoint, NOVA_TIMEOUT_S, "Nova reward endpoint")
-        return NovaLambdaFunction(endpoint, config.batch_size, config.concurrency_limit)
+        invoker: Any
+        if config.transport == "handler":
+            from openrft.rewards.lambdas import HandlerInvoker
+
+            limit = spec.sandbox.time_limit_s or NOVA_TIMEOUT_S
+            invoker = HandlerInvoker(config.endpoint, context.pool(), limit)
+        elif config.transport == "aws":
+            from openrft.rewards.lambdas import AwsLambdaInvoker
+
+            invoker = AwsLambdaInvoker(config.endpoint, spec.remote.timeout_s or NOVA_TIMEOUT_S)
+        else:
+            invoker = HttpInvoker(context.endpoint(config.endpoint, NOVA_TIMEOUT_S, "Nova reward endpoint"))
+        return NovaLambdaFunction(invoker, config.batch_size, config.concurrency_limit)
     if isinstance(config, CallableReward):
         from openrft.rewards.callables import CallableFunction
 

@@ -1,15 +1,17 @@
-"""The Nova reward "Lambda" contract, over HTTP: batches of samples, several calls in flight.
+"""The Nova reward "Lambda" contract: batches of samples, several invocations in flight.
 
-Each call POSTs a JSON list of up to ``batch_size`` entries (``views.nova_entry``) and expects a
-list with one ``{id, aggregate_reward_score, metrics_list}`` per entry. Entries are matched to
-samples by ``id`` when the ids of the batch are unique, else by position. ``metrics_list`` items
-of type ``Reward`` become sub-scores, ``Metric`` items metrics.
+Each invocation sends a JSON list of up to ``batch_size`` entries (``views.nova_entry``), over HTTP
+(a POST), to a handler file in the sandbox or to AWS Lambda (``lambdas``), and expects a list with
+one ``{id, aggregate_reward_score, metrics_list}`` per entry. Entries are matched to samples by
+``id`` when the ids of the batch are unique, else by position. ``metrics_list`` items of type
+``Reward`` become sub-scores, ``Metric`` items metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import json
+from typing import Any, Protocol
 
 from openrft.rewards.remote import RemoteEndpoint, Timer, gather_all
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
@@ -76,12 +78,37 @@ def match_entries(sent: list[dict[str, Any]], answer: Any, what: str) -> list[Re
     return outcomes
 
 
+def unwrap_answer(answer: Any) -> Any:
+    """A Lambda's answer; an API-Gateway-style ``{"statusCode", "body": "<json>"}`` is unwrapped to its body."""
+    if isinstance(answer, dict) and isinstance(answer.get("body"), str) and "statusCode" in answer:
+        try:
+            return json.loads(answer["body"])
+        except ValueError:
+            return answer
+    return answer
+
+
+class Invoker(Protocol):
+    label: str
+
+    async def invoke(self, event: list[dict[str, Any]]) -> Any: ...
+
+
+class HttpInvoker:
+    def __init__(self, endpoint: RemoteEndpoint):
+        self.endpoint = endpoint
+        self.label = endpoint.label
+
+    async def invoke(self, event: list[dict[str, Any]]) -> Any:
+        return await self.endpoint.post_json(event)
+
+
 class NovaLambdaFunction:
     name = "nova_lambda"
     requires_reference = False
 
-    def __init__(self, endpoint: RemoteEndpoint, batch_size: int, concurrency_limit: int):
-        self.endpoint = endpoint
+    def __init__(self, invoker: Invoker, batch_size: int, concurrency_limit: int):
+        self.invoker = invoker
         self.batch_size = batch_size
         self.semaphore = asyncio.Semaphore(concurrency_limit)
 
@@ -95,8 +122,8 @@ class NovaLambdaFunction:
         async with self.semaphore:
             timer = Timer()
             try:
-                answer = await self.endpoint.post_json(sent)
-                outcomes = match_entries(sent, answer, self.endpoint.label)
+                answer = unwrap_answer(await self.invoker.invoke(sent))
+                outcomes = match_entries(sent, answer, self.invoker.label)
             except RewardFailure as failure:
                 outcomes = [failure.outcome() for _ in batch]
         for outcome in outcomes:

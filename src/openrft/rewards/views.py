@@ -1,8 +1,8 @@
 """What each service's reward code sees of a sample: one place that builds those shapes.
 
-- Nova Lambda input entry: ``{id, messages (prompt + the rollout's messages: the assistant's answer, its
-  ``tool_calls`` and the tool results of a multi-turn rollout), metadata}``, where
-  ``metadata`` holds every other field of the dataset line (``reference_answer`` included).
+- Nova Lambda input entry: the dataset line with ``id`` and ``messages`` (prompt + the rollout's
+  messages: the assistant's answer, its ``tool_calls`` and the tool results of a multi-turn rollout);
+  its other fields (``reference_answer`` ...) both at the top level and under ``metadata``.
 - OpenAI: ``item`` is the dataset line (every field, ``messages`` included); ``sample`` holds
   ``output_text``, ``output_json`` (``None`` when the output is not JSON) and ``output_tools`` (the tool
   calls parsed from the output, OpenAI's shape; ``RewardSample.output_tools``).
@@ -22,10 +22,19 @@ VERTEX_ROLES = {"user": "user", "assistant": "model", "tool": "user"}
 
 
 def nova_entry(sample: RewardSample) -> dict[str, Any]:
+    """One sample of a Nova/Bedrock reward Lambda's event, as the services send it: the dataset line with a
+    unique ``id`` and the answer appended to ``messages``, its other fields (``reference_answer``, ``tools``,
+    ...) at the top level. ``metadata`` also holds those fields (merged with the line's own ``metadata``
+    object, if any), for Lambdas that read ``sample["metadata"]["reference_answer"]``."""
     example = sample.example
-    metadata = {k: v for k, v in example.fields.items() if k != "id"}
+    row = {k: v for k, v in example.fields.items() if k not in ("id", "messages")}
+    if example.tools is not None:
+        row.setdefault("tools", example.tools)
+    metadata = {k: v for k, v in row.items() if k != "metadata"}
+    if isinstance(row.get("metadata"), dict):
+        metadata.update(row["metadata"])
     messages = [*example.messages, *sample.output_messages]
-    return {"id": example.id, "messages": messages, "metadata": metadata}
+    return {"id": example.id, "messages": messages, **row, "metadata": metadata}
 
 
 def openai_item(example: Example) -> dict[str, Any]:

@@ -34,6 +34,9 @@ class SpecError(OpenRFTError):
     def __init__(self, problems: Sequence[FieldProblem], source: str | None = None):
         self.problems = list(problems)
         self.source = source
+        if len(self.problems) == 1:
+            super().__init__(f"{source}: {self.problems[0]}" if source else str(self.problems[0]))
+            return
         where = f" in {source}" if source else ""
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{len(self.problems)} problem(s){where}:\n{lines}")

@@ -391,16 +391,21 @@ def _check_http_url(value: str, advice: str) -> str:
 
 
 NOVA_ENDPOINT_ADVICE = (
-    "give the URL of a server implementing the Nova Lambda contract, e.g. http://127.0.0.1:8080/ — see docs/rewards.md"
+    "give the URL of a server implementing the Nova Lambda contract (e.g. http://127.0.0.1:8080/), an absolute "
+    "path.py:lambda_handler, or an arn:aws:lambda ARN — see docs/compatibility.md"
 )
 
 
 class NovaLambdaReward(_Strict):
-    """The Nova reward "Lambda" batch contract, called over HTTP at ``endpoint``: up to ``batch_size``
-    samples per call, at most ``concurrency_limit`` calls in flight.
+    """The Nova reward "Lambda" batch contract: up to ``batch_size`` samples per invocation, at most
+    ``concurrency_limit`` invocations in flight. ``endpoint`` is where the Lambda runs:
 
-    The Nova and Bedrock dialects put their Lambda ARN fields here: in OpenRFT they hold the URL of a
-    server implementing the contract (examples/reward_server); an actual AWS ARN is refused."""
+    - ``http(s)://...``: a server taking the Lambda's event (a JSON list of samples) as a POST body;
+    - ``/abs/path/reward.py:lambda_handler``: a published Lambda file, called as ``(event, context)`` in
+      the sandbox;
+    - ``arn:aws:lambda:...``: the AWS Lambda itself, invoked through boto3 (needs AWS credentials).
+
+    The Nova and Bedrock dialects map their Lambda ARN fields here (``openrft.lambda_map``)."""
 
     type: Literal["nova_lambda"] = "nova_lambda"
     endpoint: str
@@ -409,8 +414,16 @@ class NovaLambdaReward(_Strict):
 
     @field_validator("endpoint")
     @classmethod
-    def _http(cls, value: str) -> str:
+    def _target(cls, value: str) -> str:
+        if re.match(r"^arn:aws[a-z-]*:lambda:", value) or re.match(r"^/.+\.py:[A-Za-z_]\w*$", value):
+            return value
         return _check_http_url(value, NOVA_ENDPOINT_ADVICE)
+
+    @property
+    def transport(self) -> Literal["http", "handler", "aws"]:
+        if self.endpoint.startswith("arn:"):
+            return "aws"
+        return "http" if re.match(r"^https?://", self.endpoint) else "handler"
 
 
 class CallableReward(_Strict):

@@ -133,12 +133,32 @@ def parse_document(
 
 
 def resolve_job(
-    path: str | Path, dialect: Dialect | None = None, dataset_size: DatasetSizer | None = None
+    path: str | Path,
+    dialect: Dialect | None = None,
+    dataset_size: DatasetSizer | None = None,
+    mappings: dict[str, dict[str, str]] | None = None,
 ) -> Resolution:
-    """Read a job file in any dialect and resolve it, with provenance and warnings."""
+    """Read a job file in any dialect and resolve it, with provenance and warnings.
+
+    ``mappings`` adds to the job's ``openrft`` block without editing the file, e.g. ``{"lambda_map": {ARN:
+    "reward.py:lambda_handler"}, "model_map": {"nova-lite-2/prod": "openrft-demo"}}`` (the CLI's
+    ``--map-lambda``/``--map-model``); they take precedence over the file's own entries."""
     path = Path(path)
     document = read_document(path)
+    if mappings and any(mappings.values()):
+        document = with_mappings(document, mappings, str(path))
     return resolve_document(document, dialect, path.resolve().parent, str(path), dataset_size=dataset_size)
+
+
+def with_mappings(document: Any, mappings: dict[str, dict[str, str]], source: str) -> Any:
+    """``document`` with ``mappings`` merged into its ``openrft`` block."""
+    if not isinstance(document, dict) or not isinstance(document.get("openrft", {}), dict):
+        raise SpecError([FieldProblem("openrft", "must be a mapping to take --map-lambda/--map-model")], source)
+    block = dict(document.get("openrft") or {})
+    for name, entries in mappings.items():
+        if entries:
+            block[name] = {**(block.get(name) or {}), **entries}
+    return {**document, "openrft": block}
 
 
 def load_job(path: str | Path, dialect: Dialect | None = None) -> JobSpec:

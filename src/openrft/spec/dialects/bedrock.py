@@ -20,7 +20,6 @@ from openrft.spec.dialects.common import (
     Strict,
     apply_extensions,
     base_learning_rate,
-    build_reward,
     closed,
     count_examples,
     fmt,
@@ -29,11 +28,11 @@ from openrft.spec.dialects.common import (
     training_prompts,
     validate_all,
 )
-from openrft.spec.dialects.nova import NovaTrainer, resolve_intervals, resolve_optimizer
+from openrft.spec.dialects.lambdas import ANY_LAMBDA, lambda_reward
+from openrft.spec.dialects.nova import NovaPeft, NovaTrainer, resolve_intervals, resolve_optimizer
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution
-from openrft.spec.rewards import NovaLambdaReward
 
 TRAIN_LIMIT = 20_000
 BEDROCK_KEYS = ("hyperParameters", "graderConfig", "customizationConfig", "baseModelIdentifier", "customizationType")
@@ -58,12 +57,12 @@ class LambdaGrader(Strict):
 
 
 class GraderConfig(Strict):
-    lambdaGrader: LambdaGrader
+    lambdaGrader: LambdaGrader | None = None
 
 
 class RftConfig(Strict):
     hyperParameters: BedrockHyperParameters = BedrockHyperParameters()
-    graderConfig: GraderConfig
+    graderConfig: GraderConfig | None = None
 
 
 class CustomizationConfig(Strict):
@@ -74,8 +73,13 @@ class S3Location(Strict):
     s3Uri: str
 
 
+class TrainingDataConfig(Strict):
+    s3Uri: str | None = None
+    invocationLogsConfig: dict[str, Any] | None = None
+
+
 class ValidationDataConfig(Strict):
-    validators: list[S3Location] = Field(min_length=1, max_length=1)
+    validators: list[S3Location] = Field(max_length=10)
 
 
 class Tag(Strict):
@@ -88,7 +92,7 @@ class BedrockRequest(Strict):
     customModelName: str | None = None
     baseModelIdentifier: str
     customizationType: Literal["REINFORCEMENT_FINE_TUNING"] = "REINFORCEMENT_FINE_TUNING"
-    trainingDataConfig: S3Location
+    trainingDataConfig: TrainingDataConfig
     validationDataConfig: ValidationDataConfig | None = None
     outputDataConfig: S3Location | None = None
     hyperParameters: BedrockHyperParameters | None = None
@@ -158,9 +162,16 @@ def _resolve(
     tracking_from_metadata(b, tags, "jobTags")
     b.model(request.baseModelIdentifier, base_dir, "baseModelIdentifier")
     base_learning_rate(b, request.baseModelIdentifier, request.openrft)  # informational: learningRate is set
-    b.user("data.train", resolve_location(request.trainingDataConfig.s3Uri, base_dir), "trainingDataConfig.s3Uri")
+    training = request.trainingDataConfig
+    if training.s3Uri is None:
+        why = "invocation logs are read only by Bedrock" if training.invocationLogsConfig else "it is required"
+        b.problem("trainingDataConfig.s3Uri", f"is not given ({why}): give the training JSONL file")
+    b.user("data.train", resolve_location(training.s3Uri or "<missing>", base_dir), "trainingDataConfig.s3Uri")
     b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", "Bedrock's limit of 20K prompts")
-    if request.validationDataConfig:
+    validators = request.validationDataConfig.validators if request.validationDataConfig else []
+    if len(validators) > 1:
+        b.warn("validationDataConfig.validators", f"lists {len(validators)} files; OpenRFT validates on the first")
+    if validators:
         b.user(
             "data.validation",
             resolve_location(request.validationDataConfig.validators[0].s3Uri, base_dir),
@@ -170,7 +181,7 @@ def _resolve(
         b.user("output_dir", resolve_location(request.outputDataConfig.s3Uri, base_dir), "outputDataConfig.s3Uri")
 
     # What Bedrock does not expose is the recipe's default; Bedrock's own fields override.
-    recipe_trainer = NovaTrainer(max_steps=1)
+    recipe_trainer = NovaTrainer(max_steps=1, peft=NovaPeft())
     resolve_optimizer(b, recipe_trainer)
     resolve_intervals(b, recipe_trainer)
     for path, source in list(b.sources.items()):
@@ -216,11 +227,12 @@ def _resolve(
                 f"{HP}.epochCount",
             )
 
-    if grader is None:
-        b.problem(f"{at}graderConfig", "is required: graderConfig.lambdaGrader.lambdaArn names the reward function")
-    else:
+    lambdas = request.openrft.lambda_map
+    if grader is not None and grader.lambdaGrader is not None:
         field = f"{at}graderConfig.lambdaGrader.lambdaArn"
-        config = build_reward(b, NovaLambdaReward, field, endpoint=grader.lambdaGrader.lambdaArn)
-        if config is not None:
-            b.user("reward.function", config, field)
+        lambda_reward(b, grader.lambdaGrader.lambdaArn, field, lambdas, base_dir)
+    elif ANY_LAMBDA in lambdas:
+        lambda_reward(b, None, f"{at}graderConfig.lambdaGrader.lambdaArn", lambdas, base_dir)
+    else:
+        b.problem(f"{at}graderConfig", "is required: graderConfig.lambdaGrader.lambdaArn names the reward function")
     return b.build(source, prompts)

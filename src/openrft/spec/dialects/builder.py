@@ -7,6 +7,7 @@ canonical spec are reported at the user's field the value came from, not at the 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Origin, Resolution, Source, complete
 
 _RAW = object()
+CLOUD_ONLY_MODEL = re.compile(r"^(amazon\.nova|nova-(micro|lite|pro|premier)|arn:aws(-[a-z]+)?:(bedrock|sagemaker):)")
+"""Amazon Nova models (``nova-lite-2/prod``, ``amazon.nova-2-lite-v1:0:256k``) and Bedrock/SageMaker ARNs."""
 
 
 class SpecBuilder:
@@ -28,6 +31,7 @@ class SpecBuilder:
         self.sources: dict[str, Source] = {}
         self.problems: list[FieldProblem] = list(problems or [])
         self.warnings: list[FieldProblem] = []
+        self.model_map: dict[str, str] = {}
 
     def set(self, path: str, value: Any, origin: Origin, field: str | None = None, note: str | None = None) -> Any:
         self.values[path] = value
@@ -54,7 +58,22 @@ class SpecBuilder:
 
     def model(self, value: str, base_dir: Path, field: str) -> str:
         """The base model: a name is kept; a path (absolute, ``file://`` or relative to the job file that
-        exists) must be a directory, else a problem at the user's field."""
+        exists) must be a directory, else a problem at the user's field. A name in ``model_map``
+        (``openrft.model_map``, ``--map-model``) is replaced by its local model; a model that only runs
+        in a cloud service (Amazon Nova, a Bedrock ARN) must be mapped."""
+        if value in self.model_map:
+            location = resolve_location(self.model_map[value], base_dir, model=True)
+            if Path(location).is_absolute() and not Path(location).is_dir():
+                self.problem(f"openrft.model_map.{value}", "is not an existing model directory", location)
+            return self.set("model.name_or_path", location, "user", field, f"{value!r} mapped by openrft.model_map")
+        if CLOUD_ONLY_MODEL.match(value):
+            self.problem(
+                field,
+                f"is a model that runs only in its cloud service: map it to a local or Hugging Face model with "
+                f"--map-model '{value}=openrft-demo' (or openrft.model_map)",
+                value,
+            )
+            return self.user("model.name_or_path", value, field)
         location = resolve_location(value, base_dir, model=True)
         if Path(location).is_absolute() and not Path(location).is_dir():
             self.problem(field, "is not an existing model directory", value)

@@ -76,6 +76,14 @@ class OpenRFTExtensions(Strict):
     age_tolerance: int | None = Field(None, ge=0, description="off_policy_async only; default 2")
     replicas: int = Field(1, ge=1)
     generation_replicas: int = Field(1, ge=1)
+    lambda_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="reward Lambda ARN -> a local handler (path.py:lambda_handler) or an http(s) URL; "
+        "the key '*' maps the job's Lambda whatever its ARN (or a blank one)",
+    )
+    model_map: dict[str, str] = Field(
+        default_factory=dict, description="a cloud-only model name or ARN -> a local path or Hugging Face id"
+    )
 
 
 EXTENSION_TARGETS = {
@@ -110,6 +118,7 @@ through ``rollout_strategy``."""
 
 def apply_extensions(b: SpecBuilder, ext: OpenRFTExtensions, covered: dict[str, str], dialect: str) -> None:
     """Copy the extension settings into the spec, refusing the ones ``covered`` by a field of the dialect."""
+    b.model_map = dict(ext.model_map)
     for name, field in covered.items():
         if was_set(ext, name):
             b.problem(f"openrft.{name}", f"is set by {field} in a {dialect} job; set it there", getattr(ext, name))

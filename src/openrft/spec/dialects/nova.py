@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from openrft.spec.dialects.builder import SpecBuilder
+from openrft.spec.dialects.builder import SpecBuilder, was_set
 from openrft.spec.dialects.common import (
     MLFLOW_SETTINGS,
     DatasetSizer,
@@ -23,19 +23,22 @@ from openrft.spec.dialects.common import (
     Strict,
     apply_extensions,
     base_learning_rate,
-    build_reward,
     closed,
     count_examples,
     rollout_strategy,
+    steps_for_epochs,
     training_prompts,
     validate_all,
 )
+from openrft.spec.dialects.interpolation import drop_blanks, resolve_interpolation
+from openrft.spec.dialects.lambdas import ANY_LAMBDA, lambda_reward
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution
-from openrft.spec.rewards import NovaLambdaReward, PresetReward
+from openrft.spec.rewards import PresetReward
 
-GLOBAL_BATCH_SIZES = (16, 32, 64, 128, 256)
+GLOBAL_BATCH_SIZE_RANGE = (16, 256)
+"""HyperPod documents any global_batch_size from 16 to 256 (the recipes' comments list the powers of two)."""
 TC = "training_config"
 ROLLOUT = f"{TC}.rollout"
 TRAINER = f"{TC}.trainer"
@@ -54,7 +57,7 @@ COVERED = {
 class NovaRun(Strict):
     name: str = "openrft-run"
     model_type: str | None = None
-    model_name_or_path: str
+    model_name_or_path: str | None = None
     data_s3_path: str
     validation_data_s3_path: str | None = None
     output_s3_path: str | None = None
@@ -88,7 +91,7 @@ class NovaGenerator(Strict):
 
 
 class NovaApiEndpoint(Strict):
-    lambda_arn: str
+    lambda_arn: str | None = None
     lambda_concurrency_limit: int = Field(12, ge=1)
     lambda_batch_size: int = Field(128, ge=1)
 
@@ -106,20 +109,37 @@ class NovaRollout(Strict):
 
 
 class NovaOptim(Strict):
+    """``trainer.optim_config`` (HyperPod and the SageMaker training-job LoRA/full-rank recipes)."""
+
     lr: float = Field(1e-6, gt=0)
     weight_decay: Annotated[float, closed(0, 1)] = 0.0
     adam_beta1: float = Field(0.9, ge=0, lt=1)
     adam_beta2: float = Field(0.95, ge=0, lt=1)
 
 
+class NovaOptimSmtj(NovaOptim):
+    """``trainer.optim``, the other launchers' spelling: also names the optimizer and a minimum rate."""
+
+    optimizer: Literal["adam", "adamw", "Adam", "AdamW"] = "adam"
+    min_lr: float = Field(0.0, ge=0)
+
+
 class NovaLoraTuning(Strict):
     alpha: float = Field(64, gt=0)
-    lora_plus_lr_ratio: Annotated[float, closed(0, 100)] = 64.0
+    lora_plus_lr_ratio: Annotated[float, closed(0, 100)] | None = None
+    loraplus_lr_ratio: Annotated[float, closed(0, 100)] | None = Field(None, description="HyperPod's spelling")
+    adapter_dropout: float | None = Field(None, ge=0, lt=1)
 
 
 class NovaPeft(Strict):
     peft_scheme: Literal["lora"] | None = "lora"
     lora_tuning: NovaLoraTuning = NovaLoraTuning()
+
+
+class NovaModelBlock(Strict):
+    """``training_config.model``: where some published recipes put ``peft``."""
+
+    peft: NovaPeft | None = None
 
 
 class NovaCurriculum(Strict):
@@ -133,27 +153,32 @@ class NovaCurriculum(Strict):
 
 
 class NovaTrainer(Strict):
-    max_steps: int = Field(ge=1)
-    save_steps: int = Field(5, ge=1)
+    max_steps: int | None = Field(None, ge=1)
+    save_steps: int = Field(5, ge=0, description="0 = save only at the end")
     save_top_k: int = Field(5, ge=1)
     test_steps: int = Field(1, ge=1)
     refit_freq: int = Field(4, ge=0, description="OpenRFT: 0 = never refresh the reference")
     clip_ratio_high: float = Field(0.2, ge=0)
     loss_scale: float = Field(1.0, gt=0)
-    ent_coeff: float = Field(0.0, ge=0)
+    ent_coeff: float | None = Field(None, ge=0)
+    entropy_coeff: float | None = Field(None, ge=0, description="the other launchers' spelling of ent_coeff")
     kl_loss_coef: float = Field(0.0, ge=0)
-    optim_config: NovaOptim = NovaOptim()
-    peft: NovaPeft = NovaPeft()
+    optim_config: NovaOptim | None = None
+    optim: NovaOptimSmtj | None = None
+    peft: NovaPeft | None = None
     adaptive_curriculum: NovaCurriculum | None = None
 
 
 class NovaTrainingConfig(Strict):
     max_length: int = Field(8192, ge=2)
-    global_batch_size: Literal[16, 32, 64, 128, 256] = 32
+    global_batch_size: Annotated[int, closed(GLOBAL_BATCH_SIZE_RANGE[0], GLOBAL_BATCH_SIZE_RANGE[1])] = 32
+    max_epochs: int | None = Field(None, ge=1)
     reasoning_effort: Literal["high", "low"] | None = None
+    task_type: str | None = Field(None, description="the launcher's resolved config: omega_rl_train")
     data: NovaData = NovaData()
     rollout: NovaRollout = NovaRollout()
-    trainer: NovaTrainer
+    model: NovaModelBlock | None = None
+    trainer: NovaTrainer = NovaTrainer()
 
 
 class NovaRecipe(Strict):
@@ -165,7 +190,10 @@ class NovaRecipe(Strict):
 def parse_recipe(
     raw: Any, base_dir: Path | None = None, source: str | None = None, dataset_size: DatasetSizer = count_examples
 ) -> Resolution:
-    """Validate a recipe (already loaded from YAML) and resolve it. A Bedrock request goes to bedrock.py."""
+    """Validate a recipe (already loaded from YAML) and resolve it. A Bedrock request goes to bedrock.py.
+
+    The recipe is first read as its launchers read it (``interpolation``): OmegaConf ``${...}`` resolved,
+    blank values unset."""
     from openrft.spec.dialects.bedrock import is_bedrock_request, parse_bedrock
 
     if isinstance(raw, dict) and is_bedrock_request(raw):
@@ -173,7 +201,9 @@ def parse_recipe(
     if not isinstance(raw, dict):
         problem = FieldProblem("<root>", "a Nova recipe is a YAML mapping with run and training_config")
         raise SpecError([problem], source)
-    recipe, problems = validate_all(NovaRecipe, raw)
+    resolved, problems = resolve_interpolation(raw)
+    recipe, more = validate_all(NovaRecipe, drop_blanks(resolved, NovaRecipe))
+    problems += more
     if recipe is None:
         raise SpecError(problems, source)
     return _resolve(recipe, base_dir or Path.cwd(), source, dataset_size, problems)
@@ -188,8 +218,13 @@ def _resolve(
     b.derived("dialect", "nova", "a Nova recipe")
     apply_extensions(b, ext, COVERED, "Nova")
     b.take("name", run, "name", "run.name")
-    b.model(run.model_name_or_path, base_dir, "run.model_name_or_path")
-    base_learning_rate(b, run.model_name_or_path, ext)  # informational: the recipe sets lr itself
+    if run.model_name_or_path:
+        b.model(run.model_name_or_path, base_dir, "run.model_name_or_path")
+    elif run.model_type:
+        b.model(run.model_type, base_dir, "run.model_type")
+    else:
+        b.problem("run.model_name_or_path", "is required (or run.model_type)")
+    base_learning_rate(b, run.model_name_or_path or run.model_type or "", ext)  # informational: lr is set
     if run.model_type:
         b.user("metadata", {"model_type": run.model_type}, "run.model_type")
     b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
@@ -201,12 +236,13 @@ def _resolve(
     if run.output_s3_path:
         b.user("output_dir", resolve_location(run.output_s3_path, base_dir), "run.output_s3_path")
 
+    _unused(b, recipe)
     _sampling(b, tc)
     _rollout(b, run, rollout)
     prompts = _training(b, tc, sizer)
-    resolve_optimizer(b, trainer)
+    resolve_optimizer(b, trainer, tc.model)
     resolve_intervals(b, trainer)
-    _rewards(b, run, rollout.rewards)
+    _rewards(b, run, rollout.rewards, ext, base_dir)
     for name in MLFLOW_SETTINGS:
         b.take(f"tracking.{name}", run, name, f"run.{name}")
     curriculum = trainer.adaptive_curriculum
@@ -218,6 +254,27 @@ def _resolve(
             True,
         )
     return b.build(source, prompts)
+
+
+UNUSED = {
+    "run.rollout_worker_replicas": "OpenRFT's rollout workers are run.generation_replicas",
+    f"{TC}.task_type": "the launcher's task name; OpenRFT runs RFT training",
+    f"{TRAINER}.optim.min_lr": "OpenRFT keeps the learning rate constant",
+}
+
+
+def _unused(b: SpecBuilder, recipe: NovaRecipe) -> None:
+    """Warnings for the recipe's fields that OpenRFT accepts but does not use."""
+    values = {
+        "run.rollout_worker_replicas": recipe.run.rollout_worker_replicas,
+        f"{TC}.task_type": recipe.training_config.task_type,
+        f"{TRAINER}.optim.min_lr": recipe.training_config.trainer.optim.min_lr
+        if recipe.training_config.trainer.optim and was_set(recipe.training_config.trainer.optim, "min_lr")
+        else None,
+    }
+    for field, value in values.items():
+        if value is not None:
+            b.warn(field, f"is not used by OpenRFT ({UNUSED[field]})", value)
 
 
 def _sampling(b: SpecBuilder, tc: NovaTrainingConfig) -> None:
@@ -249,7 +306,8 @@ def _rollout(b: SpecBuilder, run: NovaRun, rollout: NovaRollout) -> None:
 
 
 def _training(b: SpecBuilder, tc: NovaTrainingConfig, sizer: DatasetSizer) -> int | None:
-    """Prompts per step and steps; the training prompts when the dataset can be counted (for epochs)."""
+    """Prompts per step and steps (``trainer.max_steps``, else ``max_epochs`` over the counted dataset);
+    the training prompts when the dataset can be counted."""
     n = tc.rollout.advantage_strategy.number_generation
     if tc.global_batch_size % n:
         b.problem(
@@ -266,30 +324,88 @@ def _training(b: SpecBuilder, tc: NovaTrainingConfig, sizer: DatasetSizer) -> in
         f"global_batch_size / number_generation = {tc.global_batch_size} / {n} (samples -> prompts)",
         f"{TC}.global_batch_size",
     )
-    b.take("training.total_steps", tc.trainer, "max_steps", f"{TRAINER}.max_steps")
-    prompts = training_prompts(b, sizer, "run.data_s3_path", None, validation_field="run.validation_data_s3_path")
-    if prompts:
-        steps = tc.trainer.max_steps
+    steps, epochs = tc.trainer.max_steps, tc.max_epochs
+    if steps is None and epochs is None:
+        b.problem(f"{TRAINER}.max_steps", f"is required (or {TC}.max_epochs)")
+        return None
+    if steps is not None and epochs is not None:
+        b.warn(f"{TC}.max_epochs", f"is not used: {TRAINER}.max_steps ({steps}) sets the length", epochs)
+    needed = f"{TC}.max_epochs" if steps is None else None
+    prompts = training_prompts(b, sizer, "run.data_s3_path", needed, validation_field="run.validation_data_s3_path")
+    if steps is not None:
+        b.take("training.total_steps", tc.trainer, "max_steps", f"{TRAINER}.max_steps")
+        if prompts:
+            b.derived(
+                "training.epochs",
+                steps * per_step / prompts,
+                f"max_steps × prompts per step / prompts = {steps} × {per_step} / {prompts}",
+                f"{TRAINER}.max_steps",
+            )
+    elif prompts:
+        assert epochs is not None
+        b.user("training.epochs", float(epochs), f"{TC}.max_epochs")
         b.derived(
-            "training.epochs",
-            steps * per_step / prompts,
-            f"max_steps × prompts per step / prompts = {steps} × {per_step} / {prompts}",
-            f"{TRAINER}.max_steps",
+            "training.total_steps",
+            steps_for_epochs(epochs, prompts, per_step),
+            f"ceil(max_epochs × prompts / prompts per step) = ceil({epochs} × {prompts} / {per_step})",
+            f"{TC}.max_epochs",
         )
     return prompts
 
 
-def resolve_optimizer(b: SpecBuilder, trainer: NovaTrainer) -> None:
-    optim, lora = trainer.optim_config, trainer.peft.lora_tuning
+def _one_of(b: SpecBuilder, values: dict[str, Any]) -> tuple[str, Any] | None:
+    """The one value given among several spellings of a field (path -> value or None); a problem if two
+    differ. None when none is given."""
+    given = {path: value for path, value in values.items() if value is not None}
+    if len({repr(v) for v in given.values()}) > 1:
+        first, *others = given
+        b.problem(others[0], f"is also given as {first}: write it in one place", given[others[0]])
+    return next(iter(given.items()), None)
+
+
+def resolve_optimizer(b: SpecBuilder, trainer: NovaTrainer, model: NovaModelBlock | None = None) -> None:
+    """Optimizer, LoRA (or full rank) and algorithm settings, from either launcher's spelling."""
+    picked = _one_of(b, {f"{TRAINER}.optim_config": trainer.optim_config, f"{TRAINER}.optim": trainer.optim})
+    optim_field, optim = picked if picked else (f"{TRAINER}.optim_config", NovaOptim())
     for name in ("lr", "weight_decay", "adam_beta1", "adam_beta2"):
-        b.take(f"optimizer.{name}", optim, name, f"{TRAINER}.optim_config.{name}")
-    b.take(
-        "lora.enabled", trainer.peft, "peft_scheme", f"{TRAINER}.peft.peft_scheme", trainer.peft.peft_scheme == "lora"
-    )
-    b.take("lora.alpha", lora, "alpha", f"{TRAINER}.peft.lora_tuning.alpha")
-    b.take("lora.lora_plus_lr_ratio", lora, "lora_plus_lr_ratio", f"{TRAINER}.peft.lora_tuning.lora_plus_lr_ratio")
-    for name in ("clip_ratio_high", "kl_loss_coef", "ent_coeff", "loss_scale", "refit_freq"):
+        b.take(f"optimizer.{name}", optim, name, f"{optim_field}.{name}")
+    _peft(b, trainer, model)
+    entropy = _one_of(b, {f"{TRAINER}.ent_coeff": trainer.ent_coeff, f"{TRAINER}.entropy_coeff": trainer.entropy_coeff})
+    if entropy:
+        b.user("algorithm.ent_coeff", entropy[1], entropy[0])
+    else:
+        b.default("algorithm.ent_coeff", 0.0, f"{TRAINER}.ent_coeff")
+    for name in ("clip_ratio_high", "kl_loss_coef", "loss_scale", "refit_freq"):
         b.take(f"algorithm.{name}", trainer, name, f"{TRAINER}.{name}")
+
+
+def _peft(b: SpecBuilder, trainer: NovaTrainer, model: NovaModelBlock | None) -> None:
+    """LoRA from ``trainer.peft`` or ``training_config.model.peft``; no peft block, or ``peft_scheme: null``,
+    is full-rank training, as on the service."""
+    picked = _one_of(b, {f"{TRAINER}.peft": trainer.peft, f"{TC}.model.peft": model.peft if model else None})
+    if picked is None:
+        b.default(
+            "lora.enabled",
+            False,
+            f"{TRAINER}.peft",
+            "no peft block: full-rank training (all weights), as on the service",
+        )
+        return
+    field, peft = picked
+    if peft.peft_scheme is None:
+        b.set("lora.enabled", False, "user", f"{field}.peft_scheme", "peft_scheme null: full-rank training")
+        return
+    b.take("lora.enabled", peft, "peft_scheme", f"{field}.peft_scheme", True)
+    lora, tuning = peft.lora_tuning, f"{field}.lora_tuning"
+    b.take("lora.alpha", lora, "alpha", f"{tuning}.alpha")
+    spellings = {f"{tuning}.lora_plus_lr_ratio": lora.lora_plus_lr_ratio}
+    ratio = _one_of(b, {**spellings, f"{tuning}.loraplus_lr_ratio": lora.loraplus_lr_ratio})
+    if ratio:
+        b.user("lora.lora_plus_lr_ratio", ratio[1], ratio[0])
+    else:
+        b.default("lora.lora_plus_lr_ratio", 64.0, f"{tuning}.lora_plus_lr_ratio", "the Nova recipe's default")
+    if lora.adapter_dropout is not None:
+        b.user("lora.dropout", lora.adapter_dropout, f"{tuning}.adapter_dropout")
 
 
 def resolve_intervals(b: SpecBuilder, trainer: NovaTrainer) -> None:
@@ -298,12 +414,13 @@ def resolve_intervals(b: SpecBuilder, trainer: NovaTrainer) -> None:
     b.take("checkpoint.keep_top_k", trainer, "save_top_k", f"{TRAINER}.save_top_k")
 
 
-def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
+def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards, ext: OpenRFTExtensions, base_dir: Path) -> None:
     endpoint, arn = rewards.api_endpoint, run.reward_lambda_arn
-    if endpoint and arn and endpoint.lambda_arn != arn:
+    endpoint_arn = endpoint.lambda_arn if endpoint else None
+    if endpoint_arn and arn and endpoint_arn != arn:
         b.problem(
             "run.reward_lambda_arn",
-            f"differs from {REWARDS}.api_endpoint.lambda_arn ({endpoint.lambda_arn!r}): name one reward endpoint",
+            f"differs from {REWARDS}.api_endpoint.lambda_arn ({endpoint_arn!r}): name one reward endpoint",
             arn,
         )
         return
@@ -319,22 +436,16 @@ def _rewards(b: SpecBuilder, run: NovaRun, rewards: NovaRewards) -> None:
         b.user(
             "reward.function", PresetReward(name=rewards.preset_reward_function), f"{REWARDS}.preset_reward_function"
         )
-    elif endpoint:
-        field = f"{REWARDS}.api_endpoint"
-        config = build_reward(
-            b,
-            NovaLambdaReward,
-            f"{field}.lambda_arn",
-            endpoint=endpoint.lambda_arn,
-            batch_size=endpoint.lambda_batch_size,
-            concurrency_limit=endpoint.lambda_concurrency_limit,
+    elif endpoint is not None or arn:
+        field = f"{REWARDS}.api_endpoint.lambda_arn" if endpoint_arn or not arn else "run.reward_lambda_arn"
+        call = (
+            {"batch_size": endpoint.lambda_batch_size, "concurrency_limit": endpoint.lambda_concurrency_limit}
+            if endpoint
+            else {}
         )
-        if config is not None:
-            b.user("reward.function", config, field)
-    elif arn:
-        config = build_reward(b, NovaLambdaReward, "run.reward_lambda_arn", endpoint=arn)
-        if config is not None:
-            b.user("reward.function", config, "run.reward_lambda_arn")
+        lambda_reward(b, endpoint_arn or arn, field, ext.lambda_map, base_dir, **call)
+    elif ANY_LAMBDA in ext.lambda_map:
+        lambda_reward(b, None, "run.reward_lambda_arn", ext.lambda_map, base_dir)
     else:
         b.problem(
             REWARDS, "names no reward: set preset_reward_function, api_endpoint.lambda_arn or run.reward_lambda_arn"
