@@ -90,11 +90,14 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
 def load_causal_lm(name_or_path: str, device: torch.device, dtype: torch.dtype, revision: str | None = None):
     from transformers import AutoModelForCausalLM
 
+    from openrft.attention import use_chunked_sdpa
+
     path = resolve_model_path(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype)
     except OSError as exc:
         raise ModelNotFoundError(f"cannot load model {name_or_path!r}: {exc}") from None
+    use_chunked_sdpa(model)  # long sequences without a [queries, keys] mask (attention.py)
     return model.to(device)
 
 

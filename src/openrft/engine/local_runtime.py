@@ -57,6 +57,7 @@ def learner_config(spec: JobSpec, pad_token_id: int) -> LearnerConfig:
         micro_batch_tokens=spec.training.micro_batch_tokens,
         pad_token_id=pad_token_id,
         importance_weight_cap=spec.rollout.importance_weight_cap,
+        activation_checkpointing=spec.training.activation_checkpointing,
     )
 
 

@@ -9,10 +9,10 @@ import torch
 
 from openrft.algo.loss import entropy_from_logits, policy_loss_terms, truncated_importance_weight
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
-from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, unwrap
+from openrft.learner.checkpointing import enable_activation_checkpointing
+from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, shared_prefix_forward, unwrap
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
-from openrft.rollout.kv import cache_keyword, continue_from, prefill
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
 
 
@@ -28,24 +28,13 @@ class LearnerConfig:
     # Above this many bytes of fp32 response logits, log-probs and entropy come from the LM head run over
     # chunks of this size (learner/logprobs.py); below it, from the full logits.
     logits_chunk_bytes: int = 64 * 2**20
+    activation_checkpointing: bool = False  # decoder layers recomputed in backward (learner/checkpointing.py)
 
 
 def response_logits(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> torch.Tensor:
-    """Temperature-scaled logits ``[rows, response_width, vocab]`` predicting ``mb.response_ids``.
-
-    Shared prefix: the prompts run once (the LM head on their last position only, which predicts
-    each response's first token), their KV cache is gathered onto the response rows, and the
-    responses (all but their last token, which predicts nothing) run on top of it.
-    """
-    kwarg = cache_keyword(model)
-    first, cache = prefill(model, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg)
-    logits = first.index_select(0, mb.prompt_index).unsqueeze(1)
-    if mb.response_width > 1:
-        cache.batch_select_indices(mb.prompt_index)
-        mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
-        rest = continue_from(model, cache, mb.response_ids[:, :-1], mask, mb.response_positions[:, :-1], kwarg)
-        logits = torch.cat([logits, rest], dim=1)
-    logits = logits.float()
+    """Temperature-scaled logits ``[rows, response_width, vocab]`` predicting ``mb.response_ids``, from the
+    shared-prefix passes (``shared_prefix_forward``)."""
+    logits = shared_prefix_forward(model, mb).float()
     return logits / temperature if temperature > 0 else logits
 
 
@@ -89,6 +78,8 @@ class Learner:
         self.config = config
         self.model = policy.model
         self.device = next(self.model.parameters()).device
+        if config.activation_checkpointing:
+            enable_activation_checkpointing(self.model)
         self.optimizer = build_optimizer(self.model, config.optimizer, config.lora)
         self.scheduler = build_scheduler(self.optimizer, config.optimizer.warmup_steps)
         self.version = 0

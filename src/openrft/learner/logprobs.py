@@ -17,11 +17,14 @@ checkpointing instead, with autograd's own gradient.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from openrft.learner.batch import MicroBatch
-from openrft.rollout.kv import cache_keyword, continue_from, prefill
+from openrft.learner.checkpointing import suspended
+from openrft.rollout.kv import cache_keyword, continue_from, freeze, prefill
 
 # Configuration fields after which a causal LM's forward does more than ``lm_head(hidden)`` (soft-capping,
 # scaling): such models keep the unchunked path, which runs their own forward.
@@ -42,21 +45,28 @@ def can_chunk(model: torch.nn.Module) -> bool:
     return all(getattr(config, name, None) in (None, 1.0) for name in LOGIT_TRANSFORMS)
 
 
-def response_hidden(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
-    """The decoder's last hidden states ``[rows, response_width, hidden]`` that predict ``mb.response_ids``:
-    ``response_logits`` before the language-model head (the same shared-prefix passes)."""
-    decoder = unwrap(model).get_decoder()
+def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool = False) -> torch.Tensor:
+    """Logits ``[rows, response_width, vocab]`` predicting ``mb.response_ids`` (``hidden``: the decoder's last
+    hidden states ``[rows, response_width, hidden]``, before the language-model head).
+
+    Shared prefix: the prompts run once (the LM head on their last position only, which predicts each
+    response's first token), their KV cache is gathered onto the response rows and frozen, and the responses
+    (all but their last token, which predicts nothing) run on top of it.
+    """
+    base = unwrap(model)
+    net = base.get_decoder() if hidden else model
     kwarg = cache_keyword(model)
-    first, cache = prefill(decoder, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg, hidden=True)
-    hidden = first.index_select(0, mb.prompt_index).unsqueeze(1)
+    with suspended(base):  # the prompts write the cache: never replayed
+        first, cache = prefill(net, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg, hidden=hidden)
+    out = first.index_select(0, mb.prompt_index).unsqueeze(1)
     if mb.response_width > 1:
         cache.batch_select_indices(mb.prompt_index)
         mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
-        rest = continue_from(
-            decoder, cache, mb.response_ids[:, :-1], mask, mb.response_positions[:, :-1], kwarg, hidden=True
-        )
-        hidden = torch.cat([hidden, rest], dim=1)
-    return hidden
+        ids, positions = mb.response_ids[:, :-1], mb.response_positions[:, :-1]
+        with nullcontext() if freeze(cache) else suspended(base):
+            rest = continue_from(net, cache, ids, mask, positions, kwarg, hidden)
+        out = torch.cat([out, rest], dim=1)
+    return out
 
 
 def chunk_tokens(vocab: int, budget_bytes: int) -> int:
@@ -161,5 +171,5 @@ def chunked_logp_entropy(
     model: torch.nn.Module, mb: MicroBatch, temperature: float, chunk: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of ``mb.targets`` and entropies ``[rows, response_width]`` under ``model``, chunked."""
-    hidden = response_hidden(model, mb)
+    hidden = shared_prefix_forward(model, mb, hidden=True)
     return head_logp_entropy(hidden, unwrap(model).get_output_embeddings(), mb.targets, temperature, chunk)

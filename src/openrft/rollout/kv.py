@@ -12,6 +12,7 @@ import inspect
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 def cache_keyword(model: torch.nn.Module) -> str:
@@ -65,3 +66,23 @@ def continue_from(
     covers the cached positions and the new ones. ``hidden``: as for ``prefill``, hidden states."""
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_kwarg: cache})
     return out.last_hidden_state if hidden else out.logits
+
+
+class ReadOnlyLayer(DynamicLayer):
+    """A cache layer whose ``update`` returns the cached states and the new ones without keeping the new ones."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+def freeze(cache: DynamicCache) -> bool:
+    """Make a filled cache read-only, so that a layer run twice on it (activation checkpointing recomputes it
+    in backward) sees the same keys both times. False (and the cache unchanged) if a layer is not a plain
+    ``DynamicLayer`` (sliding windows, quantised caches)."""
+    if not all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers):
+        return False
+    for i, layer in enumerate(cache.layers):
+        frozen = ReadOnlyLayer.__new__(ReadOnlyLayer)
+        frozen.__dict__.update(layer.__dict__)
+        cache.layers[i] = frozen
+    return True

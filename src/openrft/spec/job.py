@@ -127,6 +127,7 @@ class TrainingSpec(_Strict):
     total_steps: int = Field(ge=1, le=100_000)
     epochs: float | None = Field(None, gt=0, description="informational: what total_steps was derived from")
     micro_batch_tokens: int = Field(8192, ge=1, description="padded tokens per forward/backward pass")
+    activation_checkpointing: bool = Field(False, description="recompute each decoder layer in backward")
     seed: int = 0
 
 

@@ -54,6 +54,7 @@ class OpenRFTExtensions(Strict):
     clip_ratio_low: float = Field(0.2, ge=0, le=1)
     max_grad_norm: float = Field(1.0, ge=0)
     micro_batch_tokens: int = Field(8192, ge=1)
+    activation_checkpointing: bool = False
     top_p: float = Field(1.0, gt=0, le=1)
     scale_advantages_by_std: bool = True
     on_reward_error: Literal["exclude", "zero", "fail"] = "exclude"
@@ -93,6 +94,7 @@ EXTENSION_TARGETS = {
     "clip_ratio_low": "algorithm.clip_ratio_low",
     "max_grad_norm": "optimizer.max_grad_norm",
     "micro_batch_tokens": "training.micro_batch_tokens",
+    "activation_checkpointing": "training.activation_checkpointing",
     "top_p": "sampling.top_p",
     "scale_advantages_by_std": "algorithm.scale_advantages_by_std",
     "on_reward_error": "reward.on_error",

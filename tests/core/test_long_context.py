@@ -1,0 +1,120 @@
+"""Long sequences: attention over chunks of query rows (attention.py) and activation checkpointing with the
+shared prompt cache (learner/checkpointing.py) give the learner's log-probs and gradients unchanged."""
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+import openrft.attention as attention
+from openrft.learner.batch import TrainSample, collate
+from openrft.learner.checkpointing import enable_activation_checkpointing
+from openrft.learner.learner import response_logits, token_logp
+from openrft.rollout.kv import freeze, prefill
+
+
+def _model() -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attention_dropout=0.0,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def _batch():
+    g = torch.Generator().manual_seed(2)
+    samples = []
+    for p, n in ((5, 3), (2, 2), (9, 2)):  # prompts of different lengths: left padding in the prompt mask
+        prompt = torch.randint(1, 64, (p,), generator=g).tolist()
+        for k in range(n):
+            samples.append(TrainSample(prompt, torch.randint(1, 64, (3 + 7 * k + p,), generator=g).tolist(), 1.0))
+    return collate(samples, 0, torch.device("cpu"))
+
+
+def _logp_and_grads(model, mb):
+    weights = torch.randn(mb.response_ids.shape, generator=torch.Generator().manual_seed(3))
+    model.zero_grad()
+    logp = token_logp(response_logits(model, mb, 0.8), mb.targets)
+    (logp * weights * mb.response_mask).sum().backward()
+    return logp.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _close(got, want, rtol=1e-5):
+    a, b = torch.cat([g.flatten() for g in got]), torch.cat([w.flatten() for w in want])
+    return float((a - b).norm() / b.norm()) <= rtol
+
+
+def test_chunked_attention_matches_sdpa_with_padding_and_a_cached_prefix(monkeypatch):
+    mb = _batch()
+    model = _model()
+    want_logp, want_grads = _logp_and_grads(model, mb)
+
+    monkeypatch.setattr(attention, "MASK_ELEMENTS", 40)  # a few query rows per chunk
+    assert attention.use_chunked_sdpa(model) and model.config._attn_implementation == attention.ATTENTION
+    calls = []
+    monkeypatch.setattr(attention, "_attend", lambda *a, _f=attention._attend: calls.append(a[1]) or _f(*a))
+    logp, grads = _logp_and_grads(model, mb)
+    assert len(set(calls)) > 3  # the responses' queries ran in several chunks
+    mask = mb.response_mask.bool()
+    assert torch.allclose(logp[mask], want_logp[mask], rtol=1e-5, atol=1e-6)
+    assert _close(grads, want_grads)
+
+
+def test_chunked_attention_is_sdpa_itself_for_short_sequences():
+    model = _model()
+    mb = _batch()
+    want = response_logits(model, mb, 1.0)
+    attention.use_chunked_sdpa(model)
+    assert torch.equal(response_logits(model, mb, 1.0), want)
+
+
+def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradient():
+    mb = _batch()
+    model = _model().train()
+    want_logp, want_grads = _logp_and_grads(model, mb)
+
+    assert enable_activation_checkpointing(model) == 2
+    runs = []
+    model.model.layers[0].input_layernorm.register_forward_pre_hook(lambda *_: runs.append(1))
+    logp, grads = _logp_and_grads(model, mb)
+    assert len(runs) == 3  # the prompts once (not checkpointed), the responses twice (forward, then backward)
+    assert torch.equal(logp, want_logp)
+    assert _close(grads, want_grads)
+
+
+def test_a_frozen_cache_is_read_not_written():
+    model = _model()
+    ids = torch.tensor([[1, 2, 3]])
+    _, cache = prefill(model, ids, torch.ones_like(ids), torch.arange(3)[None], "cache")
+    assert freeze(cache)
+    keys, _ = cache.layers[0].update(torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4, 4))
+    assert keys.shape[-2] == 7 and cache.get_seq_length() == 3
+
+
+def test_the_job_option_turns_checkpointing_on_in_the_learner(recipe_factory):
+    import yaml
+
+    from openrft.engine.local_runtime import learner_config
+    from openrft.learner import Learner, Policy
+    from openrft.learner.logprobs import unwrap
+    from openrft.models import load_causal_lm
+    from openrft.spec.dialects import load_job
+
+    path = recipe_factory()
+    recipe = yaml.safe_load(path.read_text())
+    recipe["openrft"]["activation_checkpointing"] = True
+    path.write_text(yaml.safe_dump(recipe))
+    spec = load_job(path)
+    assert spec.training.activation_checkpointing
+    policy = Policy(load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32), spec.lora, need_reference=True)
+    learner = Learner(policy, learner_config(spec, 0))
+    layers = unwrap(learner.model).model.layers
+    assert all(layer.gradient_checkpointing for layer in layers)
+    samples = [TrainSample([5, 6, 7], [8, 9, 10, 11], 1.0), TrainSample([5, 6, 7], [12, 13], -1.0)]
+    learner.accumulate(samples, 6)
+    assert all(p.grad is not None for p in learner.policy.trainable_parameters())
