@@ -1,5 +1,6 @@
 """Data-parallel learners: shares of a batch, each normalised by the whole batch's tokens, sum to its gradient."""
 
+import pytest
 import torch
 
 from openrft.engine.local_runtime import learner_config
@@ -9,9 +10,9 @@ from openrft.models import load_causal_lm, load_tokenizer
 from openrft.spec.dialects import load_job
 
 
-def _learner(spec) -> Learner:
+def _learner(spec, dtype: torch.dtype = torch.float32) -> Learner:
     torch.manual_seed(spec.training.seed)
-    model = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
+    model = load_causal_lm("openrft-demo", torch.device("cpu"), dtype)
     tokenizer = load_tokenizer("openrft-demo")
     policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
     return Learner(policy, learner_config(spec, tokenizer.pad_token_id))
@@ -54,6 +55,83 @@ def test_shares_of_a_batch_sum_to_the_whole_batch_gradient(recipe_factory):
     whole.set_gradients(summed)
     parts.set_gradients(summed)
     whole.apply_update(), parts.apply_update()
+    whole.end_step(), parts.end_step()
     for a, b in zip(whole.policy.trainable_parameters(), parts.policy.trainable_parameters(), strict=True):
         assert torch.equal(a, b)
     assert whole.version == parts.version == 1
+
+
+def _mixed_age_samples(learner: Learner) -> list[TrainSample]:
+    """The batch above with every other group stale: behaviour log-probs near the current policy's."""
+    samples = _samples()
+    g = torch.Generator().manual_seed(1)
+    stale = [s for i, s in enumerate(samples) if (i // 4) % 2 == 1]
+    learner.record_old_logp(stale)  # the current policy's log-probs, moved a little: a policy a step behind
+    for s in stale:
+        noise = 0.3 * torch.randn(len(s.response_ids), generator=g, dtype=torch.float64)
+        s.behaviour_logp, s.old_logp = (torch.tensor(s.old_logp, dtype=torch.float64) + noise).tolist(), None
+    return samples
+
+
+def _flat(grads: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([g.flatten() for g in grads])
+
+
+def _gradient(learner: Learner, shares: list[list[TrainSample]], total: int) -> torch.Tensor:
+    summed = None
+    for share in shares:
+        learner.accumulate(share, total)
+        grads = _flat(learner.gradients())
+        learner.optimizer.zero_grad(set_to_none=True)
+        summed = grads if summed is None else summed + grads
+    return summed
+
+
+def test_mixed_age_batches_give_one_gradient_however_split(recipe_factory):
+    """A fresh sample weighs 1 and a stale one its ratio to its own behaviour policy, wherever each sits:
+    one micro-batch, one per sample, data-parallel shares cutting groups, or fresh and stale apart."""
+    spec = load_job(recipe_factory(max_steps=1))
+    spec.algorithm.kl_loss_coef = 0.01
+    learner = _learner(spec, torch.float64)  # float64: the splits agree far below 1e-6, not only to float32 noise
+    samples = _mixed_age_samples(learner)
+    stale = [s for s in samples if s.behaviour_logp is not None]
+    fresh = [s for s in samples if s.behaviour_logp is None]
+    assert stale and fresh
+    total = sum(len(s.response_ids) for s in samples)
+
+    learner.config.micro_batch_tokens = 100_000
+    whole = _gradient(learner, [samples], total)
+    assert len(learner.plan(samples)) == 1
+    apart = _gradient(learner, [fresh, stale], total)
+    shares = _gradient(learner, [samples[:7], samples[7:13], samples[13:]], total)
+    learner.config.micro_batch_tokens = 1  # one sample per micro-batch
+    singles = _gradient(learner, [samples], total)
+
+    assert whole.norm() > 0
+    for other in (apart, shares, singles):
+        assert (other - whole).norm() <= 1e-6 * whole.norm()
+
+    # a fresh sample's weight is exactly 1: its gradient is that of the all-fresh batch's
+    learner.config.micro_batch_tokens = 100_000
+    fresh_alone = _gradient(learner, [fresh], total)
+    stale_alone = _gradient(learner, [stale], total)
+    assert (fresh_alone + stale_alone - whole).norm() <= 1e-6 * whole.norm()
+
+    # the metrics: importance weight and mismatch KL over the stale tokens only
+    sums = learner.accumulate(samples, total)
+    learner.optimizer.zero_grad(set_to_none=True)
+    stale_tokens = sum(len(s.response_ids) for s in stale)
+    assert sums["stale_tokens"] == stale_tokens
+    current = torch.cat([torch.tensor(s.old_logp) for s in _recorded(learner, stale)])
+    behaviour = torch.cat([torch.tensor(s.behaviour_logp) for s in stale])
+    ratio = torch.exp(current - behaviour)
+    assert sums["is_weight"] == pytest.approx(float(ratio.sum()), rel=1e-6)
+    delta = behaviour - current
+    assert sums["mismatch_kl"] == pytest.approx(float((delta.exp() - delta - 1).sum()), rel=1e-6)
+
+
+def _recorded(learner: Learner, samples: list[TrainSample]) -> list[TrainSample]:
+    """Copies of ``samples`` as fresh ones, with the current policy's log-probs in ``old_logp``."""
+    copies = [TrainSample(s.prompt_ids, s.response_ids, s.advantage) for s in samples]
+    learner.record_old_logp(copies)
+    return copies

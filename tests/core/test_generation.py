@@ -69,3 +69,16 @@ def test_top_k_and_top_p_filtering():
     nucleus = filter_logits(logp, top_k=0, top_p=float(probs[0]) + 0.01)
     assert torch.isfinite(nucleus).tolist() == [[True, True, False, False]]
     assert torch.isfinite(filter_logits(logp, 0, 1.0)).all()
+
+
+def test_max_length_caps_each_prompt_and_completion_not_the_longest_prompt():
+    _, _, gen, prompts = _setup()
+    gen.eos_token_ids = []  # no end token: every completion runs to its limit
+    short, long = min(len(p) for p in prompts), max(len(p) for p in prompts)
+    assert long > short
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=long - short + 3, max_length=long + 3)
+    for prompt, group in zip(prompts, gen.generate(prompts, params), strict=True):
+        for c in group:  # the context window is per sample: a long prompt does not shorten a short one's answer
+            assert len(c.token_ids) == len(c.logprobs) == params.max_length - len(prompt)
+            assert c.finish_reason == "length"
+    assert params.completion_limit(short) == long - short + 3 and params.completion_limit(long) == 3

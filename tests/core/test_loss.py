@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from openrft.algo import clipped_surrogate, entropy_from_logits, kl_k3, policy_loss_terms, truncated_importance_weight
+from openrft.algo import clipped_surrogate, entropy_from_logits, kl_k3, policy_loss_terms
 
 
 def _ratio_logps(ratios):
@@ -59,9 +59,32 @@ def test_entropy_of_uniform_and_peaked():
     assert ent[0, 1].item() == pytest.approx(0.0, abs=1e-6)
 
 
-def test_truncated_importance_weight():
-    w = truncated_importance_weight(torch.tensor([0.0, 1.0, -1.0]), torch.zeros(3), cap=2.0)
-    assert w.tolist() == pytest.approx([1.0, 2.0, math.exp(-1)], rel=1e-6)
+@pytest.mark.parametrize(
+    ("ratio", "advantage", "expected_loss", "clipped", "grad"),
+    [
+        (1.5, -1.0, 1.5, False, 1.5),  # under c = 2: the pessimistic unclipped term, gradient -rho*A
+        (3.0, -1.0, 2.0, True, 0.0),  # over c: the loss is c*|A|, no gradient
+        (3.0, 1.0, -1.28, True, 0.0),  # positive advantage: the ordinary clip at 1 + clip_high
+        (0.5, -1.0, 0.8, True, 0.0),  # below 1 - clip_low: the ordinary clip
+    ],
+)
+def test_dual_clip_bounds_negative_advantages(ratio, advantage, expected_loss, clipped, grad):
+    logp = torch.log(torch.tensor([[ratio]])).requires_grad_(True)
+    loss, is_clipped = clipped_surrogate(logp, torch.zeros(1, 1), torch.tensor([advantage]), 0.2, 0.28, dual_clip=2.0)
+    loss.sum().backward()
+    assert loss.item() == pytest.approx(expected_loss, rel=1e-5)
+    assert bool(is_clipped.item()) is clipped
+    assert logp.grad.item() == pytest.approx(grad, rel=1e-5, abs=1e-7)
+
+
+def test_ratio_sum_and_clipped_count_against_an_anchor():
+    # ratios 1.5, 1.1 and 0.5 against the old log-probs, A = +1: the first is clipped at 1.2
+    old = torch.zeros(1, 3)
+    logp = torch.log(torch.tensor([[1.5, 1.1, 0.5]]))
+    terms = policy_loss_terms(logp, old, torch.tensor([1.0]), torch.ones(1, 3), clip_low=0.2, clip_high=0.2)
+    assert terms.ratio == pytest.approx(3.1, rel=1e-6)
+    assert terms.clipped_tokens == 1
+    assert terms.pg_loss == pytest.approx(-(1.2 + 1.1 + 0.5), rel=1e-6)
 
 
 def test_policy_loss_terms_combine_and_aggregate_over_masked_tokens():
@@ -86,7 +109,7 @@ def test_policy_loss_terms_combine_and_aggregate_over_masked_tokens():
     pg = 2 * -1.0 + 3 * 2.0  # sum over masked tokens of -A
     kl_first = 0.5 - math.log(0.5) - 1  # ref/p = 0.5 on sequence 1, 1 on sequence 2
     kl = 2 * kl_first
-    expected = 2.0 * (pg + 0.1 * kl - 0.01 * 0.7 * 5)
+    expected = 2.0 * pg + 0.1 * kl - 0.01 * 0.7 * 5  # loss_scale scales the policy loss only
     assert terms.loss.item() == pytest.approx(expected, rel=1e-5)
     assert terms.pg_loss == pytest.approx(pg)
     assert terms.kl == pytest.approx(kl, rel=1e-5)

@@ -204,6 +204,18 @@ def test_remote_generator_loads_versions_and_samples_with_exact_logprobs(
         assert completion.text == tokenizer.decode(
             completion.token_ids[:-1] if stops else completion.token_ids, skip_special_tokens=True
         )
+
+    # max_length per sample: prompts of two lengths go in one request per completion limit, back in order
+    short = prompt[:-3]
+    capped = SamplingParams(n=4, temperature=1.0, max_new_tokens=6, max_length=len(prompt) + 2)
+    groups = generator.generate([prompt, short, prompt], capped)
+    for asked, group in zip([prompt, short, prompt], groups, strict=True):
+        limit = capped.completion_limit(len(asked))
+        for completion in group:
+            assert completion.prompt_ids == asked and len(completion.token_ids) <= limit
+            assert completion.finish_reason == "stop" or len(completion.token_ids) == limit
+    assert {len(c.token_ids) for c in groups[0] + groups[2]} <= {1, 2}
+    assert capped.completion_limit(len(short)) == 5
     generator.close()
 
     down = RemoteGenerator(

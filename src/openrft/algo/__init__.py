@@ -7,7 +7,6 @@ from openrft.algo.loss import (
     entropy_from_logits,
     kl_k3,
     policy_loss_terms,
-    truncated_importance_weight,
 )
 
 __all__ = [
@@ -17,5 +16,4 @@ __all__ = [
     "group_advantages",
     "kl_k3",
     "policy_loss_terms",
-    "truncated_importance_weight",
 ]

@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         top_k=spec.sampling.top_k,
         top_p=spec.sampling.top_p,
         max_new_tokens=args.max_new_tokens or spec.sampling.max_new_tokens,
+        max_length=spec.sampling.max_length,
     )
     runner = RewardRunner(reward)
     try:

@@ -112,6 +112,7 @@ class RFTJob:
             top_k=spec.sampling.top_k,
             top_p=spec.sampling.top_p,
             max_new_tokens=self.parts.max_new_tokens,
+            max_length=spec.sampling.max_length,
         )
         self.eval_params = SamplingParams(
             n=spec.evaluation.samples_per_prompt,
@@ -121,6 +122,7 @@ class RFTJob:
             top_k=spec.sampling.top_k,
             top_p=spec.sampling.top_p,
             max_new_tokens=self.parts.max_new_tokens,
+            max_length=spec.sampling.max_length,
         )
         sampler = EpochSampler(
             len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle, spec.training.seed

@@ -90,7 +90,7 @@ class JobParts:
     train_prompts: list[list[int]]
     val_prompts: list[list[int]]
     eos_ids: list[int]
-    max_new_tokens: int
+    max_new_tokens: int  # the spec's; each sample's completion is also capped by max_length (SamplingParams)
     device: torch.device
     threads: int
 
@@ -120,8 +120,7 @@ def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
     tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
     train_prompts = render_prompts(tokenizer, datasets.train, spec, spec.data.train)
     val_prompts = render_prompts(tokenizer, datasets.validation, spec, spec.data.validation or spec.data.train)
-    longest = max(len(p) for p in train_prompts + val_prompts)
-    max_new_tokens = min(spec.sampling.max_new_tokens, spec.sampling.max_length - longest)
+    max_new_tokens = spec.sampling.max_new_tokens  # per sample, max_length caps prompt + completion (generator)
     torch.manual_seed(spec.training.seed)  # adapter initialisation
     model = (
         load_causal_lm(spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision)

@@ -17,7 +17,11 @@ from openrft.rollout.kv import left_pad
 
 @dataclass
 class TrainSample:
-    """One completion to learn from. ``behaviour_logp`` is set for off-policy rollouts only.
+    """One completion to learn from.
+
+    ``behaviour_logp``: the log-probs recorded at generation, set for stale samples (policy age > 0) only;
+    their ratio is taken against it. ``old_logp``: set by the learner on a fresh sample of a later
+    mini-batch, the log-probs of the policy before the step's first update (``Learner.step``).
 
     ``loss_mask`` (one 0/1 per response token, None = all 1): which response tokens are trained on. A
     multi-turn rollout's response holds tool results and chat-template tokens the model did not sample:
@@ -29,6 +33,12 @@ class TrainSample:
     advantage: float
     behaviour_logp: list[float] | None = None
     loss_mask: list[int] | None = None
+    old_logp: list[float] | None = None
+
+    @property
+    def anchor_logp(self) -> list[float] | None:
+        """The fixed log-probs the ratio is taken against, if any (else the current forward's own)."""
+        return self.behaviour_logp if self.behaviour_logp is not None else self.old_logp
 
     @property
     def length(self) -> int:
@@ -53,7 +63,9 @@ class MicroBatch:
     response_mask: torch.Tensor  # [rows, response_width]: 1 on response tokens (attention)
     response_positions: torch.Tensor  # [rows, response_width]
     advantages: torch.Tensor  # [rows]
-    behaviour_logp: torch.Tensor | None  # [rows, response_width]
+    old_logp: torch.Tensor | None  # [rows, response_width]: each row's anchor_logp (0 on rows without)
+    anchored: torch.Tensor | None  # [rows] bool: rows with an anchor_logp
+    stale: torch.Tensor | None  # [rows] bool: rows with behaviour log-probs (policy age > 0)
     loss_mask: torch.Tensor | None = None  # [rows, response_width]: 1 on trained tokens; None = response_mask
 
     def __post_init__(self) -> None:
@@ -139,15 +151,20 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
     rows = len(samples)
     response_ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((rows, width), dtype=torch.float32)
-    behaviour = torch.zeros((rows, width)) if any(s.behaviour_logp is not None for s in samples) else None
     loss_mask = torch.zeros((rows, width), dtype=torch.float32)
+    anchored = torch.tensor([s.anchor_logp is not None for s in samples])
+    stale = torch.tensor([s.behaviour_logp is not None for s in samples])
+    old = torch.zeros((rows, width)) if bool(anchored.any()) else None
     for i, s in enumerate(samples):
         r = len(s.response_ids)
         response_ids[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
         response_mask[i, :r] = 1
         loss_mask[i, :r] = torch.tensor(s.loss_mask, dtype=torch.float32) if s.loss_mask is not None else 1.0
-        if behaviour is not None and s.behaviour_logp is not None:
-            behaviour[i, :r] = torch.tensor(s.behaviour_logp)
+        anchor = s.anchor_logp
+        if anchor is not None:
+            if len(anchor) != r:
+                raise ValueError(f"a sample has {r} response tokens but {len(anchor)} old log-probs")
+            old[i, :r] = torch.tensor(anchor)
     prompt_index = torch.tensor(index, dtype=torch.long)
     start = prompt_mask.sum(-1)[prompt_index]  # each response begins right after its prompt
     response_positions = start.unsqueeze(-1) + torch.arange(width)
@@ -160,6 +177,8 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
         response_mask=response_mask.to(device),
         response_positions=response_positions.to(device),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
-        behaviour_logp=behaviour.to(device) if behaviour is not None else None,
+        old_logp=old.to(device) if old is not None else None,
+        anchored=anchored.to(device) if old is not None else None,
+        stale=stale.to(device) if bool(stale.any()) else None,
         loss_mask=loss_mask.to(device),
     )

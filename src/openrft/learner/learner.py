@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from openrft.algo.loss import entropy_from_logits, policy_loss_terms, truncated_importance_weight
+from openrft.algo.loss import entropy_from_logits, kl_k3, policy_loss_terms
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, shared_prefix_forward, unwrap
@@ -42,7 +42,7 @@ def token_logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-SUM_KEYS = ("pg_loss", "clipped", "kl", "entropy", "is_weight", "mismatch_kl", "off_policy")
+SUM_KEYS = ("pg_loss", "clipped", "kl", "entropy", "is_weight", "mismatch_kl", "stale_tokens")
 
 
 def response_tokens(samples: list[TrainSample]) -> int:
@@ -52,8 +52,35 @@ def response_tokens(samples: list[TrainSample]) -> int:
     return total
 
 
-def step_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float, lr: float, kl: bool) -> dict[str, float]:
-    """One update's metrics from the loss sums of its samples (summed over data-parallel learners too)."""
+def trained(samples: list[TrainSample]) -> int:
+    """Response tokens of ``samples`` that carry loss (their loss masks' ones)."""
+    return sum(s.trained_tokens for s in samples)
+
+
+def mini_batches(samples: list[TrainSample], count: int) -> list[list[TrainSample]]:
+    """``samples`` in ``count`` mini-batches of whole groups (samples of one prompt), in order, as even as
+    the groups allow (verl's ``ppo_mini_batch_size`` split); fewer when there are fewer groups."""
+    groups: dict[tuple[int, ...], list[TrainSample]] = {}
+    for sample in samples:
+        groups.setdefault(tuple(sample.prompt_ids), []).append(sample)
+    members = list(groups.values())
+    count = max(1, min(count, len(members)))
+    out: list[list[TrainSample]] = [[] for _ in range(count)]
+    for index, group in enumerate(members):
+        out[index * count // len(members)].extend(group)
+    return [m for m in out if m]
+
+
+def add_sums(total: dict[str, float], part: dict[str, float]) -> None:
+    for key in SUM_KEYS:
+        total[key] += part[key]
+
+
+def step_metrics(
+    sums: dict[str, float], total_tokens: int, grad_norm: float, lr: float, kl: bool, updates: int = 1
+) -> dict[str, float]:
+    """One step's metrics from the loss sums of its samples (summed over mini-batches and data-parallel
+    learners too); ``grad_norm`` is the mean over the step's ``updates``."""
     metrics = {
         "actor/pg_loss": sums["pg_loss"] / total_tokens,
         "actor/pg_clipfrac": sums["clipped"] / total_tokens,
@@ -64,9 +91,11 @@ def step_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float, lr
     }
     if kl:
         metrics["actor/kl"] = sums["kl"] / total_tokens
-    if sums["off_policy"]:
-        metrics["actor/importance_weight_mean"] = sums["is_weight"] / total_tokens
-        metrics["rollout/mismatch_kl"] = sums["mismatch_kl"] / total_tokens
+    if updates > 1:
+        metrics["actor/updates"] = float(updates)
+    if sums["stale_tokens"]:  # over the tokens of stale samples only: fresh ones have none to report
+        metrics["actor/importance_weight_mean"] = sums["is_weight"] / sums["stale_tokens"]
+        metrics["rollout/mismatch_kl"] = sums["mismatch_kl"] / sums["stale_tokens"]
     return metrics
 
 
@@ -89,11 +118,38 @@ class Learner:
         return self.config.algorithm.kl_loss_coef > 0
 
     def step(self, samples: list[TrainSample]) -> dict[str, float]:
-        """Accumulate the gradient of every micro-batch, then take one optimizer step."""
+        """One training step: an optimizer update per mini-batch (``algorithm.ppo_mini_batches``, one by
+        default), each accumulating the gradient of its micro-batches; then the policy version moves on."""
         total_tokens = response_tokens(samples)
-        sums = self.accumulate(samples, total_tokens)
-        grad_norm = self.apply_update()
-        return step_metrics(sums, total_tokens, grad_norm, self.optimizer.param_groups[0]["lr"], self.use_kl)
+        minis = [m for m in mini_batches(samples, self.config.algorithm.ppo_mini_batches) if trained(m)]
+        self.record_old_logp([s for mini in minis[1:] for s in mini])
+        sums = dict.fromkeys(SUM_KEYS, 0.0)
+        norms = []
+        for mini in minis:
+            add_sums(sums, self.accumulate(mini, response_tokens(mini)))
+            norms.append(self.apply_update())
+        self.end_step()
+        lr = self.optimizer.param_groups[0]["lr"]
+        return step_metrics(sums, total_tokens, sum(norms) / len(norms), lr, self.use_kl, len(minis))
+
+    @torch.no_grad()
+    def record_old_logp(self, samples: list[TrainSample]) -> None:
+        """Before the step's first update: set ``old_logp`` of the fresh ``samples`` (those of later
+        mini-batches) to the current policy's log-probs, computed once (TRL's ``old_per_token_logps``,
+        verl's ``old_log_prob``). Stale samples keep their behaviour log-probs as anchor."""
+        fresh = [s for s in samples if s.behaviour_logp is None]
+        if not fresh:
+            return
+        if not self.model.training:
+            self.model.train()  # the mode the update's forward runs in (dropout and all)
+        for indices in self.plan(fresh):
+            chunk = [fresh[i] for i in indices]
+            for sample in chunk:
+                sample.old_logp = None
+            mb = collate(chunk, self.config.pad_token_id, self.device)
+            logp = self.log_probs(self.model, mb, entropy=False)[0].cpu()
+            for row, sample in enumerate(chunk):
+                sample.old_logp = logp[row, : len(sample.response_ids)].tolist()
 
     def accumulate(self, samples: list[TrainSample], total_tokens: int) -> dict[str, float]:
         """Add the gradient of ``samples`` to the parameters' ``.grad``; the loss sums of its metrics.
@@ -110,25 +166,24 @@ class Learner:
             mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
             ref_logp = self._reference_logp(mb) if self.use_kl else None
             logp, entropy = self.log_probs(self.model, mb, entropy_grad=algo.ent_coeff > 0)
-            proximal = self.proximal_logp(mb, logp)
-            weight = None
-            if mb.behaviour_logp is not None:
-                weight = truncated_importance_weight(proximal, mb.behaviour_logp, self.config.importance_weight_cap)
-                delta = mb.behaviour_logp - proximal
-                sums["mismatch_kl"] += ((delta.exp() - delta - 1) * mb.loss_mask).sum().item()
-                sums["off_policy"] = 1.0
+            old_logp = self.old_logp(mb, logp)
+            if mb.stale is not None:  # stale rows: how far the policy moved from the one that sampled them
+                stale = mb.loss_mask * mb.stale.unsqueeze(-1)
+                sums["is_weight"] += (torch.exp(logp.detach() - old_logp) * stale).sum().item()
+                sums["mismatch_kl"] += (kl_k3(logp.detach(), old_logp) * stale).sum().item()
+                sums["stale_tokens"] += stale.sum().item()
             terms = policy_loss_terms(
                 logp,
-                proximal,
+                old_logp,
                 mb.advantages,
                 mb.loss_mask,
                 clip_low=algo.clip_ratio_low,
                 clip_high=algo.clip_ratio_high,
+                dual_clip=self.config.importance_weight_cap,
                 ref_logp=ref_logp,
                 kl_coef=algo.kl_loss_coef,
                 entropy=entropy if algo.ent_coeff > 0 else None,
                 ent_coeff=algo.ent_coeff,
-                importance_weight=weight,
                 loss_scale=algo.loss_scale,
             )
             (terms.loss / total_tokens).backward()
@@ -136,16 +191,24 @@ class Learner:
             sums["clipped"] += terms.clipped_tokens
             sums["kl"] += terms.kl
             sums["entropy"] += (entropy.detach() * mb.loss_mask).sum().item()
-            sums["is_weight"] += terms.importance_weight
         return sums
 
     def apply_update(self) -> float:
-        """Clip the accumulated gradient, step, and count the update; the gradient norm before clipping."""
-        grad_norm = self._clip_and_step()
+        """Clip the accumulated gradient and take an optimizer step; the gradient norm before clipping."""
+        params = self.policy.trainable_parameters()
+        max_norm = self.config.optimizer.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def end_step(self) -> None:
+        """After a step's updates: the learning-rate schedule and the policy version (the number of steps)
+        move on, and every ``refit_freq`` steps the reference becomes a copy of the policy."""
+        self.scheduler.step()
         self.version += 1
         if self.config.algorithm.refit_freq and self.version % self.config.algorithm.refit_freq == 0:
             self.policy.refit_reference()
-        return grad_norm
 
     def gradients(self) -> list[torch.Tensor]:
         """The accumulated gradient of each trainable parameter (zeros where none flowed)."""
@@ -187,24 +250,23 @@ class Learner:
         chunk = chunk_tokens(unwrap(model).get_output_embeddings().weight.shape[0], self.config.logits_chunk_bytes)
         return chunk if mb.response_ids.numel() > chunk else None
 
+    def old_logp(self, mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
+        """What the ratio is taken against, per row: the recorded anchor (behaviour log-probs of a stale
+        sample, or the log-probs before the step's first update), else ``proximal_logp``."""
+        proximal = self.proximal_logp(mb, logp)
+        if mb.old_logp is None:
+            return proximal
+        return torch.where(mb.anchored.unsqueeze(-1), mb.old_logp, proximal)
+
     def proximal_logp(self, mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
-        """The policy before this update. It is the one being trained, so its log-probs are this
-        forward's own, detached: the ratio is 1 and no second forward pass is needed."""
+        """The policy before this step's first update, for rows of the first mini-batch: the one being
+        trained, so its log-probs are this forward's own, detached (ratio 1, no second forward pass)."""
         return logp.detach()
 
     @torch.no_grad()
     def _reference_logp(self, mb: MicroBatch) -> torch.Tensor:
         with self.policy.reference_forward() as reference:
             return self.log_probs(reference, mb, entropy=False)[0]
-
-    def _clip_and_step(self) -> float:
-        params = self.policy.trainable_parameters()
-        max_norm = self.config.optimizer.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
 
     # checkpoint state ---------------------------------------------------------------------------
 

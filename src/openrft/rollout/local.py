@@ -92,14 +92,17 @@ class TransformersGenerator(PolicyVersioned):
         rows = logits.shape[0]
         next_position = positions[:, -1] + 1
         is_end = self._end_table(logits.shape[-1], device)
-        tokens_out = torch.full((rows, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
-        logp_out = torch.zeros((rows, params.max_new_tokens), dtype=torch.float32, device=device)
+        limits = [params.completion_limit(len(p)) for p in prompts for _ in range(n)]
+        limit = torch.tensor(limits, dtype=torch.long, device=device)  # per row: max_new_tokens within max_length
+        steps = max(limits)
+        tokens_out = torch.full((rows, steps), self.pad_token_id, dtype=torch.long, device=device)
+        logp_out = torch.zeros((rows, steps), dtype=torch.float32, device=device)
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
         stopped = torch.zeros(rows, dtype=torch.bool, device=device)
         row_of = torch.arange(rows, device=device)  # the output row of each row still in the batch
         done = torch.zeros(rows, dtype=torch.bool, device=device)  # ended, not yet dropped from the batch
 
-        for t in range(params.max_new_tokens):
+        for t in range(steps):
             token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng)
             live = row_of[~done]
             tokens_out[live, t] = token[~done]
@@ -107,8 +110,8 @@ class TransformersGenerator(PolicyVersioned):
             lengths[live] += 1
             hit = is_end[token] & ~done
             stopped[row_of[hit]] = True
-            done |= hit
-            if t == params.max_new_tokens - 1 or bool(done.all()):
+            done |= hit | (lengths[row_of] >= limit[row_of])
+            if t == steps - 1 or bool(done.all()):
                 break
             if int(done.sum()) >= COMPACT_FRACTION * done.numel():  # drop ended rows: their compute is wasted
                 keep = (~done).nonzero().squeeze(-1)

@@ -118,6 +118,18 @@ class RemoteGenerator(PolicyVersioned):
     ) -> list[list[Completion]]:
         if not prompts:
             return []
+        by_limit: dict[int, list[int]] = {}  # one request per completion limit (max_length per sample)
+        for index, prompt in enumerate(prompts):
+            by_limit.setdefault(params.completion_limit(len(prompt)), []).append(index)
+        groups: list[list[Completion]] = [[] for _ in prompts]
+        for limit, indices in by_limit.items():
+            for index, group in zip(indices, self._request([prompts[i] for i in indices], params, limit, seed)):
+                groups[index] = group
+        return groups
+
+    def _request(
+        self, prompts: list[list[int]], params: SamplingParams, max_tokens: int, seed: int | None
+    ) -> list[list[Completion]]:
         body = {
             "model": self._adapter or self._base_name(),
             "prompt": [list(p) for p in prompts],
@@ -125,7 +137,7 @@ class RemoteGenerator(PolicyVersioned):
             "temperature": params.temperature,
             "top_p": params.top_p,
             "top_k": params.top_k if params.top_k > 0 else -1,
-            "max_tokens": params.max_new_tokens,
+            "max_tokens": max_tokens,
             "stop_token_ids": self.eos_token_ids,
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
@@ -137,10 +149,10 @@ class RemoteGenerator(PolicyVersioned):
             raise GenerationServerError(
                 f"{self.base_url}/completions returned {len(choices)} choices for {len(prompts)} prompts x n={params.n}"
             )
-        groups = []
-        for p, prompt in enumerate(prompts):
-            groups.append([self._completion(prompt, c) for c in choices[p * params.n : (p + 1) * params.n]])
-        return groups
+        return [
+            [self._completion(prompt, c) for c in choices[p * params.n : (p + 1) * params.n]]
+            for p, prompt in enumerate(prompts)
+        ]
 
     def _completion(self, prompt: list[int], choice: dict) -> Completion:
         logprobs = choice.get("logprobs") or {}

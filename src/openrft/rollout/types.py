@@ -15,10 +15,18 @@ class SamplingParams:
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    max_length: int | None = None  # prompt + completion tokens of each sample (Nova's max_length); None = no cap
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def completion_limit(self, prompt_tokens: int) -> int:
+        """The most tokens a completion of a prompt this long may have: ``max_new_tokens``, and within
+        ``max_length`` together with its prompt (at least 1: a prompt that leaves no room is refused earlier)."""
+        if self.max_length is None:
+            return self.max_new_tokens
+        return max(1, min(self.max_new_tokens, self.max_length - prompt_tokens))
 
 
 class PolicyVersioned:

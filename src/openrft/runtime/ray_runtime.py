@@ -33,7 +33,7 @@ from openrft.engine.async_rollouts import GenerationReplica
 from openrft.engine.local_runtime import LearnerParts, learner_config, remote_replicas, replica_seed
 from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
-from openrft.learner.learner import SUM_KEYS, response_tokens, step_metrics
+from openrft.learner.learner import SUM_KEYS, add_sums, mini_batches, response_tokens, step_metrics, trained
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.job import JobSpec
 
@@ -73,6 +73,9 @@ class LearnerActor:
     def use_kl(self) -> bool:
         return self.learner.use_kl
 
+    def ppo_mini_batches(self) -> int:
+        return self.learner.config.algorithm.ppo_mini_batches
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -88,12 +91,20 @@ class LearnerActor:
         self.learner.optimizer.zero_grad(set_to_none=True)
         return sums, grads
 
-    def apply(self, grads: list[torch.Tensor]) -> tuple[float, float, int]:
-        """Data-parallel, second half: the same summed gradient and step on every learner keeps them equal."""
+    def old_logp(self, samples: list) -> list[list[float]]:
+        """Data-parallel, before the step's first update: the current policy's log-probs of ``samples``."""
+        self.learner.record_old_logp(samples)
+        return [s.old_logp for s in samples]
+
+    def apply(self, grads: list[torch.Tensor]) -> float:
+        """Data-parallel, second half: the same summed gradient and update on every learner keeps them equal."""
         self.learner.set_gradients(grads)
-        grad_norm = self.learner.apply_update()
+        return self.learner.apply_update()
+
+    def end_step(self) -> tuple[float, int]:
+        self.learner.end_step()
         self.generator.set_policy_version(self.learner.version)
-        return grad_norm, self.learner.optimizer.param_groups[0]["lr"], self.learner.version
+        return self.learner.optimizer.param_groups[0]["lr"], self.learner.version
 
     def state_dict(self) -> dict:
         return self.learner.state_dict()
@@ -170,23 +181,39 @@ class RayLearner:
 
         self.actors, self._ray = actors, ray
         self.actor = actors[0]
-        self.version, self.use_kl = ray.get([self.actor.version.remote(), self.actor.use_kl.remote()])
+        self.version, self.use_kl, self.algorithm_mini_batches = ray.get(
+            [self.actor.version.remote(), self.actor.use_kl.remote(), self.actor.ppo_mini_batches.remote()]
+        )
 
     def step(self, samples: list) -> dict[str, float]:
         if len(self.actors) == 1:
             metrics, self.version = self._ray.get(self.actor.step.remote(samples))
             return metrics
         ray, total_tokens = self._ray, response_tokens(samples)
-        share = math.ceil(len(samples) / len(self.actors))
-        parts = ray.get(
-            [a.backward.remote(samples[i * share : (i + 1) * share], total_tokens) for i, a in enumerate(self.actors)]
-        )
-        sums = {key: sum(part[0][key] for part in parts) for key in SUM_KEYS}
-        grads = [torch.stack(tensors).sum(0) for tensors in zip(*(part[1] for part in parts), strict=True)]
-        grads_ref = ray.put(grads)
-        results = ray.get([a.apply.remote(grads_ref) for a in self.actors])
-        grad_norm, lr, self.version = results[0]
-        return step_metrics(sums, total_tokens, grad_norm, lr, self.use_kl)
+        minis = [m for m in mini_batches(samples, self.algorithm_mini_batches) if trained(m)]
+        later = [s for mini in minis[1:] for s in mini if s.behaviour_logp is None]
+        if later:  # the policy before the first update, computed once, by every learner on its share
+            shares = self._shares(later)
+            for share, values in zip(shares, ray.get([a.old_logp.remote(sh) for a, sh in zip(self.actors, shares)])):
+                for sample, logp in zip(share, values, strict=True):
+                    sample.old_logp = logp
+        sums = dict.fromkeys(SUM_KEYS, 0.0)
+        norms = []
+        for mini in minis:
+            tokens = response_tokens(mini)
+            parts = ray.get([a.backward.remote(sh, tokens) for a, sh in zip(self.actors, self._shares(mini))])
+            for part in parts:
+                add_sums(sums, part[0])
+            grads = [torch.stack(tensors).sum(0) for tensors in zip(*(part[1] for part in parts), strict=True)]
+            grads_ref = ray.put(grads)
+            norms.append(ray.get([a.apply.remote(grads_ref) for a in self.actors])[0])
+        lr, self.version = ray.get([a.end_step.remote() for a in self.actors])[0]
+        return step_metrics(sums, total_tokens, sum(norms) / len(norms), lr, self.use_kl, len(minis))
+
+    def _shares(self, samples: list) -> list[list]:
+        """``samples`` cut into one contiguous share per learner (the last ones may be empty)."""
+        size = math.ceil(len(samples) / len(self.actors))
+        return [samples[i * size : (i + 1) * size] for i in range(len(self.actors))]
 
     def state_dict(self) -> dict:
         return self._ray.get(self.actor.state_dict.remote())

@@ -82,7 +82,9 @@ class SamplingSpec(_Strict):
 class RolloutSpec(_Strict):
     strategy: Literal["sync", "off_policy_async"] = "sync"
     age_tolerance: int = Field(0, ge=0, description="max policy age (updates) of a consumed rollout")
-    importance_weight_cap: float = Field(2.0, gt=0, description="truncation of the behaviour/proximal ratio")
+    importance_weight_cap: float = Field(
+        2.0, gt=1, description="dual-clip bound c: with a negative advantage a ratio counts at most c"
+    )
     replicas: int = Field(1, ge=1)
     generation_replicas: int = Field(1, ge=1)
     runtime: Literal["local", "ray"] = "local"
@@ -116,8 +118,11 @@ class AlgorithmSpec(_Strict):
     clip_ratio_high: float = Field(0.2, ge=0)
     kl_loss_coef: float = Field(0.0, ge=0)
     ent_coeff: float = Field(0.0, ge=0)
-    loss_scale: float = Field(1.0, gt=0)
+    loss_scale: float = Field(1.0, gt=0, description="factor of the policy loss only (not KL, not entropy)")
     refit_freq: int = Field(0, ge=0, description="reference policy refreshed every N steps; 0 = never")
+    ppo_mini_batches: int = Field(
+        1, ge=1, description="optimizer updates per step, each on a share of the step's groups (verl, TRL)"
+    )
     scale_advantages_by_std: bool = Field(True, description="False = Dr. GRPO")
     advantage_eps: float = Field(1e-6, gt=0)
 
@@ -183,4 +188,9 @@ class JobSpec(_Strict):
     def _check_consistency(self) -> JobSpec:
         if self.rollout.strategy == "sync" and self.rollout.age_tolerance != 0:
             raise ValueError("rollout.age_tolerance must be 0 when rollout.strategy is 'sync'")
+        if self.algorithm.ppo_mini_batches > self.training.prompts_per_step:
+            raise ValueError(
+                f"algorithm.ppo_mini_batches ({self.algorithm.ppo_mini_batches}) is more than the prompts of a "
+                f"step ({self.training.prompts_per_step}): each mini-batch holds at least one whole group"
+            )
         return self

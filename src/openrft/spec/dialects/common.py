@@ -63,7 +63,8 @@ class OpenRFTExtensions(Strict):
     eval_max_examples: int | None = Field(None, ge=1)
     eval_at_start: bool = True
     max_train_examples: int | None = Field(None, ge=1)
-    importance_weight_cap: float = Field(2.0, gt=0)
+    importance_weight_cap: float = Field(2.0, gt=1, description="dual-clip bound of the ratio (verl's clip_ratio_c)")
+    ppo_mini_batches: int = Field(1, ge=1, description="optimizer updates per step (verl's ppo_mini_batch_size)")
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     generator_base_url: str | None = None
@@ -104,6 +105,7 @@ EXTENSION_TARGETS = {
     "eval_at_start": "evaluation.at_start",
     "max_train_examples": "data.max_train_examples",
     "importance_weight_cap": "rollout.importance_weight_cap",
+    "ppo_mini_batches": "algorithm.ppo_mini_batches",
     "runtime": "rollout.runtime",
     "ray_address": "rollout.ray_address",
     "generator_base_url": "rollout.generator_base_url",
