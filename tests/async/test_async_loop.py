@@ -158,3 +158,28 @@ def test_learner_replicas_on_the_local_runtime_are_reported(recipe_factory, tmp_
         "rollout.replicas is 3: the local runtime trains with one learner (rollout.runtime ray runs that "
         "many data-parallel learners)",
     ) in events
+
+
+def test_the_clip_acts_on_stale_rollouts_and_their_weight_is_near_one(recipe_factory, tmp_path):
+    """Async with age tolerance 2: stale groups are trained against their behaviour policy, so
+    clip_ratio_high changes the update (0.0 clips every stale token whose probability rose with a
+    positive advantage; 10.0 none), and their mean ratio stays near 1 when the policy moves little."""
+    runs = {}
+    for clip in (0.0, 10.0):
+        spec = _spec(recipe_factory, 4, "off_policy_async", 2)
+        spec.algorithm.clip_ratio_high, spec.algorithm.kl_loss_coef = clip, 0.0
+        spec.optimizer.lr = 1e-6  # the policy barely moves between steps (B matrices at 64x: LoRA+)
+        spec.evaluation.at_start = False
+        RFTJob(spec, tmp_path / str(clip), show_progress=False).run()
+        rows = [r for r in _rows(tmp_path / str(clip)) if "actor/pg_loss" in r]
+        runs[clip] = (rows, _adapters(tmp_path / str(clip))[4])
+    for clip, (rows, _) in runs.items():
+        stale = [r for r in rows if r["rollout/policy_age/max"] > 0]
+        assert stale, clip  # a mixed-age or stale batch on some step
+        for r in stale:
+            assert abs(r["actor/importance_weight_mean"] - 1) < 0.05
+            assert r["rollout/mismatch_kl"] < 0.01
+        clipped = [r["actor/pg_clipfrac"] for r in stale]
+        assert (min(clipped) > 0) if clip == 0.0 else (max(clipped) == 0)
+    tight, loose = runs[0.0][1], runs[10.0][1]
+    assert any(not torch.equal(tight[name], loose[name]) for name in tight)

@@ -121,3 +121,34 @@ def test_two_replicas_and_a_replica_killed_mid_job(cluster, recipe_factory, tmp_
     assert any("died; replacing it" in message for _, message in events)
     assert all(r["rollout/policy_age/max"] <= 1 for r in rows[1:])
     assert runtime.replicas[0].restarts == 1 and killed["replacement"] != killed["pid"]
+
+
+@pytest.mark.slow
+def test_data_parallel_mini_batches_take_the_ratio_against_the_policy_before_the_step(cluster, recipe_factory):
+    """Two learner actors, two mini-batches a step: the old log-probs of the second mini-batch come from the
+    actors before the first update, the clip acts on them, and the actors stay equal."""
+    from openrft.learner.batch import TrainSample
+    from openrft.runtime.ray_runtime import LearnerActor, RayLearner
+
+    spec = _spec(recipe_factory, 1, "ray")
+    spec.algorithm.ppo_mini_batches = 2
+    spec.algorithm.clip_ratio_low = spec.algorithm.clip_ratio_high = 0.0
+    actors = [ray.remote(LearnerActor).remote(spec.model_dump_json()) for _ in range(2)]
+    learner = RayLearner(actors)
+    g = torch.Generator().manual_seed(0)
+    samples = [
+        TrainSample(list(range(5 + p, 12 + p)), torch.randint(5, 60, (3,), generator=g).tolist(), float(k) - 1.5)
+        for p in range(4)
+        for k in range(4)
+    ]
+    expected = ray.get(actors[0].old_logp.remote(samples[8:]))  # the policy before the step, for the second half
+
+    metrics = learner.step(samples)
+    assert metrics["actor/updates"] == 2 and metrics["actor/pg_clipfrac"] > 0
+    assert learner.version == 1
+    for sample, want in zip(samples[8:], expected, strict=True):
+        assert sample.old_logp == pytest.approx(want, abs=1e-6)
+    first, second = ray.get([a.adapter_state.remote() for a in actors])
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    for actor in actors:
+        ray.kill(actor)

@@ -51,7 +51,7 @@ def _learning_recipe(train: str, validation: str) -> dict:
     config = recipe["training_config"]
     config["global_batch_size"] = 64
     config["rollout"]["advantage_strategy"]["number_generation"] = 8
-    config["trainer"].update({"test_steps": 2, "kl_loss_coef": 0.001, "optim_config": {"lr": 2e-5}})
+    config["trainer"].update({"test_steps": 1, "refit_freq": 2, "kl_loss_coef": 0.001, "optim_config": {"lr": 2e-5}})
     recipe["openrft"].update({"eval_max_examples": 32, "max_train_examples": 256})
     return recipe
 

@@ -200,6 +200,7 @@ def tiny_recipe(
                 "save_steps": save_steps,
                 "save_top_k": 3,
                 "test_steps": 1,
+                "refit_freq": 1,  # validation every reference update: every step
                 "optim_config": {"lr": 1e-3},
             },
         },

@@ -87,7 +87,8 @@ def test_the_seed_documents_recipe_resolves_field_by_field():
     assert (s.rollout.strategy, s.rollout.age_tolerance) == ("off_policy_async", 2)
     assert (s.rollout.replicas, s.rollout.generation_replicas) == (4, 2)
     assert (s.optimizer.lr, s.optimizer.adam_beta2, s.lora.alpha, s.lora.lora_plus_lr_ratio) == (1e-6, 0.95, 64, 64)
-    assert (s.algorithm.refit_freq, s.evaluation.interval, s.checkpoint.interval) == (4, 1, 5)
+    # test_steps counts reference updates (refit_freq steps each): validation every 1 × 4 steps
+    assert (s.algorithm.refit_freq, s.evaluation.interval, s.checkpoint.interval) == (4, 4, 5)
     assert s.reward.function == NovaLambdaReward(endpoint=URL, batch_size=128, concurrency_limit=12)
     assert (s.tracking.mlflow_tracking_uri, s.tracking.mlflow_experiment_name, s.tracking.mlflow_run_name) == (
         "http://127.0.0.1:5000",
@@ -378,3 +379,59 @@ def test_bedrock_blocks_in_both_places_are_refused():
     assert problems(doc) == [
         "hyperParameters: is also given under customizationConfig.rftConfig: write it in one place"
     ]
+
+
+@pytest.mark.parametrize(
+    ("trainer", "interval"),
+    [
+        ({"test_steps": 1, "refit_freq": 4}, 4),  # Nova: validation every N reference-model updates
+        ({"test_steps": 3, "refit_freq": 5}, 15),
+        ({"test_steps": 2}, 8),  # refit_freq's default 4
+        ({"test_steps": 3, "refit_freq": 0}, 3),  # no reference updates (OpenRFT): every test_steps steps
+    ],
+)
+def test_test_steps_count_reference_model_updates(trainer, interval):
+    r = resolve(nova_recipe(trainer=trainer))
+    assert r.spec.evaluation.interval == interval
+    assert r.provenance["evaluation.interval"].field == f"{TRAINER}.test_steps"
+
+
+def test_settings_that_do_nothing_or_stop_learning_are_warned():
+    quiet = resolve(nova_recipe())
+    assert quiet.warnings == []
+    r = resolve(
+        nova_recipe(
+            {"rollout": {"rewards": {"preset_reward_function": "exact_match"}, "generator": {"top_k": 1}}},
+            run={"rollout_worker_replicas": 2, "generation_replicas": 3},
+        )
+    )
+    warnings = {w.path: str(w) for w in r.warnings}
+    assert set(warnings) == {
+        "training_config.rollout.generator.top_k",
+        "run.rollout_worker_replicas",
+        "run.generation_replicas",
+    }
+    assert "every advantage is 0" in warnings["training_config.rollout.generator.top_k"]
+    assert "is not used by OpenRFT" in warnings["run.rollout_worker_replicas"]
+    assert "no effect with the sync rollout strategy" in warnings["run.generation_replicas"]
+    # generation replicas serve off_policy_async: no warning there
+    async_recipe = nova_recipe(
+        {
+            "rollout": {
+                "rewards": {"preset_reward_function": "exact_match"},
+                "rollout_strategy": {"type": "off_policy_async"},
+            }
+        },
+        run={"generation_replicas": 3},
+    )
+    assert resolve(async_recipe).warnings == []
+
+
+def test_ppo_mini_batches_in_the_openrft_block():
+    r = resolve(nova_recipe(openrft={"ppo_mini_batches": 2}))
+    assert r.spec.algorithm.ppo_mini_batches == 2
+    assert r.provenance["algorithm.ppo_mini_batches"].field == "openrft.ppo_mini_batches"
+    assert any(
+        "ppo_mini_batches" in p and "more than the prompts of a step" in p
+        for p in problems(nova_recipe(openrft={"ppo_mini_batches": 9}))  # 32 samples / 4 = 8 prompts
+    )

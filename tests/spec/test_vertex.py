@@ -82,6 +82,8 @@ def test_runs_over_500_steps_are_capped_with_a_warning(prompts, hp, uncapped):
     assert len(r.warnings) == 1 and f"gives {uncapped} steps" in str(r.warnings[0])
     assert r.provenance["training.total_steps"].origin == "derived"
     assert "capped at 500" in r.provenance["training.total_steps"].note
+    # the epochs trained, after the cap, not the ones asked for
+    assert r.spec.training.epochs == pytest.approx(500 * 32 / prompts)
 
 
 @pytest.mark.parametrize(

@@ -87,6 +87,7 @@ class SpecBuilder:
 
     def build(self, source: str | None, dataset_prompts: int | None = None) -> Resolution:
         """The JobSpec, or a SpecError with every problem recorded so far and every canonical one."""
+        self._warn_degenerate()
         if self.problems:
             unique = {p.path: p for p in reversed(self.problems)}  # one problem per field: the first found
             raise SpecError([p for p in self.problems if unique[p.path] is p], source)
@@ -102,6 +103,33 @@ class SpecBuilder:
         except ValidationError as exc:
             raise SpecError(self._user_problems(exc), source) from None
         return Resolution(spec, complete(spec, self.sources), list(self.warnings), dataset_prompts)
+
+    def _warn_degenerate(self) -> None:
+        """Warnings for settings that are valid but do nothing, or stop learning, at the user's field."""
+        values = self.values
+        samples = values.get("sampling.samples_per_prompt", 4)
+        if samples > 1 and (values.get("sampling.top_k") == 1 or values.get("sampling.temperature") == 0):
+            name = "sampling.top_k" if values.get("sampling.top_k") == 1 else "sampling.temperature"
+            self.warn(
+                self._field(name),
+                f"makes sampling greedy: the {samples} samples of a prompt are identical, so every group's "
+                "rewards are equal and every advantage is 0 (nothing is learned); use top_k 0 (off) or a "
+                "larger one, and a temperature above 0",
+                values[name],
+            )
+        replicas = values.get("rollout.generation_replicas", 1)
+        if replicas > 1 and values.get("rollout.strategy", "sync") == "sync":
+            self.warn(
+                self._field("rollout.generation_replicas"),
+                "has no effect with the sync rollout strategy (the learner's process generates); "
+                "generation replicas serve off_policy_async",
+                replicas,
+            )
+
+    def _field(self, path: str) -> str:
+        """The user's field a canonical value came from (the canonical path when none)."""
+        source = self.sources.get(path)
+        return source.field if source and source.field else path
 
     def _user_problems(self, exc: ValidationError) -> list[FieldProblem]:
         """Canonical validation errors, each at the user's field its value came from when there is one."""

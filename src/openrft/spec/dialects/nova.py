@@ -156,8 +156,8 @@ class NovaTrainer(Strict):
     max_steps: int | None = Field(None, ge=1)
     save_steps: int = Field(5, ge=0, description="0 = save only at the end")
     save_top_k: int = Field(5, ge=1)
-    test_steps: int = Field(1, ge=1)
-    refit_freq: int = Field(4, ge=0, description="OpenRFT: 0 = never refresh the reference")
+    test_steps: int = Field(1, ge=1, description="validation every N reference-model updates")
+    refit_freq: int = Field(4, ge=0, description="reference model updated every N steps; OpenRFT: 0 = never")
     clip_ratio_high: float = Field(0.2, ge=0)
     loss_scale: float = Field(1.0, gt=0)
     ent_coeff: float | None = Field(None, ge=0)
@@ -303,6 +303,12 @@ def _rollout(b: SpecBuilder, run: NovaRun, rollout: NovaRollout) -> None:
     rollout_strategy(b, rollout.rollout_strategy, "type", "age_tolerance", f"{ROLLOUT}.rollout_strategy")
     b.take("rollout.replicas", run, "replicas", "run.replicas")
     b.take("rollout.generation_replicas", run, "generation_replicas", "run.generation_replicas")
+    if run.rollout_worker_replicas is not None:
+        b.warn(
+            "run.rollout_worker_replicas",
+            "is not used by OpenRFT: generation runs on run.generation_replicas (off_policy_async)",
+            run.rollout_worker_replicas,
+        )
 
 
 def _training(b: SpecBuilder, tc: NovaTrainingConfig, sizer: DatasetSizer) -> int | None:
@@ -409,7 +415,18 @@ def _peft(b: SpecBuilder, trainer: NovaTrainer, model: NovaModelBlock | None) ->
 
 
 def resolve_intervals(b: SpecBuilder, trainer: NovaTrainer) -> None:
-    b.take("evaluation.interval", trainer, "test_steps", f"{TRAINER}.test_steps")
+    """Nova's cadences. ``test_steps`` counts reference-model updates (Nova: "run validation every N
+    reference model updates"), each ``refit_freq`` steps apart, so validation runs every
+    ``test_steps × refit_freq`` steps; with ``refit_freq: 0`` (never, OpenRFT's value) every ``test_steps``."""
+    field = f"{TRAINER}.test_steps"
+    if trainer.refit_freq:
+        interval = trainer.test_steps * trainer.refit_freq
+        note = f"test_steps × refit_freq = {trainer.test_steps} × {trainer.refit_freq} steps (reference updates)"
+        b.derived("evaluation.interval", interval, note, field)
+    else:
+        b.take(
+            "evaluation.interval", trainer, "test_steps", field, note="in steps: refit_freq 0 has no reference updates"
+        )
     b.take("checkpoint.interval", trainer, "save_steps", f"{TRAINER}.save_steps")
     b.take("checkpoint.keep_top_k", trainer, "save_top_k", f"{TRAINER}.save_top_k")
 

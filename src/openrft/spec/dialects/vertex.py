@@ -229,6 +229,13 @@ def _steps(b: SpecBuilder, hp: VertexHyperParameters, sizer: DatasetSizer) -> in
     if steps > MAX_STEPS:
         b.warn(field, f"gives {steps} steps; Vertex caps a run at {MAX_STEPS}, so the job runs {MAX_STEPS}")
         steps, origin, note = MAX_STEPS, "derived", f"{note}, capped at {MAX_STEPS}"
+        if prompts:  # the epochs trained, not the ones asked for
+            b.derived(
+                "training.epochs",
+                MAX_STEPS * batch / prompts,
+                f"capped at {MAX_STEPS} steps: {MAX_STEPS} × batchSize / prompts = {MAX_STEPS} × {batch} / {prompts}",
+                field,
+            )
     b.set("training.total_steps", steps, origin, field, None if origin == "user" else note)
     return prompts
 
