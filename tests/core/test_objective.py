@@ -82,7 +82,7 @@ def test_one_fresh_update_is_never_clipped_but_later_mini_batches_are(recipe_fac
 def test_mini_batches_are_updates_against_the_policy_before_the_first(recipe_factory):
     """``step`` with two mini-batches equals two manual updates, the second one's ratio taken against
     log-probs recorded before the first update."""
-    spec = _spec(recipe_factory, ppo_mini_batches=2, clip_ratio_high=0.1)
+    spec = _spec(recipe_factory, ppo_mini_batches=2, clip_ratio_high=0.0, clip_ratio_low=0.0)
     samples = _samples()
     first, second = mini_batches(samples, 2)
     assert [len(first), len(second)] == [8, 8] and {tuple(s.prompt_ids) for s in first}.isdisjoint(

@@ -111,7 +111,10 @@ def test_smtj_template_spellings_resolve(tmp_path, data_dir):
     assert s.sampling.reasoning_effort is None and s.reward.function.endpoint == target
     assert r.provenance["reward.function"].note == f"{ARN!r} mapped by openrft.lambda_map"
     assert [str(w) for w in r.warnings] == [
-        f"{TRAINER}.optim.min_lr: 0.0 is not used by OpenRFT (OpenRFT keeps the learning rate constant)"
+        f"{TRAINER}.optim.min_lr: 0.0 is not used by OpenRFT (OpenRFT keeps the learning rate constant)",
+        "training_config.rollout.generator.top_k: 1 makes sampling greedy: the 2 samples of a prompt are identical, "
+        "so every group's rewards are equal and every advantage is 0 (nothing is learned); use top_k 0 (off) or a "
+        "larger one, and a temperature above 0",  # the template's top_k: 1
     ]
 
 

@@ -303,12 +303,6 @@ def _rollout(b: SpecBuilder, run: NovaRun, rollout: NovaRollout) -> None:
     rollout_strategy(b, rollout.rollout_strategy, "type", "age_tolerance", f"{ROLLOUT}.rollout_strategy")
     b.take("rollout.replicas", run, "replicas", "run.replicas")
     b.take("rollout.generation_replicas", run, "generation_replicas", "run.generation_replicas")
-    if run.rollout_worker_replicas is not None:
-        b.warn(
-            "run.rollout_worker_replicas",
-            "is not used by OpenRFT: generation runs on run.generation_replicas (off_policy_async)",
-            run.rollout_worker_replicas,
-        )
 
 
 def _training(b: SpecBuilder, tc: NovaTrainingConfig, sizer: DatasetSizer) -> int | None:
