@@ -46,7 +46,7 @@ def sample_spec() -> dict:
         "run": {"name": "bench", "model_name_or_path": "openrft-demo", "data_s3_path": "/data/train.jsonl"},
         "training_config": {
             "global_batch_size": 16,
-            "trainer": {"max_steps": 10},
+            "trainer": {"max_steps": 10, "peft": {"peft_scheme": "lora"}},
             "rollout": {"rewards": {"preset_reward_function": "exact_match"}},
         },
     }

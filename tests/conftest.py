@@ -49,6 +49,7 @@ def small_recipe(tmp_path: Path, **trainer) -> Path:
                 "kl_loss_coef": 0.01,
                 "refit_freq": 2,
                 "optim_config": {"lr": 2e-3},
+                "peft": {"peft_scheme": "lora"},  # without a peft block a Nova recipe trains full rank
                 **trainer,
             },
         },

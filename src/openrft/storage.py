@@ -15,6 +15,9 @@ Credentials are whatever each store's own library reads, nothing of ours:
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -43,11 +46,68 @@ def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts if p)])
 
 
+REACH_TIMEOUT_S = 3.0
+"""How long the object store's endpoint may take to accept a connection before a location is unreachable."""
+_REACHED: dict[tuple[str, int], tuple[float, str | None]] = {}
+
+
+def _endpoint(scheme: str) -> tuple[str, int]:
+    """The host and port a scheme's store library connects to (the emulator/endpoint variables included)."""
+    if scheme in ("s3", "s3a"):
+        url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "https://s3.amazonaws.com"
+    else:
+        url = os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    return parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+def _probe(host: str, port: int) -> str | None:
+    """None when ``host:port`` accepts a TCP connection within REACH_TIMEOUT_S, else why not. The name lookup
+    runs in a daemon thread: the resolver's own timeouts can be much longer."""
+    result: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
+            result.append(None)
+        except socket.gaierror as exc:
+            result.append(f"its name does not resolve: {exc.strerror}")
+        except OSError as exc:
+            result.append(exc.strerror or type(exc).__name__)
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(REACH_TIMEOUT_S)
+    return result[0] if result else f"no answer within {REACH_TIMEOUT_S:g} s"
+
+
+def check_reachable(uri: str) -> None:
+    """Fail fast, in one line, when an object store cannot be reached at all (no network, a wrong endpoint),
+    instead of the store library's minute of retries. Answers are remembered for a minute."""
+    scheme = urlparse(uri).scheme
+    if scheme not in OBJECT_STORE_SCHEMES:
+        return
+    host, port = _endpoint(scheme)
+    when, reason = _REACHED.get((host, port), (0.0, None))
+    if time.monotonic() - when > 60:
+        reason = _probe(host, port)
+        _REACHED[(host, port)] = (time.monotonic(), reason)
+    if reason:
+        variable = "AWS_ENDPOINT_URL_S3" if scheme.startswith("s3") else "STORAGE_EMULATOR_HOST"
+        raise StorageError(
+            uri,
+            f"is unreachable: the object store {host}:{port} does not answer ({reason}); give a local path, or set "
+            f"{variable}",
+        )
+
+
 def _filesystem(uri: str) -> tuple[Any, str]:
-    """The fsspec filesystem of a URI and the path within it; a missing store package is a clear error."""
+    """The fsspec filesystem of a URI and the path within it; a missing store package, or a store that
+    cannot be reached, is a clear error."""
     import fsspec
 
     scheme = urlparse(uri).scheme
+    check_reachable(uri)
     try:
         return fsspec.core.url_to_fs(uri)
     except ImportError as exc:

@@ -202,6 +202,7 @@ def tiny_recipe(
                 "test_steps": 1,
                 "refit_freq": 1,  # validation every reference update: every step
                 "optim_config": {"lr": 1e-3},
+                "peft": {"peft_scheme": "lora"},
             },
         },
         "openrft": {"eval_max_examples": 4, "max_train_examples": 16, "tensorboard": False, "threads": 1},

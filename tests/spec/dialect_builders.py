@@ -77,7 +77,7 @@ def nova_recipe(
     tc = {
         "global_batch_size": 32,
         "rollout": {"rewards": {"preset_reward_function": "exact_match"}},
-        "trainer": {"max_steps": 10, **(trainer or {})},
+        "trainer": {"max_steps": 10, "peft": {"peft_scheme": "lora"}, **(trainer or {})},
     }
     for key, value in (training_config or {}).items():
         tc[key] = value

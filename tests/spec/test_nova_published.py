@@ -3,6 +3,7 @@ their launchers read them, every field accepted, cloud-only names mapped to loca
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,27 @@ def test_bedrock_create_model_customization_job_request(tmp_path, data_dir):
     assert (s.training.prompts_per_step, s.training.total_steps, s.optimizer.lr) == (4, 13, 1e-4)
     assert (s.sampling.max_length, s.sampling.reasoning_effort, s.evaluation.interval) == (136, "low", 10)
     assert s.reward.function.endpoint == target and s.model.name_or_path == "openrft-demo"
+
+
+def test_bedrock_openai_compatible_job_with_a_lambda_grader(tmp_path, data_dir):
+    arn = "arn:aws:lambda:us-west-2:123456789012:function:my-reward-function"
+    job = {
+        "model": "openai.gpt-oss-20b-1:0",
+        "training_file": str(data_dir / "train.jsonl"),
+        "method": {
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": {"type": "lambda", "lambda": {"function": arn}},
+                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "learning_rate_multiplier": 1.0},
+            },
+        },
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    with pytest.raises(SpecError) as info:
+        resolve_job(path)
+    assert [p.path for p in info.value.problems] == ["model", "method.reinforcement.grader.lambda.function"]
+    target = handler(tmp_path)
+    r = resolve_job(path, mappings=mapped({arn: target}, **{"openai.gpt-oss-20b-1:0": "openrft-demo"}))
+    assert r.spec.reward.function.type == "nova_lambda" and r.spec.reward.function.endpoint == target
+    assert r.spec.dialect == "openai" and r.spec.model.name_or_path == "openrft-demo"

@@ -27,8 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def quiet_libraries() -> None:
     """Keep library progress bars and deprecation chatter out of the command's own output."""
+    import logging
     import warnings
 
+    for name in ("gcsfs", "s3fs", "aiobotocore", "botocore", "fsspec", "google.auth"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # their retry tracebacks; our errors name the URI
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*TRANSFORMERS_VERBOSITY.*")
     try:

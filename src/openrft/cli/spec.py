@@ -116,6 +116,8 @@ def run_validate(args: argparse.Namespace) -> int:
     for warning in report["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
     if not report["valid"]:
+        if len(report["problems"]) == 1:
+            raise OpenRFTError(f"{args.job} is not a valid job: {report['problems'][0]}")
         lines = "\n".join(f"  - {p}" for p in report["problems"])
         raise OpenRFTError(f"{args.job} is not a valid job: {len(report['problems'])} problem(s):\n{lines}")
     console.print(

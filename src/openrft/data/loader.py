@@ -31,6 +31,8 @@ class LineProblem:
     message: str
 
     def __str__(self) -> str:
+        if self.line == 0 and self.field == "<file>":  # the file as a whole
+            return f"{self.file}: {self.message}"
         return f"{self.file}:{self.line}: {self.field}: {self.message}"
 
 

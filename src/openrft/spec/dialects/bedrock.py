@@ -184,9 +184,9 @@ def _resolve(
     recipe_trainer = NovaTrainer(max_steps=1, peft=NovaPeft())
     resolve_optimizer(b, recipe_trainer)
     resolve_intervals(b, recipe_trainer)
-    for path, source in list(b.sources.items()):
-        if source.field and source.field.startswith("training_config."):
-            b.default(path, b.values[path], None, f"the Nova recipe's default for {source.field}")
+    for path, origin in list(b.sources.items()):
+        if origin.field and origin.field.startswith("training_config."):
+            b.default(path, b.values[path], None, f"the Nova recipe's default for {origin.field}")
     b.take("optimizer.lr", hp, "learningRate", f"{HP}.learningRate")
     b.take("evaluation.interval", hp, "evalInterval", f"{HP}.evalInterval")
     b.take("sampling.samples_per_prompt", hp, "trainingSamplePerPrompt", f"{HP}.trainingSamplePerPrompt")

@@ -20,8 +20,11 @@ from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Origin, Resolution, Source, complete
 
 _RAW = object()
-CLOUD_ONLY_MODEL = re.compile(r"^(amazon\.nova|nova-(micro|lite|pro|premier)|arn:aws(-[a-z]+)?:(bedrock|sagemaker):)")
-"""Amazon Nova models (``nova-lite-2/prod``, ``amazon.nova-2-lite-v1:0:256k``) and Bedrock/SageMaker ARNs."""
+CLOUD_ONLY_MODEL = re.compile(
+    r"^(amazon\.nova|nova-(micro|lite|pro|premier)|arn:aws(-[a-z]+)?:(bedrock|sagemaker):|[a-z0-9-]+\.[\w.-]+:\d+)"
+)
+"""Amazon Nova models (``nova-lite-2/prod``, ``amazon.nova-2-lite-v1:0:256k``), Bedrock model ids
+(``openai.gpt-oss-20b-1:0``) and Bedrock/SageMaker ARNs."""
 
 
 class SpecBuilder:

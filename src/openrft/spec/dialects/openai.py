@@ -204,10 +204,30 @@ def _resolve(
 
     prompts = _steps(b, hp, sizer) if train is not None else None
     grader = job.method.reinforcement.grader
+    if grader.get("type") == "lambda":  # Bedrock's OpenAI-compatible API: a reward Lambda
+        _lambda_grader(b, grader, ext, base_dir)
+        return b.build(source, prompts)
     config = build_reward(b, OpenAIGraderReward, "method.reinforcement.grader", grader=grader)
     if config is not None:
         b.user("reward.function", config, "method.reinforcement.grader")
     return b.build(source, prompts)
+
+
+def _lambda_grader(b: SpecBuilder, grader: dict[str, Any], ext: OpenRFTExtensions, base_dir: Path) -> None:
+    """``{"type": "lambda", "lambda": {"function": ARN}}`` (Bedrock's fine-tuning jobs for open-weight models):
+    the Nova Lambda contract, the ARN mapped like a Nova recipe's (``openrft.lambda_map``, ``--map-lambda``)."""
+    from openrft.spec.dialects.lambdas import lambda_reward
+
+    field = "method.reinforcement.grader.lambda.function"
+    body = grader.get("lambda")
+    arn = body.get("function") if isinstance(body, dict) else None
+    if arn is not None and not isinstance(arn, str):
+        b.problem(field, "must be a Lambda ARN (a string)", arn)
+        return
+    extra = sorted(set(grader) - {"type", "lambda", "name"}) + sorted(set(body or {}) - {"function"})
+    for key in extra:
+        b.warn(f"method.reinforcement.grader.{key}", "is not used by OpenRFT")
+    lambda_reward(b, arn or None, field, ext.lambda_map, base_dir)
 
 
 def _sampling(b: SpecBuilder, hp: OpenAIHyperparameters, ext: OpenRFTExtensions) -> None:

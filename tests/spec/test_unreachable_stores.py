@@ -1,0 +1,73 @@
+"""A dataset or output in an object store that cannot be reached fails in one line, without the store
+library's retries or tracebacks (a closed port on 127.0.0.1 stands in for a store with no network to it)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import yaml
+
+from openrft import storage
+from openrft.cli import main
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_probe_cache():
+    storage._REACHED.clear()
+    yield
+    storage._REACHED.clear()
+
+
+def recipe(tmp_path, data: str, **run) -> str:
+    doc = {
+        "run": {"model_name_or_path": "openrft-demo", "data_s3_path": data, **run},
+        "training_config": {
+            "rollout": {"rewards": {"preset_reward_function": "exact_match"}},
+            "trainer": {"max_steps": 2},
+        },
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("uri", "variable"),
+    [("s3://bucket/train.jsonl", "AWS_ENDPOINT_URL_S3"), ("gs://bucket/train.jsonl", "STORAGE_EMULATOR_HOST")],
+)
+def test_an_unreachable_dataset_is_one_line(tmp_path, monkeypatch, capsys, uri, variable):
+    port = closed_port()
+    monkeypatch.setenv(variable, f"http://127.0.0.1:{port}")
+    path = recipe(tmp_path, uri)
+    assert main(["spec", "validate", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: {path} is not a valid job: {uri}: is unreachable: the object store 127.0.0.1:{port} does not "
+        f"answer (Connection refused); give a local path, or set {variable}"
+    )
+    assert "Traceback" not in err
+
+
+def test_the_probe_is_bounded_well_under_five_seconds():
+    assert storage.REACH_TIMEOUT_S <= 3
+
+
+def test_an_unreachable_output_location_is_named(tmp_path, monkeypatch, capsys):
+    port = closed_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+    path = recipe(tmp_path, str(tmp_path / "train.jsonl"), output_s3_path="s3://bucket/out/")
+    (tmp_path / "train.jsonl").write_text(
+        "".join(
+            f'{{"messages": [{{"role": "user", "content": "q{i}"}}], "reference_answer": "{i}"}}\n' for i in range(60)
+        )
+    )
+    assert main(["spec", "validate", path]) == 2
+    err = capsys.readouterr().err
+    assert f"output: s3://bucket/out/: is unreachable: the object store 127.0.0.1:{port} does not answer" in err
