@@ -71,11 +71,15 @@ def lambda_target(b: SpecBuilder, arn: str | None, field: str, mapping: dict[str
         return handler
     if re.match(r"^https?://[^/\s]+", target):
         return target
-    if LAMBDA_ARN.match(target):
-        if aws_credentials_available():
+    if target.startswith("arn:"):
+        if LAMBDA_ARN.match(target) and aws_credentials_available():
             return target
         what = "maps to an AWS Lambda" if origin else "is an AWS Lambda"
-        b.problem(field, f"{what}, and no AWS credentials are configured to invoke it: {map_advice(arn)}", arn)
+        if not LAMBDA_ARN.match(target):
+            why = "an ARN template (fill in region, account and function, or map it)"
+        else:
+            why = "no AWS credentials are configured to invoke it"
+        b.problem(field, f"{what}, and {why}: {map_advice(arn)}", arn)
         return None
     b.problem(field, "is not a Lambda ARN, a handler file (path.py:lambda_handler) or an http(s) URL", target)
     return None
