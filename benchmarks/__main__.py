@@ -19,7 +19,7 @@ from benchmarks.common import RESULTS, load_average, markdown_table, threads, wr
 # The recipe's 1e-3 (with LoRA+ x16 on B) drives the demo model's validation reward down in both systems;
 # at 5e-5 it climbs (docs/performance.md). The benchmark runs both.
 CLIMBING_LR = 5e-5
-SUITES = ("vs-trl", "rollout", "learner", "memory", "optimizations", "threads")
+SUITES = ("vs-trl", "rollout", "learner", "memory", "optimizations", "threads", "long-context")
 
 
 def _log(message: str) -> None:
@@ -376,6 +376,41 @@ def thread_settings(args: argparse.Namespace) -> None:
     write_results("threads", "Threads and OpenMP wait policy", body, {"rows": rows, "load": load}, args.out)
 
 
+def long_context_suite(args: argparse.Namespace) -> None:
+    from benchmarks.long_context import PROMPT_TOKENS, VOCAB, long_context
+
+    threads = args.threads or 1
+    _log(f"long responses at vocabulary {VOCAB:,}: one JSON line per length")
+    load = {"before": load_average()}
+    rows = long_context(args.long_tokens, args.long_unchunked, args.long_generate, threads, args.long_timeout, _log)
+    load["after"] = load_average()
+    columns = [
+        ("tokens", "response tokens:"),
+        ("peak_mib_above_model", "chunked step: peak MiB above model:"),
+        ("step_s", "chunked step s:"),
+        ("unchunked_peak_mib_above_model", "unchunked step: peak MiB above model:"),
+        ("unchunked_step_s", "unchunked step s:"),
+        ("chunked_over_unchunked_time", "chunked / unchunked time:"),
+        ("generate_s", "generation s:"),
+        ("generate_ms_per_token", "generation ms/token:"),
+        ("generate_peak_mib_above_model", "generation: peak MiB above model:"),
+    ]
+    body = [
+        f"A Qwen2-shaped model built from a config (vocabulary {VOCAB:,}, hidden size 64, 2 layers, 4 attention "
+        "heads, tied embeddings, random weights; nothing downloaded), LoRA rank 16 on every linear layer. Step: the "
+        f"engine's `Learner.step` (policy forward and backward, the KL's reference forward, AdamW) on one response "
+        f"after a {PROMPT_TOKENS}-token prompt. Chunked: the LM head over chunks of tokens (learner/logprobs.py) and "
+        "SDPA over chunks of query rows (attention.py), the engine's defaults; unchunked: the full fp32 logits and "
+        "transformers' SDPA, as before. Generation: the engine's in-process generator, one sample at temperature 1 "
+        "with no end token, to exactly that length. Each cell is a fresh process; peak is the kernel's resident "
+        f"high-water mark over the resident memory just before (model, optimizer state, runtime). {threads} torch "
+        "thread(s). A dash: not asked for (see the command), or it failed (the JSON has why).",
+        "",
+        *markdown_table(columns, rows),
+    ]
+    write_results("long_context", "Long responses at a real vocabulary", body, {"rows": rows, "load": load}, args.out)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -383,6 +418,7 @@ RUNNERS = {
     "memory": memory,
     "optimizations": optimizations,
     "threads": thread_settings,
+    "long-context": long_context_suite,
 }
 
 
@@ -404,6 +440,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         f"and {CLIMBING_LR:g}, at which the demo model's reward climbs)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
+    lengths = {"type": lambda text: [int(x) for x in text.split(",") if x], "metavar": "N,N,..."}
+    parser.add_argument("--long-tokens", **lengths, help="long-context: response lengths of the chunked step")
+    parser.add_argument("--long-unchunked", **lengths, help="long-context: lengths of the unchunked step too")
+    parser.add_argument("--long-generate", **lengths, help="long-context: lengths to generate")
+    parser.add_argument("--long-timeout", type=float, default=3600, help="long-context: seconds per measurement")
     parser.add_argument(
         "--out", type=Path, help="results folder (default benchmarks/results; --quick: a temporary one)"
     )
@@ -417,6 +458,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.memory_fixed_micro, args.memory_fixed_prompts = 512, 64
     args.thread_counts, args.rounds = [1, 2], 3
     args.lrs = args.lrs or [None, CLIMBING_LR]
+    quick = args.quick
+    args.long_tokens = (
+        args.long_tokens if args.long_tokens is not None else ([256, 512] if quick else [4096, 8192, 16384, 32768])
+    )
+    args.long_unchunked = args.long_unchunked if args.long_unchunked is not None else ([256] if quick else [4096])
+    args.long_generate = args.long_generate if args.long_generate is not None else ([128] if quick else [4096, 8192])
     if args.quick:
         args.steps, args.seeds, args.eval_every, args.warmup, args.repeats = 4, 1, 2, 1, 2
         args.prompt_counts, args.sample_counts, args.learner_prompts = [8], [4, 16], [8]

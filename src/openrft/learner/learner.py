@@ -234,7 +234,7 @@ class Learner:
         from the full logits when they fit ``logits_chunk_bytes``, otherwise chunked over tokens."""
         chunk = self.head_chunk(model, mb)
         if chunk is not None:
-            logp, ent = chunked_logp_entropy(model, mb, self.config.temperature, chunk)
+            logp, ent = chunked_logp_entropy(model, mb, self.config.temperature, chunk, with_entropy=entropy)
             return logp, (ent if entropy_grad else ent.detach()) if entropy else None
         logits = self.logits(model, mb)
         if not entropy:

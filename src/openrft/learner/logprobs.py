@@ -74,17 +74,31 @@ def chunk_tokens(vocab: int, budget_bytes: int) -> int:
     return max(1, budget_bytes // (4 * vocab))
 
 
-def _chunk_stats(
-    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One chunk's target log-probs and entropies under the scaled fp32 logits."""
+def _scaled_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float) -> torch.Tensor:
     z = torch.nn.functional.linear(h, weight, bias).float()
-    if scale != 1.0:
-        z = z.mul_(scale)
-    lse = torch.logsumexp(z, dim=-1)
-    logp = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-    entropy = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
-    return logp, entropy
+    return z.mul_(scale) if scale != 1.0 else z
+
+
+def _chunk_stats(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    scale: float,
+    entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One chunk's target log-probs and (if ``entropy``) entropies under the scaled fp32 logits, with one
+    exponential per logit: ``lse = m + log sum e``, ``H = lse - sum(e z) / sum(e)`` for ``e = exp(z - m)``."""
+    z = _scaled_logits(h, weight, bias, scale)
+    target = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    m = z.amax(dim=-1, keepdim=True)
+    if not entropy:
+        lse = (m + z.sub_(m).exp_().sum(-1, keepdim=True).log()).squeeze(-1)
+        return target - lse, None
+    e = (z - m).exp_()
+    total = e.sum(-1)
+    lse = m.squeeze(-1) + total.log()
+    return target - lse, lse - e.mul_(z).sum(-1) / total
 
 
 class ChunkedHeadLogp(torch.autograd.Function):
@@ -92,14 +106,15 @@ class ChunkedHeadLogp(torch.autograd.Function):
     saves only its inputs, and recomputes each chunk's logits in backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, scale: float, chunk: int):
+    def forward(ctx, hidden, weight, bias, targets, scale: float, chunk: int, with_entropy: bool = True):
         ctx.set_materialize_grads(False)
         logp = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-        entropy = torch.empty_like(logp)
+        entropy = torch.zeros_like(logp)
         for s in range(0, hidden.shape[0], chunk):
-            logp[s : s + chunk], entropy[s : s + chunk] = _chunk_stats(
-                hidden[s : s + chunk], weight, bias, targets[s : s + chunk], scale
-            )
+            lp, ent = _chunk_stats(hidden[s : s + chunk], weight, bias, targets[s : s + chunk], scale, with_entropy)
+            logp[s : s + chunk] = lp
+            if ent is not None:
+                entropy[s : s + chunk] = ent
         ctx.save_for_backward(hidden, weight, bias, targets)
         ctx.scale, ctx.chunk = scale, chunk
         return logp, entropy
@@ -114,18 +129,20 @@ class ChunkedHeadLogp(torch.autograd.Function):
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
         for s in range(0, hidden.shape[0], chunk):
             h, y = hidden[s : s + chunk], targets[s : s + chunk]
-            z = torch.nn.functional.linear(h, weight, bias).float()
-            if scale != 1.0:
-                z = z.mul_(scale)
-            logq = z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # log p, in place of z
-            p = logq.exp()
+            z = _scaled_logits(h, weight, bias, scale)
+            m = z.amax(dim=-1, keepdim=True)
             g_logp = grad_logp[s : s + chunk].float().unsqueeze(-1) if grad_logp is not None else None
             if grad_entropy is not None:  # dH/dz = -p (log p + H); dlogp/dz = onehot(y) - p
+                p = (z - m).exp_()
+                total = p.sum(-1, keepdim=True)
+                p = p.div_(total)
+                logq = z.sub_(m + total.log())  # log p, in place of z
                 entropy = -(p * logq).sum(-1, keepdim=True)
                 coef = logq.add_(entropy).mul_(grad_entropy[s : s + chunk].float().unsqueeze(-1))
                 gz = p.mul_(coef.add_(g_logp) if g_logp is not None else coef).neg_()
             else:
-                gz = p.mul_(-g_logp)
+                p = z.sub_(m).exp_()  # in place of z
+                gz = p.mul_(-g_logp / p.sum(-1, keepdim=True))
             if g_logp is not None:
                 gz.scatter_add_(-1, y.unsqueeze(-1), g_logp)
             if scale != 1.0:
@@ -139,7 +156,7 @@ class ChunkedHeadLogp(torch.autograd.Function):
                 grad_b += gz.float().sum(0)
         grad_w = grad_w.to(weight.dtype) if need_w else None
         grad_b = grad_b.to(bias.dtype) if need_b else None
-        return grad_h, grad_w, grad_b, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None
 
 
 def _generic_chunk(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor, scale: float):
@@ -149,14 +166,20 @@ def _generic_chunk(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor
 
 
 def head_logp_entropy(
-    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, temperature: float, chunk: int
+    hidden: torch.Tensor,
+    head: torch.nn.Module,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk: int,
+    with_entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of ``targets`` and entropies ``[...]`` (the shape of ``targets``) under
-    ``head(hidden) / temperature`` (temperature 0 is read as 1), ``chunk`` tokens at a time."""
+    ``head(hidden) / temperature`` (temperature 0 is read as 1), ``chunk`` tokens at a time. Without
+    ``with_entropy`` the entropies may be left zero (one pass over the logits fewer)."""
     scale = 1.0 / temperature if temperature > 0 else 1.0
     flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if type(head) is torch.nn.Linear:
-        logp, entropy = ChunkedHeadLogp.apply(flat_h, head.weight, head.bias, flat_t, scale, chunk)
+        logp, entropy = ChunkedHeadLogp.apply(flat_h, head.weight, head.bias, flat_t, scale, chunk, with_entropy)
     else:  # a wrapped head (LoRA on lm_head): autograd's gradient, each chunk recomputed in backward
         parts = []
         for s in range(0, flat_h.shape[0], chunk):
@@ -168,8 +191,9 @@ def head_logp_entropy(
 
 
 def chunked_logp_entropy(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float, chunk: int
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, chunk: int, with_entropy: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of ``mb.targets`` and entropies ``[rows, response_width]`` under ``model``, chunked."""
     hidden = shared_prefix_forward(model, mb, hidden=True)
-    return head_logp_entropy(hidden, unwrap(model).get_output_embeddings(), mb.targets, temperature, chunk)
+    head = unwrap(model).get_output_embeddings()
+    return head_logp_entropy(hidden, head, mb.targets, temperature, chunk, with_entropy)
