@@ -36,8 +36,9 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests scripts benchmarks
 	$(VENV)/bin/ruff format src tests scripts benchmarks
 
-# CPU benchmark suites (about 12-20 minutes on 2 cores; not part of `make test`): OpenRFT vs TRL's
-# GRPOTrainer, rollout and learner throughput, memory, optimisations, threads. Results land in
+# CPU benchmark suites (not part of `make test`): OpenRFT vs TRL's GRPOTrainer, rollout and learner
+# throughput, memory, optimisations, threads (about 12-20 minutes on 2 cores), and long responses at a
+# real vocabulary (long-context: 30-60 minutes, most of it the 32,768-token step). Results land in
 # benchmarks/results/*.{md,json}; see docs/performance.md. TRL (the `bench` extra, part of `dev`) is
 # never a runtime dependency.
 bench: $(STAMP)

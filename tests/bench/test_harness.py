@@ -64,10 +64,32 @@ def test_linear_fit_of_memory():
 
 def test_runner_arguments():
     args = parse_args([])
-    assert args.suites == ["vs-trl", "rollout", "learner", "memory", "optimizations", "threads"]
+    assert args.suites == ["vs-trl", "rollout", "learner", "memory", "optimizations", "threads", "long-context"]
+    assert args.long_tokens == [4096, 8192, 16384, 32768] and args.long_unchunked == [4096]
+    custom = parse_args(["long-context", "--long-tokens", "1024,2048", "--long-unchunked=", "--long-generate", "512"])
+    assert custom.long_tokens == [1024, 2048] and custom.long_unchunked == [] and custom.long_generate == [512]
     assert args.lrs == [None, 5e-5] and args.steps == 60 and args.seeds == 3
     quick = parse_args(["vs-trl", "--quick"])
     assert quick.steps == 4 and quick.lrs == [None] and quick.out.name.startswith("openrft-bench-quick-")
     quick.out.rmdir()
     with pytest.raises(SystemExit):
         parse_args(["nonsense"])
+
+
+def test_long_context_rows_are_one_json_line_per_length(monkeypatch):
+    import json
+
+    import benchmarks.long_context as lc
+
+    def fake_probe(kind, tokens, threads, timeout):  # the subprocess itself runs in `python -m benchmarks --quick`
+        if kind == "generate" and tokens == 2048:
+            return {"kind": kind, "tokens": tokens, "error": "over 1 s"}
+        return {"kind": kind, "tokens": tokens, "seconds": 2.0 if kind == "train" else 4.0, "peak_mib_above_model": 7.0}
+
+    monkeypatch.setattr(lc, "probe_in_subprocess", fake_probe)
+    lines = []
+    rows = lc.long_context([1024, 2048], [1024], [1024, 2048], 1, 1.0, log=lines.append)
+    assert [json.loads(line) for line in lines] == rows
+    assert rows[0]["tokens"] == 1024 and rows[0]["step_s"] == 2.0 and rows[0]["peak_mib_above_model"] == 7.0
+    assert rows[0]["chunked_over_unchunked_time"] == 0.5 and rows[0]["generate_ms_per_token"] == 4000 / 1024
+    assert "unchunked_step_s" not in rows[1] and rows[1]["generate_error"] == "over 1 s"
