@@ -278,3 +278,14 @@ def test_bedrock_openai_compatible_job_with_a_lambda_grader(tmp_path, data_dir):
     r = resolve_job(path, mappings=mapped({arn: target}, **{"openai.gpt-oss-20b-1:0": "openrft-demo"}))
     assert r.spec.reward.function.type == "nova_lambda" and r.spec.reward.function.endpoint == target
     assert r.spec.dialect == "openai" and r.spec.model.name_or_path == "openrft-demo"
+
+
+def test_lora_settings_under_full_rank_are_named_as_ignored():
+    doc = _recipe()
+    doc["openrft"] = {"lora_rank": 8}
+    r = resolve(doc)
+    assert r.spec.lora.enabled is False
+    assert [(w.path, w.value) for w in r.warnings] == [("openrft.lora_rank", 8)]
+    assert "full rank" in str(r.warnings[0])
+    doc["training_config"]["trainer"]["peft"] = {"peft_scheme": "lora"}
+    assert resolve(doc).warnings == []

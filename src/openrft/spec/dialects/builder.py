@@ -120,6 +120,16 @@ class SpecBuilder:
                 "larger one, and a temperature above 0",
                 values[name],
             )
+        if values.get("lora.enabled") is False:
+            for path in ("lora.rank", "lora.alpha", "lora.lora_plus_lr_ratio", "lora.dropout"):
+                source = self.sources.get(path)
+                if source is not None and source.origin == "user":
+                    self.warn(
+                        self._field(path),
+                        "has no effect: this job trains all weights (full rank); add a peft block with "
+                        "peft_scheme: lora to train a LoRA adapter",
+                        values[path],
+                    )
         replicas = values.get("rollout.generation_replicas", 1)
         if replicas > 1 and values.get("rollout.strategy", "sync") == "sync":
             self.warn(
