@@ -26,7 +26,11 @@ MAPPING: tuple[Mapped, ...] = (
         "batch per step, as OpenRFT",
     ),
     Mapped("sampling.samples_per_prompt", "num_generations", "8 completions per prompt"),
-    Mapped("min(sampling.max_new_tokens, max_length - longest prompt)", "max_completion_length", "6 tokens"),
+    Mapped(
+        "sampling.max_new_tokens (max_length caps each prompt + completion)",
+        "max_completion_length",
+        "6 tokens; the demo's prompts leave room for all 6 within max_length 64",
+    ),
     Mapped("sampling.temperature / top_k / top_p", "temperature / top_k / top_p", "1.0 / 0 (off) / 1.0"),
     Mapped(
         "optimizer.lr, adam_beta1/2, adam_eps, weight_decay",
@@ -69,7 +73,12 @@ MAPPING: tuple[Mapped, ...] = (
         "scale_rewards='group'",
         "(r - mean) / (std + eps), sample std per group; eps 1e-6 in OpenRFT, 1e-4 in TRL",
     ),
-    Mapped("on-policy: one update per batch", "num_iterations=1", "ratio 1, no old log-prob pass in either"),
+    Mapped(
+        "algorithm.ppo_mini_batches (1: one update per batch)",
+        "steps_per_generation, num_iterations=1",
+        "ratio 1 on the first update, no old log-prob pass in either; later updates against the policy before "
+        "the first",
+    ),
     Mapped("algorithm.ent_coeff = 0", "entropy_coef=0.0", ""),
     Mapped("model.dtype float32 on CPU", "bf16=False, fp16=False", "TRL defaults to bf16 autocast"),
     Mapped(
@@ -91,7 +100,8 @@ def grpo_config_kwargs(spec: JobSpec, max_new_tokens: int, steps: int, output_di
     s, o, a = spec.sampling, spec.optimizer, spec.algorithm
     return {
         "output_dir": output_dir,
-        "per_device_train_batch_size": spec.samples_per_step,
+        "per_device_train_batch_size": spec.samples_per_step // a.ppo_mini_batches,
+        "steps_per_generation": a.ppo_mini_batches,
         "gradient_accumulation_steps": 1,
         "num_generations": s.samples_per_prompt,
         "max_completion_length": max_new_tokens,
