@@ -37,6 +37,7 @@ class ChatServer:
     def __init__(self, model: DemoChatModel):
         self.model = model
         self.requests: list[dict] = []
+        self.refuse_response_format = False  # answer HTTP 400 to structured-output requests, as some servers do
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,6 +50,9 @@ class ChatServer:
                 )
                 if self.path != "/v1/chat/completions":
                     self._send(404, {"error": "not found"})
+                    return
+                if outer.refuse_response_format and "response_format" in body:
+                    self._send(400, {"error": {"message": "response_format is not supported", "type": "invalid"}})
                     return
                 content = outer.model.reply(body["messages"], body.get("max_tokens", 16))
                 self._send(

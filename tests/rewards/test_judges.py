@@ -141,3 +141,85 @@ def test_judge_without_an_endpoint_is_a_config_error(monkeypatch):
     }
     with pytest.raises(SpecError, match="LLM judge but no endpoint is set"):
         score(grader, ["x"])
+
+
+def score_grader(**extra):
+    grader = {
+        "type": "score_model",
+        "model": "gpt-4.1-2025-04-14",
+        "input": [{"role": "user", "content": "{{item.question}} {{sample.output_text}}"}],
+        **extra,
+    }
+    return {"type": "openai_grader", "grader": grader}
+
+
+def test_score_model_asks_for_openais_structured_output(chat):
+    chat.refuse_response_format = False
+    outcome = score(score_grader(), ["5"], QUESTION, judge={"base_url": chat.base_url})[0]
+    body = chat.requests[-1]["body"]
+    fmt = body["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+    schema = fmt["json_schema"]["schema"]
+    assert schema["required"] == ["steps", "result"] and schema["properties"]["result"] == {"type": "number"}
+    assert schema["properties"]["steps"]["items"]["required"] == ["description", "conclusion"]
+    assert (outcome.score if outcome.ok else outcome.error_kind) == expected_score(chat, "What is 2+3? 5", 0, 1)
+
+
+def test_label_model_schema_lists_the_labels(chat):
+    chat.refuse_response_format = False
+    grader = {
+        "type": "openai_grader",
+        "grader": {
+            "type": "label_model",
+            "model": "m",
+            "labels": ["yes", "no"],
+            "passing_labels": ["yes"],
+            "input": [{"role": "user", "content": "{{item.question}}"}],
+        },
+    }
+    score(grader, ["x"], QUESTION, judge={"base_url": chat.base_url})
+    result = chat.requests[-1]["body"]["response_format"]["json_schema"]["schema"]["properties"]["result"]
+    assert result == {"type": "string", "enum": ["yes", "no"]}
+
+
+def test_endpoint_without_structured_output_is_asked_again_without_it(chat):
+    chat.refuse_response_format = True
+    try:
+        before = len(chat.requests)
+        outcomes = score(score_grader(), ["5", "6"], QUESTION, judge={"base_url": chat.base_url, "max_concurrency": 1})
+        sent = [r["body"] for r in chat.requests[before:]]
+    finally:
+        chat.refuse_response_format = False
+    # the first request is refused (400) and sent again without response_format; the second goes without it
+    assert ["response_format" in b for b in sent] == [True, False, False]
+    expected = [expected_score(chat, f"What is 2+3? {t}", 0, 1) for t in ("5", "6")]
+    assert [o.score if o.ok else o.error_kind for o in outcomes] == expected
+
+
+def test_structured_output_can_be_turned_off(chat):
+    score(score_grader(), ["5"], QUESTION, judge={"base_url": chat.base_url, "structured_output": False})
+    assert "response_format" not in chat.requests[-1]["body"]
+
+
+def test_vertex_parsed_response_conversion_scorer(chat):
+    reply = chat.model.reply([{"role": "user", "content": "What is 2+3?"}], 16)
+    config = {
+        "type": "vertex",
+        "single": {
+            "autoraterScorer": {
+                "autoraterConfig": {"samplingCount": 1},
+                "autoraterPrompt": "{{prompt}}",
+                "autoraterResponseParseConfig": {"parseType": "REGEX_EXTRACT", "regexExtractExpression": r"(-?\d+)"},
+                "parsedResponseConversionScorer": {},
+            }
+        },
+    }
+    outcome = score(config, ["x"], QUESTION, judge={"base_url": chat.base_url})[0]
+    import re
+
+    numbers = re.findall(r"-?\d+", reply)
+    if numbers:  # the last number of the judge's reply, as a float, clipped to [-1, 1]
+        assert outcome.score == max(-1.0, min(1.0, float(numbers[-1])))
+    else:
+        assert outcome.error_kind == "parse_error"
+    assert "response_format" not in chat.requests[-1]["body"]  # Vertex autoraters parse their own replies

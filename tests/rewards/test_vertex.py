@@ -152,3 +152,63 @@ def test_code_execution_reward_runs_evaluate_in_the_sandbox():
         },
     }
     assert scores(code, ["answer: 391", "answer: 390", "nope"], EX) == [1.0, -0.25, -0.25]
+
+
+def code_execution(snippet: str, parse: str | None = None) -> dict:
+    config: dict = {"rewardName": "code", "codeExecutionRewardScorer": {"pythonCodeSnippet": snippet}}
+    if parse:
+        config["parseResponseConfig"] = {"parseType": "REGEX_EXTRACT", "regexExtractExpression": parse}
+    return {"type": "vertex", "single": config}
+
+
+VERTEX_LINE = example(
+    messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 17*23?"}],
+    references={"ground_truth_answer": "391"},
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the REST reference's style: response is a Content object
+        'text = response.get("parts", [])[0]["text"]',
+        'text = response.get("parts")[0]["text"]',
+        'text = response["parts"][0]["text"]',
+        'text = "".join(p["text"] for p in response["parts"]) if response.get("role") == "model" else None',
+        'text = response["parts"][0]["text"] if "parts" in response else None',
+        # snippets written against the parsed text keep working
+        "text = response",
+        "text = response.strip()",
+        "text = str(response)[: len(response)]",
+    ],
+)
+def test_code_execution_response_is_a_content_object_and_the_text(body):
+    from tests.rewards.helpers import require_bwrap
+
+    require_bwrap()
+    snippet = (
+        "def evaluate(example, response):\n"
+        f"    {body}\n"
+        "    references = example.get('references', {})\n"
+        "    assert example['systemInstruction']['parts'][0]['text'] == 'Be brief.'\n"
+        "    assert example['contents'][0] == {'role': 'user', 'parts': [{'text': 'What is 17*23?'}]}\n"
+        "    return 1.0 if text == references.get('ground_truth_answer') else -1.0\n"
+    )
+    assert scores(code_execution(snippet, r"answer: (\d+)"), ["answer: 391", "answer: 390"], VERTEX_LINE) == [
+        1.0,
+        -1.0,
+    ]
+
+
+def test_code_execution_output_is_captured_apart_from_the_score():
+    from tests.rewards.helpers import require_bwrap
+
+    require_bwrap()
+    snippet = (
+        "def evaluate(example, response):\n    print('checking', response.get('parts')[0]['text'])\n    return 1.0\n"
+    )
+    outcome = score(code_execution(snippet), ["391"], VERTEX_LINE)[0]
+    assert outcome.score == 1.0 and outcome.stdout == "checking 391\n"
+    failing = "def evaluate(example, response):\n    print('about to fail')\n    raise ValueError('no')\n"
+    outcome = score(code_execution(failing), ["391"], VERTEX_LINE)[0]
+    assert outcome.error_kind == "runtime_error" and outcome.stdout == "about to fail\n"

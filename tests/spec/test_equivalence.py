@@ -197,7 +197,7 @@ def vertex_hyperparameters(draw):
         "evaluateInterval": st.integers(-1, 50),
         "checkpointInterval": st.integers(-1, 50),
         "maxOutputTokens": st.integers(-1, 40_000),
-        "thinkingLevel": st.sampled_from(["MINIMAL", "HIGH", "LOW"]),
+        "thinkingLevel": st.sampled_from(["MINIMAL", "LOW", "MEDIUM", "HIGH", "NONE"]),
         "adapterSize": st.sampled_from([*RANKS.values(), "ADAPTER_SIZE_SIXTY_FOUR"]),
     }.items():
         if draw(st.booleans()):
@@ -219,7 +219,7 @@ def vertex_valid(hp: dict) -> bool:
         hp.get("evaluateInterval", 1) >= 1,
         hp.get("checkpointInterval", 1) >= 1,
         1 <= hp.get("maxOutputTokens", 1) <= 32768,
-        hp.get("thinkingLevel", "HIGH") != "LOW",
+        hp.get("thinkingLevel", "HIGH") != "NONE",  # the REST enum: MINIMAL, LOW, MEDIUM, HIGH
         hp.get("adapterSize", "ADAPTER_SIZE_ONE") in RANKS.values(),
     ]
     return all(checks)

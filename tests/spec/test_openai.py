@@ -141,8 +141,9 @@ def test_method_and_job_fields_are_checked_together():
     doc = openai_job({"batch_size": 0}, suffix="x" * 65, metadata={f"k{i}": "v" for i in range(17)})
     doc["method"]["type"] = "supervised"
     found = problems(doc)
-    assert [f.split(":")[0] for f in found] == ["suffix", "metadata", "method.type", f"{H}.batch_size"]
+    assert [f.split(":")[0] for f in found] == ["suffix", "metadata", f"{H}.batch_size", "method.type"]
     assert "has 17 keys; at most 16 are allowed" in found[1]
+    assert "'supervised' is not reinforcement fine-tuning" in found[3]
 
 
 def test_file_ids_go_through_the_resolver():
@@ -158,7 +159,7 @@ def test_file_ids_go_through_the_resolver():
 
 def test_without_a_resolver_file_ids_are_refused_and_paths_accepted():
     found = problems(openai_job(training_file="file-abc123"))
-    assert found[0].startswith("training_file: 'file-abc123' is a file id, but no file store is available here")
+    assert found[0].startswith("training_file: 'file-abc123' is an OpenAI file id, which only the OpenRFT service")
     s = resolve(openai_job(training_file="file:///data/train.jsonl")).spec
     assert s.data.train == "/data/train.jsonl"
 
@@ -202,3 +203,111 @@ def test_grader_errors_are_reported_at_the_users_paths_with_the_other_problems()
         f"{g}.python.source: '' string should have at least 1 character",
         f"{g}.judge.input[0].content[1].text: is required",
     ]
+
+
+def sdk_job_body() -> dict:
+    """A job body with every field of the official SDK's JobCreateParams and reinforcement method."""
+    from openai.types.fine_tuning import job_create_params, reinforcement_hyperparameters_param
+
+    hp_fields = reinforcement_hyperparameters_param.ReinforcementHyperparametersParam.__annotations__
+    hp = {"reasoning_effort": "medium", **{name: "auto" for name in hp_fields if name != "reasoning_effort"}}
+    doc = openai_job(
+        hp,
+        seed=7,
+        suffix="my-run",
+        metadata={"team": "x"},
+        integrations=[{"type": "wandb", "wandb": {"project": "p", "entity": None, "name": None, "tags": ["t"]}}],
+        hyperparameters={"n_epochs": 2, "batch_size": "auto", "learning_rate_multiplier": "auto"},
+    )
+    doc["method"]["reinforcement"]["response_format"] = None
+    assert set(doc) >= set(job_create_params.JobCreateParams.__annotations__) - {"validation_file"}
+    return doc
+
+
+def test_every_field_the_official_sdk_sends_is_accepted():
+    r = resolve(sdk_job_body())
+    s = r.spec
+    assert (s.training.seed, s.name, s.metadata, s.training.epochs) == (7, "my-run", {"team": "x"}, 2.0)
+    warned = sorted(w.path for w in r.warnings)
+    assert warned == ["hyperparameters", "integrations"]  # deprecated top-level hyperparameters; wandb
+
+
+def test_method_hyperparameters_win_over_the_deprecated_top_level_ones():
+    r = resolve(openai_job({"n_epochs": 3}, hyperparameters={"n_epochs": 5, "batch_size": 10}), train=100)
+    assert (r.spec.training.epochs, r.spec.training.prompts_per_step) == (3.0, 10)
+    assert "used for batch_size" in str(next(w for w in r.warnings if w.path == "hyperparameters"))
+
+
+def test_response_format_is_accepted_with_a_warning():
+    doc = openai_job()
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    doc["method"]["reinforcement"]["response_format"] = {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": schema, "strict": True},
+    }
+    r = resolve(doc)
+    assert [w.path for w in r.warnings] == ["method.reinforcement.response_format"]
+    assert "sample.output_json" in str(r.warnings[0])
+
+
+@pytest.mark.parametrize("method", ["supervised", "dpo"])
+def test_other_methods_are_refused_as_not_rft(method):
+    doc = openai_job()
+    doc["method"] = {"type": method, method: {"hyperparameters": {"n_epochs": 1}}}
+    found = problems(doc)
+    assert len(found) == 1 and found[0].startswith(f"method.type: '{method}' is not reinforcement fine-tuning")
+
+
+def test_other_method_blocks_beside_reinforcement_are_ignored_with_a_warning():
+    doc = openai_job()
+    doc["method"]["supervised"] = {"hyperparameters": {}}
+    assert [w.path for w in resolve(doc).warnings] == ["method.supervised"]
+
+
+def test_graders_without_a_name_are_named_after_their_type_or_key():
+    doc = openai_job()
+    doc["method"]["reinforcement"]["grader"] = {
+        "type": "multi",
+        "calculate_output": "0.7 * exact + 0.3 * fuzzy",
+        "graders": {
+            "exact": {"type": "string_check", "input": "{{sample.output_text}}", "reference": "x", "operation": "eq"},
+            "fuzzy": {
+                "type": "text_similarity",
+                "input": "{{sample.output_text}}",
+                "reference": "x",
+                "evaluation_metric": "fuzzy_match",
+            },
+        },
+    }
+    grader = resolve(doc).spec.reward.function.grader
+    assert grader.name == "multi" and {k: g.name for k, g in grader.graders.items()} == {
+        "exact": "exact",
+        "fuzzy": "fuzzy",
+    }
+
+
+def test_a_multi_grader_may_hold_one_grader_object_as_the_sdk_types_it():
+    doc = openai_job()
+    doc["method"]["reinforcement"]["grader"] = {
+        "type": "multi",
+        "name": "m",
+        "calculate_output": "2 * exact",
+        "graders": {"type": "string_check", "name": "exact", "input": "a", "reference": "a", "operation": "eq"},
+    }
+    assert list(resolve(doc).spec.reward.function.grader.graders) == ["exact"]
+
+
+def test_every_reasoning_effort_of_the_sdk_is_accepted_in_grader_sampling_params():
+    from typing import get_args
+
+    from openai.types.shared.reasoning_effort import ReasoningEffort
+
+    for effort in get_args(get_args(ReasoningEffort)[0]):
+        doc = openai_job()
+        doc["method"]["reinforcement"]["grader"] = {
+            "type": "score_model",
+            "model": "gpt-4.1",
+            "input": [{"role": "user", "content": "{{sample.output_text}}"}],
+            "sampling_params": {"reasoning_effort": effort, "seed": 42, "temperature": 0},
+        }
+        assert resolve(doc).spec.reward.function.grader.sampling_params.reasoning_effort == effort

@@ -124,7 +124,8 @@ def test_default_validation_split_counts_the_prompts_that_remain(lines, prompts)
         ({"stepCount": 0}, f"{HP}.stepCount: 0 must be >= 1"),
         ({"evaluateInterval": 0}, f"{HP}.evaluateInterval: 0 must be >= 1"),
         ({"checkpointInterval": 0}, f"{HP}.checkpointInterval: 0 must be >= 1"),
-        ({"thinkingLevel": "LOW"}, f"{HP}.thinkingLevel: 'LOW' is not one of 'MINIMAL', 'HIGH'"),
+        ({"thinkingLevel": "NONE"}, f"{HP}.thinkingLevel: 'NONE' is not one of"),
+        ({"thinkingBudget": -2}, f"{HP}.thinkingBudget: -2 must be >= -1"),
         ({"adapterSize": "ADAPTER_SIZE_SIXTY_FOUR"}, f"{HP}.adapterSize: 'ADAPTER_SIZE_SIXTY_FOUR' is not one of"),
         ({"epochCount": 2, "stepCount": 5}, f"{HP}.stepCount: 5 is an alternative to epochCount"),
         ({"learningRate": 0.1}, f"{HP}.learningRate: is not a known field"),
@@ -150,6 +151,9 @@ def test_out_of_range_values_are_refused_in_the_users_words(hp, error):
         {"stepCount": 1, "evaluateInterval": 1, "checkpointInterval": 1},
         {"thinkingLevel": "MINIMAL"},
         {"epochCount": "2"},  # int64 as a JSON string (the proto JSON mapping)
+        {"stepCount": "3", "evaluateInterval": "1", "checkpointInterval": "1"},
+        {"batchSize": "8", "samplesPerPrompt": "2", "maxOutputTokens": "64"},  # proto3 JSON: any integer as a string
+        {"adapterSize": "ADAPTER_SIZE_UNSPECIFIED"},
     ],
 )
 def test_values_just_inside_the_ranges_resolve(hp):
@@ -333,3 +337,46 @@ def test_extension_settings_the_request_covers_are_refused():
         f"openrft.lora_rank: 4 is set by {HP}.adapterSize in a Vertex job; set it there",
         f"openrft.max_new_tokens: 8 is set by {HP}.maxOutputTokens in a Vertex job; set it there",
     ]
+
+
+@pytest.mark.parametrize(
+    ("hp", "effort", "origin"),
+    [
+        ({}, "high", "default"),
+        ({"thinkingLevel": "MINIMAL"}, "minimal", "user"),
+        ({"thinkingLevel": "LOW"}, "low", "user"),
+        ({"thinkingLevel": "MEDIUM"}, "medium", "user"),
+        ({"thinkingLevel": "HIGH"}, "high", "user"),
+        ({"thinkingLevel": "REINFORCEMENT_TUNING_THINKING_LEVEL_UNSPECIFIED"}, "high", "default"),
+        ({"thinkingBudget": 0}, None, "user"),  # 0: no thinking
+        ({"thinkingBudget": -1}, "high", "user"),  # -1: dynamic thinking
+        ({"thinkingBudget": 1024}, "high", "user"),
+        ({"thinkingLevel": "LOW", "thinkingBudget": 0}, "low", "user"),  # the level wins, the budget is ignored
+    ],
+)
+def test_every_thinking_level_of_the_rest_enum_and_the_thinking_budget(hp, effort, origin):
+    r = resolve(vertex_request(hp))
+    assert r.spec.sampling.reasoning_effort == effort
+    assert r.provenance["sampling.reasoning_effort"].origin == origin
+    warned = [str(w) for w in r.warnings if "thinkingBudget" in str(w)]
+    assert bool(warned) == (hp.get("thinkingBudget", 0) > 0 or ("thinkingLevel" in hp and "thinkingBudget" in hp))
+
+
+def test_int64_fields_written_as_strings_count_as_numbers():
+    r = resolve(vertex_request({"epochCount": "3", "batchSize": "10"}), train=100)
+    assert r.spec.training.epochs == 3 and r.spec.training.total_steps == 30  # ceil(3 × 100 / 10)
+    r = resolve(vertex_request({"stepCount": "7", "evaluateInterval": "7", "checkpointInterval": "7"}))
+    assert r.spec.training.total_steps == 7
+
+
+def test_request_fields_of_the_tuning_job_resource_are_accepted():
+    doc = vertex_request()
+    doc.update(
+        outputUri="gs://bucket/out",
+        serviceAccount="tuner@project.iam.gserviceaccount.com",
+        encryptionSpec={"kmsKeyName": "projects/p/locations/l/keyRings/r/cryptoKeys/k"},
+    )
+    r = resolve(doc)
+    assert r.spec.output_dir == "gs://bucket/out"
+    warned = sorted(w.path for w in r.warnings)
+    assert warned == ["encryptionSpec", "serviceAccount"]

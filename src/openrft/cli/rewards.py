@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -48,6 +49,8 @@ def run_test(args: argparse.Namespace) -> int:
     example = _example(args.example)
     response = args.response if args.response is not None else Path(args.response_file).read_text(encoding="utf-8")
     outcome = score_once(spec, example, response, args.step)
+    if outcome.stdout and not args.json:
+        print(f"--- the reward code printed ---\n{outcome.stdout.rstrip()}\n---", file=sys.stderr)
     if args.json:
         print(
             json.dumps(

@@ -49,6 +49,14 @@ def add_mapping_options(parser: argparse.ArgumentParser) -> None:
         help="train TARGET (a local path or Hugging Face id, e.g. openrft-demo) where the job names the cloud "
         "model NAME. Repeatable; adds to openrft.model_map",
     )
+    parser.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="FROM=TO",
+        help="replace every value of the job that is exactly FROM by TO: a gs:// or s3:// dataset, an OpenAI file "
+        "id, a hosted judge model, a reward URL (docs/compatibility.md). Repeatable",
+    )
 
 
 def mappings(args: argparse.Namespace) -> dict[str, dict[str, str]]:
@@ -71,12 +79,21 @@ def mappings(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     return {"lambda_map": lambdas, "model_map": models}
 
 
+def replacements(args: argparse.Namespace) -> dict[str, str]:
+    """``--map FROM=TO``: values of the job document replaced before it is read (``openrft.spec.mapping``)."""
+    from openrft.spec.mapping import parse_mappings
+
+    return parse_mappings(getattr(args, "map", None))
+
+
 def run_explain(args: argparse.Namespace) -> int:
     from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
     from openrft.spec.provenance import OPENRFT_DEFAULT, leaf_paths
 
-    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args))
+    resolution = resolve_job(
+        args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args), replacements=replacements(args)
+    )
     if args.json:
         print(json.dumps(resolution.to_json(), indent=2))
         return 0
@@ -105,7 +122,9 @@ def run_validate(args: argparse.Namespace) -> int:
     from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
 
-    resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args))
+    resolution = resolve_job(
+        args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args), replacements=replacements(args)
+    )
     report = check_job(resolution.spec)
     report["total_steps"] = resolution.total_steps
     report["warnings"] = [str(w) for w in resolution.warnings]

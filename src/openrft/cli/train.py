@@ -6,7 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from openrft.cli.spec import add_mapping_options, mappings
+from openrft.cli.spec import add_mapping_options, mappings, replacements
 from openrft.errors import OpenRFTError
 
 
@@ -40,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.job:
             raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
-        resolution = resolve_job(args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args))
+        resolution = resolve_job(
+            args.job,
+            args.dialect,
+            dataset_size=count_examples,
+            mappings=mappings(args),
+            replacements=replacements(args),
+        )
         for warning in resolution.warnings:
             print(f"warning: {warning}")
         spec = resolution.spec

@@ -17,10 +17,12 @@ import asyncio
 import importlib
 import importlib.util
 import inspect
+import sys
 from pathlib import Path
 from typing import Any
 
 from openrft.errors import RewardError
+from openrft.rewards.capture import captured_stdout
 from openrft.rewards.context import RewardContext
 from openrft.rewards.nova import parse_result_entry
 from openrft.rewards.remote import Timer
@@ -46,7 +48,11 @@ def resolve_target(target: str) -> tuple[str, str]:
 def load_function(target: str):
     module_name, function_name = resolve_target(target)
     try:
-        module = importlib.import_module(module_name)
+        with captured_stdout() as printed:  # what a module prints on import goes to stderr, not stdout
+            try:
+                module = importlib.import_module(module_name)
+            finally:
+                sys.stderr.write(printed.getvalue())
     except Exception as exc:
         raise RewardError(
             f"reward callable {target}: cannot import {module_name}: {type(exc).__name__}: {exc}"
@@ -105,30 +111,36 @@ class CallableFunction:
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         timer = Timer()
         batch = [batch_entry(s) for s in samples]
+        printed: list[str] = []
         try:
-            result = await (self._sandboxed(batch) if self.sandboxed else self._in_process(batch))
+            result = await (self._sandboxed(batch, printed) if self.sandboxed else self._in_process(batch, printed))
         except RewardFailure as failure:
             outcomes = [failure.outcome() for _ in samples]
         else:
             outcomes = outcomes_from(result, samples, self.target)
         for outcome in outcomes:
             outcome.latency_s = timer.elapsed
+            outcome.stdout = "".join(printed)  # the batch's output, on each of its samples
             if self.sandboxed and self.pool.weak:
                 outcome.metrics["sandbox_weak"] = 1.0
         return outcomes
 
-    async def _in_process(self, batch: list[dict[str, Any]]) -> Any:
-        try:
-            if inspect.iscoroutinefunction(self.function):
-                return await asyncio.wait_for(self.function(batch), self.time_limit_s)
-            return await asyncio.wait_for(asyncio.to_thread(self.function, batch), self.time_limit_s)
-        except TimeoutError:
-            raise RewardFailure("timeout", f"{self.target} ran past {self.time_limit_s:g} s") from None
-        except Exception as exc:
-            raise RewardFailure("runtime_error", f"{self.target} raised {type(exc).__name__}: {exc}") from None
+    async def _in_process(self, batch: list[dict[str, Any]], printed: list[str]) -> Any:
+        with captured_stdout() as buffer:
+            try:
+                if inspect.iscoroutinefunction(self.function):
+                    return await asyncio.wait_for(self.function(batch), self.time_limit_s)
+                return await asyncio.wait_for(asyncio.to_thread(self.function, batch), self.time_limit_s)
+            except TimeoutError:
+                raise RewardFailure("timeout", f"{self.target} ran past {self.time_limit_s:g} s") from None
+            except Exception as exc:
+                raise RewardFailure("runtime_error", f"{self.target} raised {type(exc).__name__}: {exc}") from None
+            finally:
+                printed.append(buffer.getvalue())
 
-    async def _sandboxed(self, batch: list[dict[str, Any]]) -> Any:
+    async def _sandboxed(self, batch: list[dict[str, Any]], printed: list[str]) -> Any:
         result = await self.pool.call(self.source, self.entry, [batch], self.time_limit_s)
+        printed.append(result.stdout)
         if not result.ok:
             raise RewardFailure(result.kind, f"{self.target}: {result.message}")  # type: ignore[arg-type]
         return result.value

@@ -81,8 +81,9 @@ def _judge(spec: RewardSpec, path: str) -> list[FieldProblem]:
     return [
         FieldProblem(
             path,
-            "is an LLM judge but no endpoint is set: reward.judge.base_url, or "
-            "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment",
+            "is an LLM judge but no endpoint is set: point OPENRFT_JUDGE_BASE_URL (or OPENAI_BASE_URL, or "
+            "reward.judge.base_url) at an OpenAI-compatible chat server (e.g. `openrft serve-model`), and map a "
+            "hosted judge model it does not serve with --map MODEL=LOCAL_MODEL",
         )
     ]
 

@@ -23,11 +23,11 @@ from typing import Any
 
 from openrft.rewards.context import RewardContext
 from openrft.rewards.formula import FormulaRuntimeError, compile_formula
-from openrft.rewards.judge import parse_label, parse_score
+from openrft.rewards.judge import label_response_format, parse_label, parse_score, score_response_format
 from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.similarity import similarity
 from openrft.rewards.templates import NamespaceResolver, parse_json_output, render
-from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
+from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
 from openrft.rewards.views import openai_item, openai_sample
 from openrft.spec.rewards import (
     LabelModelGrader,
@@ -87,12 +87,30 @@ class GraderFunction:
 
     async def _timed(self, sample: RewardSample) -> RewardOutcome:
         timer = Timer()
+        printed = ""
         try:
-            value = await self._grade(sample)
+            if isinstance(self.grader, PythonGrader):
+                value, printed = await self._python(sample)
+            else:
+                value = await self._grade(sample)
         except RewardFailure as failure:
             return failure.outcome(latency_s=timer.elapsed)
         metrics = {"sandbox_weak": 1.0} if isinstance(self.grader, PythonGrader) and self.pool.weak else {}
-        return RewardOutcome(score=value, metrics=metrics, latency_s=timer.elapsed)
+        return RewardOutcome(score=value, metrics=metrics, latency_s=timer.elapsed, stdout=printed)
+
+    async def _python(self, sample: RewardSample) -> tuple[float, str]:
+        """``grade(sample, item)`` in the sandbox; the score and what the code printed."""
+        grader = self.grader
+        time_limit = self.context.spec.sandbox.time_limit_s or PYTHON_GRADER_TIME_LIMIT_S
+        args = [openai_sample(sample), openai_item(sample.example)]
+        result = await self.pool.call(grader.source, "grade", args, time_limit)
+        if not result.ok:
+            raise RewardFailure(result.kind, f"grade(): {result.message}", result.stdout)  # type: ignore[arg-type]
+        try:
+            return as_score(result.value, f"python grader {grader.name}"), result.stdout
+        except RewardFailure as failure:
+            failure.stdout = result.stdout
+            raise
 
     async def _grade(self, sample: RewardSample) -> float:
         grader = self.grader
@@ -102,13 +120,6 @@ class GraderFunction:
             if isinstance(grader, StringCheckGrader):
                 return string_check(grader, text, reference)
             return similarity(grader.evaluation_metric, text, reference)
-        if isinstance(grader, PythonGrader):
-            time_limit = self.context.spec.sandbox.time_limit_s or PYTHON_GRADER_TIME_LIMIT_S
-            args = [openai_sample(sample), openai_item(sample.example)]
-            result = await self.pool.call(grader.source, "grade", args, time_limit)
-            if not result.ok:
-                raise RewardFailure(result.kind, f"grade(): {result.message}")  # type: ignore[arg-type]
-            return as_score(result.value, f"python grader {grader.name}")
         return await self._model(sample)
 
     async def _model(self, sample: RewardSample) -> float:
@@ -124,7 +135,10 @@ class GraderFunction:
                 "seed": params.seed,
                 "max_tokens": params.max_completions_tokens,
             }
-        reply = await self.judge.complete(grader.model, messages, **options)
+        response_format = (
+            score_response_format() if isinstance(grader, ScoreModelGrader) else label_response_format(grader.labels)
+        )
+        reply = await self.judge.complete(grader.model, messages, response_format=response_format, **options)
         if isinstance(grader, ScoreModelGrader):
             low, high = grader.range
             return min(high, max(low, parse_score(reply)))
@@ -139,6 +153,7 @@ class GraderFunction:
             parts = {k: r[i] for k, r in zip(keys, results)}
             sub_scores = {k: o.score for k, o in parts.items() if o.ok and o.score is not None}
             metrics = {f"{k}/{m}": v for k, o in parts.items() for m, v in o.metrics.items()}
+            printed = joined_stdout(parts)
             failed = next(((k, o) for k, o in parts.items() if not o.ok), None)
             if failed is not None:
                 key, outcome = failed
@@ -149,6 +164,7 @@ class GraderFunction:
                         sub_scores=sub_scores,
                         metrics=metrics,
                         latency_s=timer.elapsed,
+                        stdout=printed,
                     )
                 )
                 continue
@@ -162,10 +178,15 @@ class GraderFunction:
                         sub_scores=sub_scores,
                         metrics=metrics,
                         latency_s=timer.elapsed,
+                        stdout=printed,
                     )
                 )
                 continue
-            outcomes.append(RewardOutcome(score=value, sub_scores=sub_scores, metrics=metrics, latency_s=timer.elapsed))
+            outcomes.append(
+                RewardOutcome(
+                    score=value, sub_scores=sub_scores, metrics=metrics, latency_s=timer.elapsed, stdout=printed
+                )
+            )
         return outcomes
 
     async def aclose(self) -> None:

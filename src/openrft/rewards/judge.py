@@ -90,13 +90,52 @@ def parse_label(reply: str, labels: list[str]) -> str:
     )
 
 
+def _steps_schema() -> dict[str, Any]:
+    step = {
+        "type": "object",
+        "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}},
+        "required": ["description", "conclusion"],
+        "additionalProperties": False,
+    }
+    return {"type": "array", "items": step}
+
+
+def grader_response_format(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The structured output OpenAI's model graders ask their judge for: ``{"steps": [{"description",
+    "conclusion"}], "result": ...}`` (the shape the cookbook's grader prompts spell out), as a strict
+    ``json_schema`` response format."""
+    schema = {
+        "type": "object",
+        "properties": {"steps": _steps_schema(), "result": result},
+        "required": ["steps", "result"],
+        "additionalProperties": False,
+    }
+    return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
+
+
+def score_response_format() -> dict[str, Any]:
+    return grader_response_format("score_model_grader", {"type": "number"})
+
+
+def label_response_format(labels: list[str]) -> dict[str, Any]:
+    return grader_response_format("label_model_grader", {"type": "string", "enum": list(labels)})
+
+
+UNSUPPORTED_FORMAT_STATUS = (400, 422)
+
+
 class ChatJudge:
-    """Sends chat completions; at most ``max_concurrency`` in flight."""
+    """Sends chat completions; at most ``max_concurrency`` in flight.
+
+    A request may carry a ``response_format`` (structured output). When the endpoint refuses one with
+    HTTP 400 or 422 the request is sent again without it, and later requests go without it too: many
+    local servers do not implement structured output, and a reply is still read for its score."""
 
     def __init__(self, endpoint: RemoteEndpoint, spec: JudgeSpec):
         self.endpoint = endpoint
         self.spec = spec
         self._semaphore: asyncio.Semaphore | None = None
+        self.structured_output = spec.structured_output
 
     async def complete(
         self,
@@ -107,6 +146,7 @@ class ChatJudge:
         top_p: float | None = None,
         max_tokens: int | None = None,
         seed: int | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> str:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.spec.max_concurrency)
@@ -119,7 +159,16 @@ class ChatJudge:
             if value is not None:
                 payload[key] = value
         async with self._semaphore:
-            body = await self.endpoint.post_json(payload)
+            structured = response_format is not None and self.structured_output
+            try:
+                body = await self.endpoint.post_json(
+                    {**payload, "response_format": response_format} if structured else payload
+                )
+            except RewardFailure as failure:
+                if not structured or failure.status not in UNSUPPORTED_FORMAT_STATUS:
+                    raise
+                self.structured_output = False  # this endpoint refuses structured output: stop asking for it
+                body = await self.endpoint.post_json(payload)
         try:
             content = body["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -135,7 +184,8 @@ def require_base_url(spec: JudgeSpec) -> str:
     url = judge_base_url(spec)
     if not url:
         raise RewardError(
-            "an LLM judge needs an OpenAI-compatible endpoint: set reward.judge.base_url, or "
-            "OPENRFT_JUDGE_BASE_URL / OPENAI_BASE_URL in the environment"
+            "an LLM judge needs an OpenAI-compatible endpoint: set OPENRFT_JUDGE_BASE_URL (or OPENAI_BASE_URL, "
+            "or reward.judge.base_url) to a chat completions server such as `openrft serve-model`, and map a hosted "
+            "judge model it does not serve with --map MODEL=LOCAL_MODEL"
         )
     return url.rstrip("/")

@@ -98,7 +98,11 @@ class RemoteEndpoint:
             return RewardFailure("server_error", f"{self.label}: {type(exc).__name__}: {exc}"), True, None
         if response.status_code >= 400:
             text = response.text[:200]
-            failure = RewardFailure("server_error", f"{self.label} answered HTTP {response.status_code}: {text}")
+            failure = RewardFailure(
+                "server_error",
+                f"{self.label} answered HTTP {response.status_code}: {text}",
+                status=response.status_code,
+            )
             return failure, response.status_code in TRANSIENT_STATUS, None
         try:
             return None, False, response.json()

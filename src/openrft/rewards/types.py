@@ -80,6 +80,8 @@ class RewardOutcome:
     error_kind: ErrorKind | None = None
     error_message: str | None = None
     latency_s: float | None = None
+    stdout: str = ""
+    """What user reward code printed while scoring this sample (kept apart from OpenRFT's own output)."""
 
     @property
     def ok(self) -> bool:
@@ -93,13 +95,25 @@ class RewardOutcome:
 class RewardFailure(Exception):
     """Raised inside reward code for one sample; turned into a failed outcome of its kind."""
 
-    def __init__(self, kind: ErrorKind, message: str):
+    def __init__(self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None):
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.stdout = stdout
+        self.status = status  # the HTTP status of a remote endpoint's refusal, when there was one
 
     def outcome(self, **extra: Any) -> RewardOutcome:
+        if self.stdout:
+            extra.setdefault("stdout", self.stdout)
         return RewardOutcome.failure(self.kind, self.message, **extra)
+
+
+def joined_stdout(parts: dict[str, RewardOutcome]) -> str:
+    """The output of several rewards' user code, each block headed by the reward's name."""
+    blocks = [
+        f"[{name}]\n{o.stdout}" + ("" if o.stdout.endswith("\n") else "\n") for name, o in parts.items() if o.stdout
+    ]
+    return "".join(blocks)
 
 
 def as_score(value: Any, what: str) -> float:

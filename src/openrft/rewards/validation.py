@@ -68,6 +68,7 @@ def outcome_json(outcome: RewardOutcome) -> dict[str, Any]:
         "error_kind": outcome.error_kind,
         "error_message": outcome.error_message,
         "latency_s": outcome.latency_s,
+        "stdout": outcome.stdout,
     }
 
 

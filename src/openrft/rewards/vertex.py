@@ -36,7 +36,7 @@ from openrft.rewards.context import RewardContext
 from openrft.rewards.judge import parse_score
 from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.templates import NamespaceResolver, render
-from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
+from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
 from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
 from openrft.spec.rewards import (
     CompositeRewardConfig,
@@ -56,13 +56,29 @@ def clip(value: float) -> float:
 
 def parse_response(config: ParseResponseConfig | None, text: str) -> tuple[str, bool]:
     """The parsed response and whether parsing found something."""
-    if config is None or config.parseType == "IDENTITY":
+    if config is None or config.parseType != "REGEX_EXTRACT":
         return text, True
     matches = list(re.finditer(config.regexExtractExpression or "", text))
     if not matches:
         return "", False
     last = matches[-1]
     return (last.group(1) if last.re.groups else last.group(0)) or "", True
+
+
+def response_content(parsed: str) -> dict[str, Any]:
+    """The parsed response as Vertex hands it to reward code: a Content object in ProtoJSON."""
+    return {"role": "model", "parts": [{"text": parsed}]}
+
+
+def convert_to_float(text: str) -> float:
+    """``parsedResponseConversionScorer``: the parsed judge reply is the number (``" 0.75 "`` -> 0.75)."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise RewardFailure("parse_error", f"the parsed judge reply is not a number: {text[:120]!r}") from None
+    if value != value:
+        raise RewardFailure("parse_error", "the parsed judge reply is NaN")
+    return value
 
 
 def fill(expression: str, sample: RewardSample, regex: bool = False) -> str:
@@ -120,13 +136,39 @@ class VertexSingleFunction:
         parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
         metrics = {"parse_failed": 0.0 if found else 1.0}
         try:
-            value, extra = await self._scorer(sample, parsed)
+            printed = ""
+            if self.config.codeExecutionRewardScorer is not None:
+                value, printed = await self._code_execution(sample, parsed)
+                extra: dict[str, float] = {}
+            else:
+                value, extra = await self._scorer(sample, parsed)
         except RewardFailure as failure:
             return failure.outcome(metrics=metrics, latency_s=timer.elapsed)
         metrics.update(extra)
         if self.context.spec.sandbox.isolation == "weak" and self.config.codeExecutionRewardScorer is not None:
             metrics["sandbox_weak"] = 1.0
-        return RewardOutcome(score=clip(value), metrics=metrics, latency_s=timer.elapsed)
+        return RewardOutcome(score=clip(value), metrics=metrics, latency_s=timer.elapsed, stdout=printed)
+
+    async def _code_execution(self, sample: RewardSample, parsed: str) -> tuple[float, str]:
+        """``evaluate(example, response)`` in the sandbox: ``example`` a ReinforcementTuningExample,
+        ``response`` the parsed response as a Content object (the REST reference's shapes)."""
+        scorer = self.config.codeExecutionRewardScorer
+        assert scorer is not None
+        time_limit = self.context.spec.sandbox.time_limit_s or CODE_EXECUTION_TIME_LIMIT_S
+        result = await self.pool.call(
+            scorer.pythonCodeSnippet,
+            "evaluate",
+            [vertex_example(sample.example), response_content(parsed)],
+            time_limit,
+            content_args=(1,),
+        )
+        if not result.ok:
+            raise RewardFailure(result.kind, f"evaluate(): {result.message}", result.stdout)  # type: ignore[arg-type]
+        try:
+            return as_score(result.value, "evaluate()"), result.stdout
+        except RewardFailure as failure:
+            failure.stdout = result.stdout
+            raise
 
     async def _scorer(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
         config = self.config
@@ -141,21 +183,10 @@ class VertexSingleFunction:
                 return scorer.wrongAnswerReward, {"parse_failed": 1.0}
             correct = string_match(scorer.jsonMatchExpression.valueStringMatchExpression, value, sample)
             return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
-        if config.codeExecutionRewardScorer is not None:
-            time_limit = self.context.spec.sandbox.time_limit_s or CODE_EXECUTION_TIME_LIMIT_S
-            result = await self.pool.call(
-                config.codeExecutionRewardScorer.pythonCodeSnippet,
-                "evaluate",
-                [vertex_example(sample.example), parsed],
-                time_limit,
-            )
-            if not result.ok:
-                raise RewardFailure(result.kind, f"evaluate(): {result.message}")  # type: ignore[arg-type]
-            return as_score(result.value, "evaluate()"), {}
         if config.cloudRunRewardScorer is not None:
             payload = {
                 "example": vertex_example(sample.example),
-                "response": {"role": "model", "parts": [{"text": parsed}]},
+                "response": response_content(parsed),
                 "metadata": {"step": sample.step, "tuning_job_id": TUNING_JOB_ID},
             }
             async with self.cloud_run_slots:
@@ -217,6 +248,8 @@ class VertexSingleFunction:
             expected = fill(scorer.exactMatchScorer.expression, sample).strip()
             match = scorer.exactMatchScorer
             return match.correctAnswerReward if text.strip() == expected else match.wrongAnswerReward
+        if scorer.parsedResponseConversionScorer is not None:
+            return convert_to_float(text)
         return parse_score(text)
 
     async def aclose(self) -> None:
@@ -246,6 +279,7 @@ class VertexCompositeFunction:
         sub_scores = {f.name: o.score for (f, _), o in zip(self.parts, outcomes) if o.ok and o.score is not None}
         metrics = {f"{f.name}/{k}": v for (f, _), o in zip(self.parts, outcomes) for k, v in o.metrics.items()}
         latency = max((o.latency_s or 0.0 for o in outcomes), default=elapsed)
+        printed = joined_stdout({f.name: o for (f, _), o in zip(self.parts, outcomes)})
         for (function, _), outcome in zip(self.parts, outcomes):
             if not outcome.ok:
                 assert outcome.error_kind is not None
@@ -255,9 +289,12 @@ class VertexCompositeFunction:
                     sub_scores=sub_scores,
                     metrics=metrics,
                     latency_s=latency,
+                    stdout=printed,
                 )
         total = sum(w * sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
-        return RewardOutcome(score=clip(total), sub_scores=sub_scores, metrics=metrics, latency_s=latency)
+        return RewardOutcome(
+            score=clip(total), sub_scores=sub_scores, metrics=metrics, latency_s=latency, stdout=printed
+        )
 
     async def aclose(self) -> None:
         return None

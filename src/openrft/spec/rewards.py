@@ -62,7 +62,7 @@ class ParseResponseConfig(_Strict):
     whole match. No match gives an empty parsed response (which then scores as a wrong answer).
     """
 
-    parseType: Literal["IDENTITY", "REGEX_EXTRACT"] = "IDENTITY"
+    parseType: Literal["IDENTITY", "REGEX_EXTRACT", "RESPONSE_PARSE_TYPE_UNSPECIFIED"] = "IDENTITY"
     regexExtractExpression: str | None = None
 
     @field_validator("regexExtractExpression")
@@ -104,7 +104,11 @@ class StringMatchRewardScorer(_Strict):
 
 
 class CodeExecutionRewardScorer(_Strict):
-    """Python source defining ``def evaluate(example, response) -> float``, run in the sandbox."""
+    """Python source defining ``def evaluate(example, response) -> float``, run in the sandbox.
+
+    ``example`` is the dataset line as a ReinforcementTuningExample (camelCase keys); ``response`` the
+    parsed response as a Content object, ``{"role": "model", "parts": [{"text": ...}]}``, which also
+    behaves as the parsed text itself (see ``rewards/sandbox/worker.py``)."""
 
     pythonCodeSnippet: str = Field(min_length=1)
 
@@ -147,14 +151,29 @@ class AutoraterExactMatchScorer(_Strict):
     wrongAnswerReward: float = 0.0
 
 
+class ParsedResponseConversionScorer(_Strict):
+    """Vertex's scorer without fields: the parsed judge reply, converted to a float, is the reward."""
+
+
 class AutoraterScorer(_Strict):
     """An LLM judge. The prompt may use ``{{prompt}}``, ``{{response}}``, ``{{system_instruction}}`` and
-    ``{{references.key}}``. Without ``exactMatchScorer`` the reward is the number in the (parsed) reply."""
+    ``{{references.key}}``. ``parsedResponseConversionScorer`` reads the parsed reply as a number;
+    ``exactMatchScorer`` compares it with an expression; with neither, the score is read from the reply
+    as for any judge (a number, a JSON ``score``, ``score: 7``)."""
 
     autoraterConfig: AutoraterConfig = AutoraterConfig()
     autoraterPrompt: str = Field(min_length=1)
     autoraterResponseParseConfig: ParseResponseConfig | None = None
+    parsedResponseConversionScorer: ParsedResponseConversionScorer | None = None
     exactMatchScorer: AutoraterExactMatchScorer | None = None
+
+    @model_validator(mode="after")
+    def _one_scorer(self) -> AutoraterScorer:
+        if self.parsedResponseConversionScorer is not None and self.exactMatchScorer is not None:
+            raise ValueError(
+                "autoraterScorer takes one of parsedResponseConversionScorer and exactMatchScorer, not both"
+            )
+        return self
 
 
 class SingleRewardConfig(_Strict):
@@ -251,15 +270,27 @@ class GraderMessage(_Strict):
         return "".join(p if isinstance(p, str) else p.text for p in parts)
 
 
+class _NamedGrader(_Strict):
+    """A grader whose ``name`` may be left out, as OpenAI accepts: it is then named after its ``type``
+    (inside a multi grader, after its key)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("name") is None and isinstance(data.get("type"), str):
+            data = {**data, "name": data["type"]}
+        return data
+
+
 class GraderSamplingParams(_Strict):
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     seed: int | None = None
     max_completions_tokens: int | None = Field(None, ge=1)
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
 
 
-class StringCheckGrader(_Strict):
+class StringCheckGrader(_NamedGrader):
     """1 when ``input`` and ``reference`` satisfy ``operation`` (eq, ne, like = contains, ilike = contains
     ignoring case), else 0."""
 
@@ -276,7 +307,7 @@ SimilarityMetric = Literal[
 SIMILARITY_METRICS: tuple[str, ...] = get_args(SimilarityMetric)
 
 
-class TextSimilarityGrader(_Strict):
+class TextSimilarityGrader(_NamedGrader):
     type: Literal["text_similarity"]
     name: str
     input: str
@@ -295,7 +326,7 @@ class TextSimilarityGrader(_Strict):
         return value
 
 
-class PythonGrader(_Strict):
+class PythonGrader(_NamedGrader):
     """Python source defining ``def grade(sample, item) -> float``, run in the sandbox."""
 
     type: Literal["python"]
@@ -304,7 +335,7 @@ class PythonGrader(_Strict):
     image_tag: str | None = Field(None, description="accepted for compatibility; the sandbox runs this Python")
 
 
-class ScoreModelGrader(_Strict):
+class ScoreModelGrader(_NamedGrader):
     """An LLM judge whose reply holds a number; clamped to ``range``."""
 
     type: Literal["score_model"]
@@ -323,7 +354,7 @@ class ScoreModelGrader(_Strict):
         return value
 
 
-class LabelModelGrader(_Strict):
+class LabelModelGrader(_NamedGrader):
     """An LLM judge that answers one of ``labels``; 1 when it is one of ``passing_labels``, else 0."""
 
     type: Literal["label_model"]
@@ -348,7 +379,7 @@ SimpleGrader = Annotated[
 ]
 
 
-class MultiGrader(_Strict):
+class MultiGrader(_NamedGrader):
     """Several graders combined by ``calculate_output``, a formula over their keys
     (``+ - * / ^``, parentheses, numbers, ``min max abs floor ceil exp sqrt log``)."""
 
@@ -356,6 +387,20 @@ class MultiGrader(_Strict):
     name: str
     graders: dict[str, SimpleGrader] = Field(min_length=1)
     calculate_output: str
+
+    @field_validator("graders", mode="before")
+    @classmethod
+    def _keyed(cls, value: object) -> object:
+        """Graders keyed by the names ``calculate_output`` uses; a sub-grader without ``name`` takes its key.
+        One grader object (the SDK's type allows it) is keyed by its own name."""
+        if isinstance(value, dict) and isinstance(value.get("type"), str):
+            value = {str(value.get("name") or value["type"]): value}
+        if isinstance(value, dict):
+            return {
+                key: ({**sub, "name": key} if isinstance(sub, dict) and sub.get("name") is None else sub)
+                for key, sub in value.items()
+            }
+        return value
 
     @field_validator("graders")
     @classmethod
@@ -491,6 +536,11 @@ class JudgeSpec(_Strict):
     model: str | None = Field(None, description="sent instead of the model the grader names (e.g. a local model)")
     max_concurrency: int = Field(8, ge=1, description="judge requests in flight")
     max_tokens: int = Field(256, ge=1, description="reply length when the grader sets none")
+    structured_output: bool = Field(
+        True,
+        description="ask score_model/label_model judges for OpenAI's structured output (response_format "
+        "json_schema {steps, result}); an endpoint that refuses it (HTTP 400/422) is asked again without it",
+    )
 
 
 class SandboxSpec(_Strict):

@@ -32,6 +32,7 @@ class CallResult:
     value: Any = None
     kind: str | None = None
     message: str | None = None
+    stdout: str = ""
 
     @property
     def ok(self) -> bool:
@@ -141,13 +142,22 @@ class SandboxPool:
         await worker.kill()
 
     async def call(
-        self, source: str, entry: str, args: list[Any], time_limit_s: float, check_only: bool = False
+        self,
+        source: str,
+        entry: str,
+        args: list[Any],
+        time_limit_s: float,
+        check_only: bool = False,
+        content_args: tuple[int, ...] = (),
     ) -> CallResult:
-        """Run ``entry(*args)`` from ``source`` in a worker, within ``time_limit_s`` seconds."""
+        """Run ``entry(*args)`` from ``source`` in a worker, within ``time_limit_s`` seconds; the arguments
+        at ``content_args`` are Vertex Content dicts, passed as the worker's ``VertexContent``."""
         worker = await self._acquire()
         keep: _Worker | None = worker
         try:
             request = {"source": source, "entry": entry, "args": args, "check": check_only}
+            if content_args:
+                request["content_args"] = list(content_args)
             try:
                 await worker.send(request)
                 answer = await asyncio.wait_for(worker.receive(), time_limit_s)
@@ -160,12 +170,13 @@ class SandboxPool:
                 code = await _exit_code(worker)
                 await self._discard(worker)
                 return CallResult(kind="runtime_error", message=f"{entry}() killed its sandboxed worker ({code})")
+            printed = str(answer.get("stdout") or "")
             if answer.get("ok"):
-                return CallResult(value=answer.get("value"))
+                return CallResult(value=answer.get("value"), stdout=printed)
             if worker.process.returncode is not None or "MemoryError" in str(answer.get("message")):
                 keep = None
                 await self._discard(worker)
-            return CallResult(kind=answer.get("kind", "runtime_error"), message=answer.get("message"))
+            return CallResult(kind=answer.get("kind", "runtime_error"), message=answer.get("message"), stdout=printed)
         except BaseException:
             if keep is not None:
                 keep = None

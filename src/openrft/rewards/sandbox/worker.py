@@ -4,13 +4,16 @@ It is started inside the sandbox (``mechanism.py``) as ``python -I -S worker.py 
 speaks length-prefixed JSON frames (4-byte big-endian length) on its original stdout/stdin.
 User code's own prints go to stderr, never into the protocol.
 
-Request:  ``{"source", "entry", "args"}`` (a source is compiled once and kept by its hash), or
-          ``{"check": true, "source", "entry"}`` to only load it.
-Answer:   ``{"ok": true, "value": ...}`` or ``{"ok": false, "kind", "message"}``.
+Request:  ``{"source", "entry", "args", "content_args"}`` (a source is compiled once and kept by its
+          hash; the arguments at the ``content_args`` positions are Vertex Content objects, passed
+          as ``VertexContent``), or ``{"check": true, "source", "entry"}`` to only load it.
+Answer:   ``{"ok": true, "value": ..., "stdout": ...}`` or ``{"ok": false, "kind", "message", "stdout"}``;
+          ``stdout`` is what the call printed (at most 64 KiB), kept apart from the protocol.
 After a MemoryError the worker answers and exits: its heap is not trusted any more.
 """
 
 import hashlib
+import io
 import json
 import os
 import resource
@@ -19,6 +22,45 @@ import sys
 import traceback
 
 _FUNCTIONS = {}
+STDOUT_LIMIT = 64 * 1024
+
+
+class VertexContent(str):
+    """Vertex's ``response`` argument: a Content object ``{"role": "model", "parts": [{"text": ...}]}``
+    (the REST reference's shape: ``response.get("parts")[0]["text"]``, ``response["parts"]``) that is
+    also the parsed text itself, so snippets written against the text (``response == "391"``,
+    ``len(response)``, ``response.strip()``) keep working. ``in`` is true for a Content key or a
+    substring of the text."""
+
+    def __new__(cls, content):
+        parts = content.get("parts") or []
+        text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        obj = super().__new__(cls, text)
+        obj.content = content
+        return obj
+
+    def get(self, key, default=None):
+        return self.content.get(key, default)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.content[key]
+        return str.__getitem__(self, key)
+
+    def __contains__(self, item):
+        return item in self.content or str.__contains__(self, item)
+
+    def keys(self):
+        return self.content.keys()
+
+    def values(self):
+        return self.content.values()
+
+    def items(self):
+        return self.content.items()
+
+    def to_dict(self):
+        return self.content
 
 
 def _limit(config):
@@ -82,12 +124,23 @@ def main():
         request = _read(protocol_in)
         if request is None:
             return
+        printed = ""
         try:
             function = _load(request["source"], request["entry"])
             if request.get("check"):
                 answer = {"ok": True, "value": None}
             else:
-                answer = {"ok": True, "value": function(*request["args"])}
+                args = request["args"]
+                for i in request.get("content_args") or ():
+                    args[i] = VertexContent(args[i])
+                captured = io.StringIO()
+                sys.stdout = captured
+                try:
+                    value = function(*args)
+                finally:
+                    sys.stdout = sys.stderr
+                    printed = captured.getvalue()
+                answer = {"ok": True, "value": value}
         except MemoryError:
             _FUNCTIONS.clear()
             _write(
@@ -103,6 +156,8 @@ def main():
             answer = {"ok": False, "kind": "runtime_error", "message": f"SyntaxError: {exc}"}
         except BaseException as exc:  # user code may raise SystemExit or KeyboardInterrupt too
             answer = _error("runtime_error", exc)
+        if printed:
+            answer["stdout"] = printed[:STDOUT_LIMIT]
         _write(protocol_out, answer)
 
 

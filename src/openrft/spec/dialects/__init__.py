@@ -137,17 +137,28 @@ def resolve_job(
     dialect: Dialect | None = None,
     dataset_size: DatasetSizer | None = None,
     mappings: dict[str, dict[str, str]] | None = None,
+    replacements: dict[str, str] | None = None,
 ) -> Resolution:
     """Read a job file in any dialect and resolve it, with provenance and warnings.
 
     ``mappings`` adds to the job's ``openrft`` block without editing the file, e.g. ``{"lambda_map": {ARN:
     "reward.py:lambda_handler"}, "model_map": {"nova-lite-2/prod": "openrft-demo"}}`` (the CLI's
-    ``--map-lambda``/``--map-model``); they take precedence over the file's own entries."""
+    ``--map-lambda``/``--map-model``); they take precedence over the file's own entries. ``replacements``
+    (the CLI's ``--map FROM=TO``) replace values of the document that are exactly FROM (a dataset URI, a
+    file id, a judge model, a reward URL) before it is read (``openrft.spec.mapping``)."""
+    from openrft.spec.mapping import apply_mappings, unused_warnings
+
     path = Path(path)
     document = read_document(path)
+    used: set[str] = set()
+    if replacements:
+        document, used = apply_mappings(document, replacements)
     if mappings and any(mappings.values()):
         document = with_mappings(document, mappings, str(path))
-    return resolve_document(document, dialect, path.resolve().parent, str(path), dataset_size=dataset_size)
+    resolution = resolve_document(document, dialect, path.resolve().parent, str(path), dataset_size=dataset_size)
+    if replacements:
+        resolution.warnings.extend(unused_warnings(replacements, used))
+    return resolution
 
 
 def with_mappings(document: Any, mappings: dict[str, dict[str, str]], source: str) -> Any:

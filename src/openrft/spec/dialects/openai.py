@@ -84,11 +84,22 @@ class OpenAIHyperparameters(Strict):
 class OpenAIReinforcement(Strict):
     grader: dict[str, Any]
     hyperparameters: OpenAIHyperparameters = OpenAIHyperparameters()
+    response_format: dict[str, Any] | None = None
+
+
+class LegacyHyperparameters(Strict):
+    """The job's top-level ``hyperparameters`` (deprecated by OpenAI in favour of the method's)."""
+
+    n_epochs: Annotated[Any, auto_or(int, 1, 50)] = "auto"
+    batch_size: Annotated[Any, auto_or(int, 1, 256)] = "auto"
+    learning_rate_multiplier: Annotated[Any, auto_or(float, 0, low_exclusive=True)] = "auto"
 
 
 class OpenAIMethod(Strict):
-    type: Literal["reinforcement"]
-    reinforcement: OpenAIReinforcement
+    type: Literal["supervised", "dpo", "reinforcement"]
+    reinforcement: OpenAIReinforcement | None = None
+    supervised: dict[str, Any] | None = None
+    dpo: dict[str, Any] | None = None
 
 
 class OpenAIJob(Strict):
@@ -99,6 +110,7 @@ class OpenAIJob(Strict):
     suffix: str | None = Field(None, min_length=1, max_length=64)
     metadata: dict[str, str] | None = None
     method: OpenAIMethod
+    hyperparameters: LegacyHyperparameters | None = None
     integrations: list[Any] | None = None
     openrft: OpenRFTExtensions = OpenRFTExtensions()
 
@@ -130,7 +142,39 @@ def parse_job(
     job, problems = validate_all(OpenAIJob, raw)
     if job is None:
         raise SpecError(problems, source)
+    if job.method.type != "reinforcement":
+        problems.append(
+            FieldProblem(
+                "method.type",
+                "is not reinforcement fine-tuning: OpenRFT runs jobs with method.type 'reinforcement' "
+                "(a grader scores sampled answers); supervised and DPO jobs need a supervised trainer",
+                job.method.type,
+            )
+        )
+        raise SpecError(problems, source)
+    if job.method.reinforcement is None:
+        raise SpecError([*problems, FieldProblem("method.reinforcement", "is required with method.type reinforcement")])
     return _resolve(job, base_dir or Path.cwd(), source, file_resolver, dataset_size, problems)
+
+
+def _merge_legacy(b: SpecBuilder, job: OpenAIJob) -> OpenAIHyperparameters:
+    """The method's hyperparameters, with the deprecated top-level ones filling what it leaves at auto."""
+    assert job.method.reinforcement is not None
+    hp = job.method.reinforcement.hyperparameters
+    legacy = job.hyperparameters
+    if legacy is None:
+        return hp
+    taken = {
+        name: getattr(legacy, name)
+        for name in legacy.model_fields_set
+        if getattr(hp, name) == "auto" and getattr(legacy, name) != "auto"
+    }
+    b.warn(
+        "hyperparameters",
+        "is deprecated by OpenAI for method.reinforcement.hyperparameters"
+        + (f"; used for {', '.join(sorted(taken))}" if taken else "; ignored (the method's values are used)"),
+    )
+    return OpenAIHyperparameters(**{**hp.model_dump(exclude_unset=True), **taken}) if taken else hp
 
 
 def resolve_file(b: SpecBuilder, value: str, field: str, base_dir: Path, resolver: FileResolver | None) -> str | None:
@@ -144,8 +188,8 @@ def resolve_file(b: SpecBuilder, value: str, field: str, base_dir: Path, resolve
     if FILE_ID.match(value) and not (base_dir / value).exists():
         b.problem(
             field,
-            "is a file id, but no file store is available here to look it up: give a local path or a "
-            "file:// URI, or submit the job to the OpenRFT service",
+            f"is an OpenAI file id, which only the OpenRFT service's file store resolves: map it to a local "
+            f"file (--map {value}=PATH), or submit the job to the service",
             value,
         )
         return None
@@ -160,9 +204,20 @@ def _resolve(
     sizer: DatasetSizer,
     problems: list[FieldProblem],
 ) -> Resolution:
-    hp, ext = job.method.reinforcement.hyperparameters, job.openrft
+    assert job.method.reinforcement is not None
+    ext = job.openrft
     b = SpecBuilder(problems)
+    hp = _merge_legacy(b, job)
     b.derived("dialect", "openai", "an OpenAI fine-tuning job (method.type: reinforcement)")
+    for other in ("supervised", "dpo"):
+        if getattr(job.method, other) is not None:
+            b.warn(f"method.{other}", "is ignored: method.type is reinforcement")
+    if job.method.reinforcement.response_format is not None:
+        b.warn(
+            "method.reinforcement.response_format",
+            "does not constrain OpenRFT's sampling (open models generate free text): graders still read the "
+            "output parsed as JSON through sample.output_json, and the prompt should ask for the format",
+        )
     apply_extensions(b, ext, {"seed": "seed", "eval_samples_per_prompt": f"{H}.eval_samples"}, "OpenAI")
     if job.suffix:
         b.user("name", job.suffix, "suffix")
@@ -203,7 +258,7 @@ def _resolve(
     b.derived("lora.alpha", float(2 * rank), "2 × rank, as for Vertex adapters", "openrft.lora_rank")
 
     prompts = _steps(b, hp, sizer) if train is not None else None
-    grader = job.method.reinforcement.grader
+    grader = job.method.reinforcement.grader  # type: ignore[union-attr]
     if grader.get("type") == "lambda":  # Bedrock's OpenAI-compatible API: a reward Lambda
         _lambda_grader(b, grader, ext, base_dir)
         return b.build(source, prompts)

@@ -50,7 +50,14 @@ ADAPTER_RANKS = {
     "ADAPTER_SIZE_SIXTEEN": 16,
     "ADAPTER_SIZE_THIRTY_TWO": 32,
 }
-THINKING_LEVELS = {"MINIMAL": "minimal", "HIGH": "high"}
+THINKING_LEVELS = {"MINIMAL": "minimal", "LOW": "low", "MEDIUM": "medium", "HIGH": "high"}
+THINKING_UNSPECIFIED = "REINFORCEMENT_TUNING_THINKING_LEVEL_UNSPECIFIED"
+ADAPTER_UNSPECIFIED = "ADAPTER_SIZE_UNSPECIFIED"
+IGNORED_REQUEST_FIELDS = {
+    "serviceAccount": "jobs run as the user or service that starts them",
+    "encryptionSpec": "outputs are written as they are; encrypt the output location itself",
+    "customBaseModel": "give the model's local directory or Hugging Face id in baseModel",
+}
 HP = "reinforcementTuningSpec.hyperParameters"
 SPEC = "reinforcementTuningSpec"
 
@@ -59,13 +66,14 @@ class VertexHyperParameters(Strict):
     epochCount: float | None = Field(None, gt=0)
     stepCount: int | None = Field(None, ge=1)
     learningRateMultiplier: Annotated[float, closed(0.25, 4)] = 1.0
-    thinkingLevel: Literal["MINIMAL", "HIGH"] = "HIGH"
+    thinkingLevel: Literal[(THINKING_UNSPECIFIED, *THINKING_LEVELS)] = "HIGH"  # type: ignore[valid-type]
+    thinkingBudget: int | None = Field(None, ge=-1, description="Gemini 2.5: -1 dynamic, 0 off, > 0 tokens")
     batchSize: int = Field(32, ge=1)
     samplesPerPrompt: int = Field(16, ge=2, description="OpenRFT: a group advantage needs 2 samples")
     evaluateInterval: int | None = Field(None, ge=1)
     checkpointInterval: int | None = Field(None, ge=1)
     maxOutputTokens: Annotated[int, closed(1, MAX_OUTPUT_TOKENS)] = MAX_OUTPUT_TOKENS
-    adapterSize: Literal[tuple(ADAPTER_RANKS)] = "ADAPTER_SIZE_SIXTEEN"  # type: ignore[valid-type]
+    adapterSize: Literal[(ADAPTER_UNSPECIFIED, *ADAPTER_RANKS)] = "ADAPTER_SIZE_SIXTEEN"  # type: ignore[valid-type]
 
 
 class VertexTuningSpec(Strict):
@@ -81,6 +89,10 @@ class VertexRequest(Strict):
     tunedModelDisplayName: str | None = None
     description: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    outputUri: str | None = None
+    serviceAccount: str | None = None
+    encryptionSpec: dict[str, Any] | None = None
+    customBaseModel: str | None = None
     reinforcementTuningSpec: VertexTuningSpec
     openrft: OpenRFTExtensions = OpenRFTExtensions()
 
@@ -116,6 +128,11 @@ def _resolve(
             "labels, description",
         )
     tracking_from_metadata(b, request.labels, "labels")
+    if request.outputUri:
+        b.user("output_dir", resolve_location(request.outputUri, base_dir), "outputUri")
+    for name, why in IGNORED_REQUEST_FIELDS.items():
+        if getattr(request, name) is not None:
+            b.warn(name, f"is not used by OpenRFT ({why}); ignored")
 
     b.model(request.baseModel, base_dir, "baseModel")
     base_rate = base_learning_rate(b, request.baseModel, ext)
@@ -140,7 +157,7 @@ def _resolve(
             f"maxOutputTokens + {PROMPT_TOKENS:,} prompt tokens",
             f"{HP}.maxOutputTokens",
         )
-    b.take("sampling.reasoning_effort", hp, "thinkingLevel", f"{HP}.thinkingLevel", THINKING_LEVELS[hp.thinkingLevel])
+    _thinking(b, hp)
     rate = hp.learningRateMultiplier * base_rate
     b.derived(
         "optimizer.lr",
@@ -148,7 +165,8 @@ def _resolve(
         f"learningRateMultiplier {fmt(hp.learningRateMultiplier)} × base rate {base_rate:g}",
         f"{HP}.learningRateMultiplier",
     )
-    rank = b.take("lora.rank", hp, "adapterSize", f"{HP}.adapterSize", ADAPTER_RANKS[hp.adapterSize])
+    size = "ADAPTER_SIZE_SIXTEEN" if hp.adapterSize == ADAPTER_UNSPECIFIED else hp.adapterSize
+    rank = b.take("lora.rank", hp, "adapterSize", f"{HP}.adapterSize", ADAPTER_RANKS[size])
     b.derived(
         "lora.alpha",
         float(2 * rank),
@@ -160,6 +178,35 @@ def _resolve(
     _intervals(b, hp, prompts)
     _reward(b, rts)
     return b.build(source, prompts)
+
+
+def _thinking(b: SpecBuilder, hp: VertexHyperParameters) -> None:
+    """``thinkingLevel`` (every value of the REST enum) or, for Gemini 2.5 jobs, ``thinkingBudget``."""
+    level_set = was_set(hp, "thinkingLevel") and hp.thinkingLevel != THINKING_UNSPECIFIED
+    if hp.thinkingBudget is not None and not level_set:
+        budget = hp.thinkingBudget
+        if budget == 0:
+            b.user("sampling.reasoning_effort", None, f"{HP}.thinkingBudget")
+            return
+        if budget > 0:
+            b.warn(
+                f"{HP}.thinkingBudget",
+                "is a number of thinking tokens, which open models' chat templates cannot cap: reasoning is "
+                "on (effort high) and the answer is limited by maxOutputTokens only",
+                budget,
+            )
+        b.set("sampling.reasoning_effort", "high", "user", f"{HP}.thinkingBudget", "reasoning on (effort high)")
+        return
+    if hp.thinkingBudget is not None:
+        b.warn(
+            f"{HP}.thinkingBudget",
+            "is ignored: thinkingLevel is set (Gemini 3.5 and later take thinkingLevel only)",
+            hp.thinkingBudget,
+        )
+    if hp.thinkingLevel == THINKING_UNSPECIFIED:
+        b.default("sampling.reasoning_effort", "high", f"{HP}.thinkingLevel", "unspecified: Vertex's default HIGH")
+        return
+    b.take("sampling.reasoning_effort", hp, "thinkingLevel", f"{HP}.thinkingLevel", THINKING_LEVELS[hp.thinkingLevel])
 
 
 def _data(b: SpecBuilder, rts: VertexTuningSpec, base_dir: Path) -> None:
