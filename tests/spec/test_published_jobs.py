@@ -128,7 +128,10 @@ def test_vertex_quick_start_request_trains_with_mapped_names(tmp_path, capsys):
     train = head(ARITHMETIC / "vertex_train.jsonl", tmp_path / "train.jsonl", 16)
     evals = head(ARITHMETIC / "vertex_validation.jsonl", tmp_path / "eval.jsonl", 8)
     datasets = ["--map", f"gs://my-bucket/rft/train.jsonl={train}", "--map", f"gs://my-bucket/rft/eval.jsonl={evals}"]
-    assert main(["spec", "validate", job, *datasets]) == 0
+    assert main(["spec", "validate", job, *datasets]) == 2
+    assert "--map-model 'gemini-2.5-flash=openrft-demo'" in capsys.readouterr().err
+    model = ["--map-model", "gemini-2.5-flash=openrft-demo"]
+    assert main(["spec", "validate", job, *datasets, *model]) == 0
     assert "valid:" in capsys.readouterr().out
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), CloudRunReward)
@@ -140,7 +143,7 @@ def test_vertex_quick_start_request_trains_with_mapped_names(tmp_path, capsys):
             "train",
             job,
             *datasets,
-            "--map",
+            "--map-model",
             "gemini-2.5-flash=openrft-demo",
             "--map",
             f"{CLOUD_RUN}={local_reward}",
@@ -174,8 +177,12 @@ def test_cookbook_job_says_in_one_line_what_to_map(tmp_path, monkeypatch, capsys
     for file_id in ("file-4Tq9Xz2HcWbR1mN8vLp3Ks", "file-7Hd2Kq9Wm3Zx8Rt5Np1Lc"):
         line = next(line for line in err.splitlines() if file_id in line)
         assert f"--map {file_id}=PATH" in line
+    assert "--map-model 'o4-mini-2025-04-16=openrft-demo'" in err
     train = head(ARITHMETIC / "train.jsonl", tmp_path / "train.jsonl", 16)
-    mapped = ["--map", f"file-4Tq9Xz2HcWbR1mN8vLp3Ks={train}", "--map", f"file-7Hd2Kq9Wm3Zx8Rt5Np1Lc={train}"]
+    mapped = [
+        *("--map", f"file-4Tq9Xz2HcWbR1mN8vLp3Ks={train}", "--map", f"file-7Hd2Kq9Wm3Zx8Rt5Np1Lc={train}"),
+        *("--map-model", "o4-mini-2025-04-16=openrft-demo"),
+    ]
     assert main(["spec", "validate", job, *mapped]) == 2
     err = capsys.readouterr().err
     assert "is an LLM judge but no endpoint is set: point OPENRFT_JUDGE_BASE_URL" in err
@@ -190,7 +197,7 @@ def test_cookbook_score_model_job_trains_with_a_local_judge(tmp_path, monkeypatc
     evals = head(ARITHMETIC / "validation.jsonl", tmp_path / "validation.jsonl", 4)
     mapped = [
         *("--map", f"file-4Tq9Xz2HcWbR1mN8vLp3Ks={train}", "--map", f"file-7Hd2Kq9Wm3Zx8Rt5Np1Lc={evals}"),
-        *("--map", "o4-mini-2025-04-16=openrft-demo", "--map", "gpt-4.1-2025-04-14=local-judge"),
+        *("--map-model", "o4-mini-2025-04-16=openrft-demo", "--map", "gpt-4.1-2025-04-14=local-judge"),
     ]
     assert main(["spec", "validate", job, *mapped]) == 0
     before = len(judge.requests)

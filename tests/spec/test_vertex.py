@@ -200,9 +200,22 @@ def test_learning_rate_multiplier_scales_the_base_rate(multiplier, base):
 
 def test_unknown_models_get_the_generic_base_rate():
     doc = vertex_request()
-    doc["baseModel"] = "gemini-2.5-flash"
+    doc["baseModel"] = "Qwen/Qwen2.5-0.5B-Instruct"
     spec = resolve(doc).spec
-    assert spec.model.name_or_path == "gemini-2.5-flash" and spec.optimizer.lr == pytest.approx(2e-5)
+    assert spec.model.name_or_path == "Qwen/Qwen2.5-0.5B-Instruct" and spec.optimizer.lr == pytest.approx(2e-5)
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "projects/p/locations/us-central1/models/123"])
+def test_a_gemini_model_says_it_must_be_mapped(model):
+    doc = vertex_request()
+    doc["baseModel"] = model
+    found = problems(doc)
+    assert found == [
+        f"baseModel: {model!r} is a model that runs only in its cloud service: map it to a local or Hugging Face "
+        f"model with --map-model '{model}=openrft-demo' (or openrft.model_map)"
+    ]
+    doc["openrft"] = {"model_map": {model: "openrft-demo"}}
+    assert resolve(doc).spec.model.name_or_path == "openrft-demo"
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,13 @@ from openrft.spec.provenance import Origin, Resolution, Source, complete
 
 _RAW = object()
 CLOUD_ONLY_MODEL = re.compile(
-    r"^(amazon\.nova|nova-(micro|lite|pro|premier)|arn:aws(-[a-z]+)?:(bedrock|sagemaker):|[a-z0-9-]+\.[\w.-]+:\d+)"
+    r"^(amazon\.nova|nova-(micro|lite|pro|premier)|arn:aws(-[a-z]+)?:(bedrock|sagemaker):|[a-z0-9-]+\.[\w.-]+:\d+"
+    r"|gemini-|projects/[^/]+/locations/[^/]+/(models|endpoints|publishers)/"
+    r"|ft:|gpt-(3\.5|4|5)|o[1-9](-|$)|(babbage|davinci)-0)"
 )
 """Amazon Nova models (``nova-lite-2/prod``, ``amazon.nova-2-lite-v1:0:256k``), Bedrock model ids
-(``openai.gpt-oss-20b-1:0``) and Bedrock/SageMaker ARNs."""
+(``openai.gpt-oss-20b-1:0``), Bedrock/SageMaker ARNs, Gemini models and Vertex resource names, and OpenAI's
+hosted models (``o4-mini-2025-04-16``, ``gpt-4.1``, ``ft:...``; not the open-weight ``openai/gpt-oss-*``)."""
 
 
 class SpecBuilder:
