@@ -97,3 +97,15 @@ def test_validate_checks_the_datasets_of_every_dialect(data_dir, capsys, dialect
     assert main(["spec", "validate", job, "--json"]) == 1
     problems = json.loads(capsys.readouterr().out)["problems"]
     assert f"{data_dir}/val.jsonl:1: messages: is required" in problems
+
+
+def test_explain_states_how_the_learner_is_laid_out(data_dir, capsys):
+    sharded = vertex_request({"batchSize": 16}, openrft={"runtime": "ray", "learner_sharding": "fsdp"})
+    job = write(data_dir / "sharded.json", sharded)
+    assert main(["spec", "explain", job]) == 0
+    out = capsys.readouterr().out
+    assert "learner: LoRA, one policy sharded with FSDP2 over 1 Ray actors" in out
+    assert "rollout.learner_sharding = fsdp  user  (from openrft.learner_sharding)" in out
+    job = write(data_dir / "plain.json", vertex_request({"batchSize": 16}))
+    assert main(["spec", "explain", job]) == 0
+    assert "learner: LoRA, one learner holding the whole policy" in capsys.readouterr().out

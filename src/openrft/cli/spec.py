@@ -100,6 +100,7 @@ def run_explain(args: argparse.Namespace) -> int:
     spec = resolution.spec
     console = Console(highlight=False, soft_wrap=True)
     console.print(_summary(args.job, resolution))
+    console.print(f"learner: {learner_layout(spec)}")
     values = leaf_paths(spec.model_dump(mode="json"))
     for path, source in resolution.provenance.items():
         if source.note == OPENRFT_DEFAULT and not args.all:
@@ -216,6 +217,21 @@ def _summary(job: str, resolution) -> str:
         f"{epochs}{prompts}; {training.prompts_per_step} prompts × {spec.sampling.samples_per_prompt} samples "
         f"= {spec.samples_per_step} samples per step"
     )
+
+
+def learner_layout(spec) -> str:
+    """How the learner runs: one copy, data-parallel copies, or one policy sharded (docs/scaling.md)."""
+    rollout, learners = spec.rollout, spec.rollout.replicas
+    tuning = "LoRA" if spec.lora.enabled else "full fine-tuning"
+    if rollout.learner_sharding == "fsdp":
+        where = "Ray actors" if rollout.runtime == "ray" else "torchrun processes"
+        return (
+            f"{tuning}, one policy sharded with FSDP2 over {learners} {where} (rollout.learner_sharding fsdp): "
+            f"each holds 1/{learners} of the weights, gradients and optimizer state between steps"
+        )
+    if learners > 1 and rollout.runtime == "ray":
+        return f"{tuning}, {learners} data-parallel learners on Ray actors, each a full copy of the policy"
+    return f"{tuning}, one learner holding the whole policy"
 
 
 def _subtree(values: dict[str, Any], path: str) -> dict[str, Any]:

@@ -12,6 +12,11 @@ from openrft.spec.job import JobSpec
 def runtime_for(spec: JobSpec, on_event: Callable[[str, str], None] | None = None) -> Runtime:
     """The runtime ``spec.rollout.runtime`` names; Ray is imported only when asked for."""
     if spec.rollout.runtime == "local":
+        if spec.rollout.learner_sharding == "fsdp":
+            raise OpenRFTError(
+                "rollout.learner_sharding is 'fsdp' but rollout.runtime is 'local': a sharded learner runs as "
+                "rollout.replicas Ray actors (rollout.runtime ray; docs/scaling.md)"
+            )
         return LocalRuntime()
     try:
         import ray  # noqa: F401

@@ -361,6 +361,11 @@ class RayRuntime:
 
     def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
         ray = self._placement()
+        if spec.rollout.learner_sharding == "fsdp":  # one learner sharded over the actors
+            from openrft.runtime.ray_sharded import build_sharded_learner
+
+            learner_parts, self._learners = build_sharded_learner(self, spec)
+            return learner_parts
         spec_json = spec.model_dump_json()
         self._learners = [
             ray.remote(LearnerActor).options(**self._options(i)).remote(spec_json) for i in range(spec.rollout.replicas)

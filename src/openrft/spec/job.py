@@ -86,6 +86,9 @@ class RolloutSpec(_Strict):
         2.0, gt=1, description="dual-clip bound c: with a negative advantage a ratio counts at most c"
     )
     replicas: int = Field(1, ge=1)
+    learner_sharding: Literal["none", "fsdp"] = Field(
+        "none", description="fsdp: the replicas learners shard one policy (FSDP2); none: each holds a copy"
+    )
     generation_replicas: int = Field(1, ge=1)
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None

@@ -77,6 +77,7 @@ class OpenRFTExtensions(Strict):
     rollout_strategy: Literal["sync", "off_policy_async"] = "sync"
     age_tolerance: int | None = Field(None, ge=0, description="off_policy_async only; default 2")
     replicas: int = Field(1, ge=1)
+    learner_sharding: Literal["none", "fsdp"] = "none"
     generation_replicas: int = Field(1, ge=1)
     lambda_map: dict[str, str] = Field(
         default_factory=dict,
@@ -113,6 +114,7 @@ EXTENSION_TARGETS = {
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
     "replicas": "rollout.replicas",
+    "learner_sharding": "rollout.learner_sharding",
     "generation_replicas": "rollout.generation_replicas",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects

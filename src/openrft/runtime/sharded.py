@@ -1,0 +1,134 @@
+"""One rank of a sharded learner (``rollout.learner_sharding: fsdp``), as a Ray actor or a torchrun process.
+
+Every rank holds a shard of the policy (``openrft.learner.sharded``) and answers the same calls in the
+same order, since most of them are collectives: a step, a checkpoint's state, the gathered weights.
+Rank 0 also generates (evaluation, synchronous rollouts): the others only take part in gathering the
+parameters for it, then release them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from openrft.rollout.types import Completion, SamplingParams
+from openrft.spec.job import JobSpec
+
+COLLECTIVE_TIMEOUT = timedelta(minutes=10)
+"""How long a rank waits in a collective for the others; a dead peer usually fails it sooner (gloo/NCCL)."""
+
+
+class ShardedWorker:
+    """Builds the model, joins the process group, shards the policy; then serves the learner's calls."""
+
+    def __init__(self, spec_json: str):
+        self.spec = JobSpec.model_validate_json(spec_json)
+        self.learner = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Where rank 0 (this actor) listens for the process group: this node's address and a free port."""
+        from openrft.learner.sharded import free_port, node_address
+
+        return node_address(), free_port()
+
+    def setup(self, rank: int, world_size: int, address: str | None, port: int | None) -> int:
+        """Join the group (``address`` None: torchrun's environment), load and shard the model; its version."""
+        from openrft.engine.local_runtime import learner_config
+        from openrft.learner.sharded import ShardedLearner, ShardedPolicy
+        from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, pick_dtype
+        from openrft.rollout.local import TransformersGenerator
+
+        spec = self.spec
+        configure_threads(spec.runtime.threads or 1)
+        device = sharded_device(spec.runtime.device)
+        if not dist.is_initialized():
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            init = f"tcp://{address}:{port}" if address else "env://"
+            dist.init_process_group(
+                backend, init_method=init, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
+            )
+        tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
+        torch.manual_seed(spec.training.seed)  # as one learner: the same adapter initialisation on every rank
+        model = load_causal_lm(
+            spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision
+        )
+        self.policy = ShardedPolicy(model, spec.lora, spec.algorithm.kl_loss_coef > 0, device)
+        self.learner = ShardedLearner(self.policy, learner_config(spec, tokenizer.pad_token_id))
+        self.generator = TransformersGenerator(
+            self.policy.model,
+            tokenizer,
+            eos_token_ids(tokenizer, model),
+            tokenizer.pad_token_id,
+            seed=spec.training.seed,
+        )
+        return self.learner.version
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    def version(self) -> int:
+        return self.learner.version
+
+    def use_kl(self) -> bool:
+        return self.learner.use_kl
+
+    def step(self, samples: list, total_tokens: int) -> tuple[dict[str, float], int]:
+        """One update from this rank's share of the batch (``total_tokens``: the whole batch's)."""
+        metrics = self.learner.step_share(samples, total_tokens)
+        self.generator.set_policy_version(self.learner.version)
+        return metrics, self.learner.version
+
+    def state_dict(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_state_dict(self, state: dict) -> int:
+        self.learner.load_state_dict(state)
+        self.generator.set_policy_version(self.learner.version)
+        return self.learner.version
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """The gathered policy weights on rank 0 (adapter with LoRA, the full model without); empty elsewhere."""
+        state = self.policy.adapter_state()
+        return state if self.rank == 0 else {}
+
+    def adapter_files(self) -> dict[str, bytes]:
+        """The policy in PEFT format (LoRA) or Hugging Face format (full), as files, from rank 0."""
+        from openrft.rollout.remote import write_peft_adapter
+
+        state = self.policy.adapter_state()
+        if self.rank != 0:
+            return {}
+        with tempfile.TemporaryDirectory() as tmp:
+            if self.policy.lora_enabled:
+                write_peft_adapter(state, self.spec.lora, self.spec.model.name_or_path, Path(tmp))
+            else:
+                self.policy.model.save_pretrained(tmp, state_dict=state)
+            return {str(p.relative_to(tmp)): p.read_bytes() for p in Path(tmp).rglob("*") if p.is_file()}
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None) -> list[list[Completion]]:
+        """Rank 0 samples with the gathered parameters; the other ranks only help gather them."""
+        with self.policy.gathered():
+            if self.rank != 0:
+                return []
+            return self.generator.generate(prompts, params, seed=seed)
+
+
+def sharded_device(name: str) -> torch.device:
+    """The device of this rank: its own GPU (``LOCAL_RANK`` under torchrun, Ray's assignment) or the CPU."""
+    from openrft.models import pick_device
+
+    device = pick_device(name)
+    if device.type == "cuda" and device.index is None:
+        index = int(os.environ.get("LOCAL_RANK", 0)) if "LOCAL_RANK" in os.environ else 0
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+    return device

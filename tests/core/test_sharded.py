@@ -1,0 +1,155 @@
+"""The sharded learner (FSDP2 over a gloo process group): two ranks under torchrun make the update one
+learner makes on the same batch, LoRA and full fine-tuning; their checkpoint resumes on one rank; the
+final weights are written in PEFT / Hugging Face format."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from openrft.engine.local_runtime import learner_config
+from openrft.learner import Learner, Policy
+from openrft.learner.sharded import free_port
+from openrft.models import load_causal_lm, load_tokenizer
+from openrft.runtime.sharded import ShardedWorker
+from openrft.spec.dialects import load_job
+from tests.conftest import ROOT, small_recipe
+from tests.core.test_data_parallel import _samples
+
+MODES = ("lora", "full")
+pytestmark = pytest.mark.slow  # two torchrun processes train the demo model
+
+
+def sharded_spec(tmp_path, mode: str):
+    spec = load_job(small_recipe(tmp_path, max_steps=2))  # kl_loss_coef 0.01: the reference runs too
+    spec.lora.enabled = mode == "lora"
+    spec.algorithm.refit_freq = 1  # the second step's reference is a refit one (sharded alike)
+    spec.rollout.learner_sharding = "fsdp"
+    spec.runtime.threads = 1
+    # AdamW's first update is about lr * sign(g) where |g| >> eps, and a smooth function of g only where
+    # |g| is near eps: with eps 1e-8, float32 summation-order noise in near-zero gradient entries moves
+    # the update by 1e-4 relative (full fine-tuning). eps 1e-3 makes the update a smooth function of
+    # the gradient, so comparing updates compares gradients, which agree to float32 noise.
+    spec.optimizer.adam_eps = 1e-3
+    return spec
+
+
+def one_learner(spec) -> Learner:
+    torch.manual_seed(spec.training.seed)
+    model = load_causal_lm(spec.model.name_or_path, torch.device("cpu"), torch.float32)
+    policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
+    return Learner(policy, learner_config(spec, load_tokenizer(spec.model.name_or_path).pad_token_id))
+
+
+def relative_update_error(before: dict, expected: dict, got: dict) -> float:
+    """|got - expected| / |expected - before| over every tensor: the update's relative error."""
+    error = sum(float(((got[k] - expected[k]) ** 2).sum()) for k in expected) ** 0.5
+    update = sum(float(((expected[k] - before[k]) ** 2).sum()) for k in expected) ** 0.5
+    assert update > 0
+    return error / update
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Both modes, two steps each, on two torchrun ranks (one process group for the whole run)."""
+    spec_dir, out = tmp_path_factory.mktemp("specs"), tmp_path_factory.mktemp("out")
+    for mode in MODES:
+        (spec_dir / f"{mode}.json").write_text(sharded_spec(spec_dir, mode).model_dump_json())
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+    ]
+    result = subprocess.run(
+        [*command, str(ROOT / "tests" / "core" / "sharded_run.py"), str(spec_dir), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return {mode: torch.load(out / f"{mode}.pt", weights_only=False) for mode in MODES}
+
+
+@pytest.fixture
+def one_rank_group():
+    """This process as a process group of one (gloo), for loading a two-rank checkpoint."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_sharded_ranks_make_one_learners_update(two_ranks, tmp_path, mode):
+    spec = sharded_spec(tmp_path, mode)
+    learner = one_learner(spec)
+    before = learner.policy.adapter_state()
+    metrics = learner.step(_samples())
+    expected = learner.policy.adapter_state()
+    got = two_ranks[mode]["step1"]
+    assert sorted(got) == sorted(expected)
+    assert relative_update_error(before, expected, got) <= 1e-5
+    sharded = two_ranks[mode]["metrics"][0]
+    assert sharded["actor/trained_tokens"] == metrics["actor/trained_tokens"] == 40.0  # the global batch's
+    for key in ("actor/grad_norm", "actor/entropy", "actor/kl", "actor/pg_loss"):
+        assert sharded[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
+    # the gradient norm was clipped to max_grad_norm 1.0 (it is larger): clipping used the global norm
+    assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
+
+    # and two steps (Adam's moments, the refit reference) agree too: the error relative to both updates
+    learner.step(_samples())
+    assert relative_update_error(before, learner.policy.adapter_state(), two_ranks[mode]["step2"]) <= 1e-5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_two_rank_checkpoint_resumes_on_one_rank(two_ranks, one_rank_group, tmp_path, mode):
+    checkpoint = two_ranks[mode]["checkpoint"]
+    assert checkpoint["format"] == "torch.distributed.checkpoint"
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= set(checkpoint["files"])  # one shard file per rank
+    worker = ShardedWorker(sharded_spec(tmp_path, mode).model_dump_json())
+    worker.setup(0, 1, None, None)
+    assert worker.load_state_dict(checkpoint) == 1
+    after_one = worker.adapter_state()
+    assert all(torch.equal(after_one[k], two_ranks[mode]["step1"][k]) for k in after_one)
+    samples = _samples()
+    worker.step(samples, sum(len(s.response_ids) for s in samples))
+    expected = two_ranks[mode]["step2"]
+    assert relative_update_error(after_one, expected, worker.adapter_state()) <= 1e-5
+
+
+def test_final_weights_are_written_in_peft_and_hugging_face_format(two_ranks, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    for mode in MODES:
+        directory = tmp_path / mode
+        for name, data in two_ranks[mode]["files"].items():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            (directory / name).write_bytes(data)
+        expected = two_ranks[mode]["step2"]
+        if mode == "lora":
+            base = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
+            model = PeftModel.from_pretrained(base, str(directory))
+            state = {k.replace(".default", ""): v for k, v in model.state_dict().items() if ".lora_" in k}
+        else:
+            state = AutoModelForCausalLM.from_pretrained(str(directory)).state_dict()
+        assert set(expected) <= set(state)
+        assert all(torch.equal(state[k], expected[k]) for k in expected)
+
+
+def test_full_fine_tuning_refuses_generation_servers_by_name(tmp_path):
+    from openrft.engine.local_runtime import remote_replicas
+    from openrft.errors import OpenRFTError
+
+    spec = sharded_spec(tmp_path, "full")
+    spec.rollout.generator_base_url = "http://127.0.0.1:8000/v1"
+    with pytest.raises(OpenRFTError, match=r"generator_base_url takes LoRA adapters .* full fine-tuning"):
+        remote_replicas(spec, None, tmp_path)
