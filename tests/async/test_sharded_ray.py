@@ -4,6 +4,7 @@ last checkpoint on one learner."""
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from openrft.engine import RFTJob
 from openrft.runtime import runtime_for
@@ -57,6 +58,7 @@ def test_a_learner_killed_mid_step_fails_the_step_and_the_job_resumes_on_one_lea
     spec = load_job(recipe_factory(max_steps=3, save_steps=1))
     spec.reward = RewardSpec.model_validate(FUZZY_REWARD)
     spec.rollout.runtime, spec.rollout.replicas, spec.rollout.learner_sharding = "ray", 2, "fsdp"
+    assert not spec.lora.enabled  # the recipe has no peft block: full fine-tuning
     spec.evaluation.at_start = False
     runtime = runtime_for(spec)
     submit = RayShardedLearner.submit
@@ -80,6 +82,7 @@ def test_a_learner_killed_mid_step_fails_the_step_and_the_job_resumes_on_one_lea
     spec.rollout.replicas = 1  # the two learners' checkpoint, resharded onto one
     summary = RFTJob(spec, tmp_path / "run", resume=True, show_progress=False, runtime=runtime_for(spec)).run()
     assert summary["status"] == "succeeded" and summary["steps"] == 3
-    assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").exists()  # PEFT format
+    final = AutoModelForCausalLM.from_pretrained(str(tmp_path / "run" / "adapter"))  # Hugging Face format
+    assert final.config.model_type == "qwen2"
     state = torch.load(tmp_path / "run" / "checkpoints" / "step-000003" / "trainer_state.pt", weights_only=False)
     assert state["learner"]["version"] == 3 and state["learner"]["learners"] == 1

@@ -104,10 +104,6 @@ def test_two_sharded_ranks_make_one_learners_update(two_ranks, tmp_path, mode):
     # the gradient norm was clipped to max_grad_norm 1.0 (it is larger): clipping used the global norm
     assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
 
-    # and two steps (Adam's moments, the refit reference) agree too: the error relative to both updates
-    learner.step(_samples())
-    assert relative_update_error(before, learner.policy.adapter_state(), two_ranks[mode]["step2"]) <= 1e-5
-
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_two_rank_checkpoint_resumes_on_one_rank(two_ranks, one_rank_group, tmp_path, mode):
@@ -120,6 +116,7 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(two_ranks, one_rank_group, tm
     after_one = worker.adapter_state()
     assert all(torch.equal(after_one[k], two_ranks[mode]["step1"][k]) for k in after_one)
     samples = _samples()
+    # the second update (Adam's moments, a refit reference) from the same state: one rank makes the two's
     worker.step(samples, sum(len(s.response_ids) for s in samples))
     expected = two_ranks[mode]["step2"]
     assert relative_update_error(after_one, expected, worker.adapter_state()) <= 1e-5
