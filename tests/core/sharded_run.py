@@ -1,5 +1,5 @@
 """Run by tests/core/test_sharded.py under ``torchrun --nproc-per-node 2``: a sharded learner takes two
-steps on a fixed batch, LoRA then full fine-tuning; rank 0 writes what the test compares."""
+steps on a fixed batch for each job spec in a directory; rank 0 writes what the test compares."""
 
 import os
 import sys
@@ -13,17 +13,14 @@ from tests.core.test_data_parallel import _samples
 
 
 def main(spec_dir: Path, out: Path) -> None:
-    for mode in ("lora", "full"):
+    for mode in sorted(p.stem for p in spec_dir.glob("*.json")):
         worker = ShardedWorker((spec_dir / f"{mode}.json").read_text())
         worker.setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None)  # torchrun's group
-        samples = _samples()
-        share = worker.learner.share(samples)
-        total = sum(len(s.response_ids) for s in samples)
-        results = {"metrics": [worker.step(share, total)[0]], "step1": worker.adapter_state()}
+        results = {"metrics": [worker.step(_samples())[0]], "step1": worker.adapter_state()}
         state = worker.state_dict()
         states = [None] * dist.get_world_size()
         dist.all_gather_object(states, state)
-        results["metrics"].append(worker.step(share, total)[0])
+        results["metrics"].append(worker.step(_samples())[0])
         results["step2"] = worker.adapter_state()
         files = worker.adapter_files()
         if dist.get_rank() == 0:

@@ -20,12 +20,14 @@ from tests.conftest import ROOT, small_recipe
 from tests.core.test_data_parallel import _samples
 
 MODES = ("lora", "full")
+RUNS = (*MODES, "lora-2-mini-batches")  # the last: algorithm.ppo_mini_batches 2, two updates a step
 pytestmark = pytest.mark.slow  # two torchrun processes train the demo model
 
 
 def sharded_spec(tmp_path, mode: str):
     spec = load_job(small_recipe(tmp_path, max_steps=2))  # kl_loss_coef 0.01: the reference runs too
-    spec.lora.enabled = mode == "lora"
+    spec.lora.enabled = mode.startswith("lora")
+    spec.algorithm.ppo_mini_batches = 2 if mode.endswith("mini-batches") else 1
     spec.algorithm.refit_freq = 1  # the second step's reference is a refit one (sharded alike)
     spec.rollout.learner_sharding = "fsdp"
     spec.runtime.threads = 1
@@ -56,7 +58,7 @@ def relative_update_error(before: dict, expected: dict, got: dict) -> float:
 def two_ranks(tmp_path_factory):
     """Both modes, two steps each, on two torchrun ranks (one process group for the whole run)."""
     spec_dir, out = tmp_path_factory.mktemp("specs"), tmp_path_factory.mktemp("out")
-    for mode in MODES:
+    for mode in RUNS:
         (spec_dir / f"{mode}.json").write_text(sharded_spec(spec_dir, mode).model_dump_json())
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     command = [
@@ -76,7 +78,7 @@ def two_ranks(tmp_path_factory):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    return {mode: torch.load(out / f"{mode}.pt", weights_only=False) for mode in MODES}
+    return {mode: torch.load(out / f"{mode}.pt", weights_only=False) for mode in RUNS}
 
 
 @pytest.fixture
@@ -87,7 +89,7 @@ def one_rank_group():
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", RUNS)
 def test_two_sharded_ranks_make_one_learners_update(two_ranks, tmp_path, mode):
     spec = sharded_spec(tmp_path, mode)
     learner = one_learner(spec)
@@ -99,7 +101,8 @@ def test_two_sharded_ranks_make_one_learners_update(two_ranks, tmp_path, mode):
     assert relative_update_error(before, expected, got) <= 1e-5
     sharded = two_ranks[mode]["metrics"][0]
     assert sharded["actor/trained_tokens"] == metrics["actor/trained_tokens"] == 40.0  # the global batch's
-    for key in ("actor/grad_norm", "actor/entropy", "actor/kl", "actor/pg_loss"):
+    assert sharded.get("actor/updates") == metrics.get("actor/updates")
+    for key in ("actor/grad_norm", "actor/entropy", "actor/kl", "actor/pg_loss", "actor/pg_clipfrac"):
         assert sharded[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
     # the gradient norm was clipped to max_grad_norm 1.0 (it is larger): clipping used the global norm
     assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
@@ -115,9 +118,8 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(two_ranks, one_rank_group, tm
     assert worker.load_state_dict(checkpoint) == 1
     after_one = worker.adapter_state()
     assert all(torch.equal(after_one[k], two_ranks[mode]["step1"][k]) for k in after_one)
-    samples = _samples()
     # the second update (Adam's moments, a refit reference) from the same state: one rank makes the two's
-    worker.step(samples, sum(len(s.response_ids) for s in samples))
+    worker.step(_samples())
     expected = two_ranks[mode]["step2"]
     assert relative_update_error(after_one, expected, worker.adapter_state()) <= 1e-5
 

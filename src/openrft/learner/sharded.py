@@ -38,7 +38,16 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
-from openrft.learner.learner import SUM_KEYS, Learner, LearnerConfig, response_tokens, step_metrics
+from openrft.learner.learner import (
+    SUM_KEYS,
+    Learner,
+    LearnerConfig,
+    add_sums,
+    mini_batches,
+    response_tokens,
+    step_metrics,
+    trained,
+)
 from openrft.learner.policy import Policy
 from openrft.spec.job import LoraSpec
 
@@ -161,11 +170,28 @@ class ShardedLearner(Learner):
         return samples[self.rank * size : (self.rank + 1) * size]
 
     def step(self, samples: list) -> dict[str, float]:
-        """Under torchrun: every rank is given the whole batch and trains on its share."""
-        return self.step_share(self.share(samples), response_tokens(samples))
+        """``Learner.step`` over the ranks: every rank is given the whole batch, splits it into the same
+        mini-batches (``algorithm.ppo_mini_batches``) and trains on its share of each; one optimizer
+        update per mini-batch, each normalised by that mini-batch's tokens over all ranks."""
+        total_tokens = response_tokens(samples)
+        minis = [m for m in mini_batches(samples, self.config.algorithm.ppo_mini_batches) if trained(m)]
+        with self.policy.gathered():  # forwards only: each rank records its own share's old log-probs
+            self.record_old_logp(self.share([s for mini in minis[1:] for s in mini]))
+        sums = dict.fromkeys(SUM_KEYS, 0.0)
+        norms = []
+        for mini in minis:
+            add_sums(sums, self.accumulate_share(self.share(mini), response_tokens(mini)))
+            norms.append(self.apply_update())
+        self.end_step()
+        totals = torch.tensor([sums[key] for key in SUM_KEYS], dtype=torch.float64)
+        dist.all_reduce(totals)
+        sums = dict(zip(SUM_KEYS, totals.tolist(), strict=True))
+        lr = self.optimizer.param_groups[0]["lr"]
+        return step_metrics(sums, total_tokens, sum(norms) / len(norms), lr, self.use_kl, len(minis))
 
-    def step_share(self, samples: list, total_tokens: int) -> dict[str, float]:
-        """One update from this rank's ``samples``; ``total_tokens`` counts the global batch."""
+    def accumulate_share(self, samples: list, total_tokens: int) -> dict[str, float]:
+        """The gradient of this rank's ``samples`` (``total_tokens``: all ranks'), summed over the ranks
+        into each rank's shard; this rank's loss sums."""
         units = self.policy.units
         self.policy.unshard()
         try:
@@ -178,12 +204,7 @@ class ShardedLearner(Learner):
             self._reduce_gradients()
         finally:
             self.policy.reshard()
-        totals = torch.tensor([sums[key] for key in SUM_KEYS], dtype=torch.float64)
-        dist.all_reduce(totals)
-        sums = dict(zip(SUM_KEYS, totals.tolist(), strict=True))
-        sums["off_policy"] = min(sums["off_policy"], 1.0)
-        grad_norm = self.apply_update()
-        return step_metrics(sums, total_tokens, grad_norm, self.optimizer.param_groups[0]["lr"], self.use_kl)
+        return sums
 
     def _reduce_gradients(self) -> None:
         """One forward/backward with a zero loss, the same on every rank: FSDP's post-backward then
@@ -192,12 +213,12 @@ class ShardedLearner(Learner):
         logits = self.model(input_ids=token).logits
         (logits.float().sum() * 0.0).backward()
 
-    def _clip_and_step(self) -> float:
+    def apply_update(self) -> float:
+        """Clip by the global norm over all shards and step AdamW on this rank's shards."""
         params = self.policy.trainable_parameters()
         max_norm = self.config.optimizer.max_grad_norm
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
 

@@ -3,20 +3,18 @@
 ``rollout.replicas`` actors, one per placement-group bundle, form one process group (rank 0's node
 address, a free port it picks) and shard the policy with FSDP2. The driver sends every call to all of
 them, in one order under a lock (most calls are collectives: a rank that ran them in another order
-would wait forever). A step gives each rank its contiguous share of the batch and the whole batch's
-token count. A rank that dies fails the call on the driver at once, naming the rank; the other ranks,
+would wait forever). A step gives every rank the whole batch; each trains on its contiguous share.
+A rank that dies fails the call on the driver at once, naming the rank; the other ranks,
 waiting in a collective, are killed with the runtime, and the job resumes from its last checkpoint.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any
 
 from openrft.engine.local_runtime import LearnerParts
 from openrft.errors import OpenRFTError
-from openrft.learner.learner import response_tokens
 from openrft.rollout.types import PolicyVersioned, SamplingParams
 
 DEATH_GRACE_S = 10.0
@@ -90,10 +88,8 @@ class RayShardedLearner:
         return None
 
     def step(self, samples: list) -> dict[str, float]:
-        total_tokens = response_tokens(samples)
-        size = math.ceil(len(samples) / len(self.actors))
-        shares = [samples[i * size : (i + 1) * size] for i in range(len(self.actors))]
-        metrics, self.version = self.call("step", total_tokens, shares=shares)[0]
+        """Every rank gets the whole batch (once, through the object store) and trains on its share."""
+        metrics, self.version = self.call("step", self._ray.put(samples))[0]
         return metrics
 
     def state_dict(self) -> dict:

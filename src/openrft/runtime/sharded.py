@@ -81,9 +81,9 @@ class ShardedWorker:
     def use_kl(self) -> bool:
         return self.learner.use_kl
 
-    def step(self, samples: list, total_tokens: int) -> tuple[dict[str, float], int]:
-        """One update from this rank's share of the batch (``total_tokens``: the whole batch's)."""
-        metrics = self.learner.step_share(samples, total_tokens)
+    def step(self, samples: list) -> tuple[dict[str, float], int]:
+        """One step on this rank's share of the whole batch ``samples`` (``ShardedLearner.step``)."""
+        metrics = self.learner.step(samples)
         self.generator.set_policy_version(self.learner.version)
         return metrics, self.learner.version
 
