@@ -30,6 +30,7 @@ from openrft.rewards.runner import RewardRunner
 from openrft.rollout.types import SamplingParams
 from openrft.spec.job import JobSpec
 from openrft.storage import StorageError
+from openrft.tools.episodes import tool_generators
 
 Command = Literal["continue", "pause", "cancel"]
 EVAL_SEED_OFFSET = 1_000_003
@@ -105,6 +106,10 @@ class RFTJob:
             spec.runtime.threads = self.parts.threads
         learner_parts = self.runtime.build_learner(spec, self.parts)
         self.learner, self.model, self.generator = learner_parts.learner, learner_parts.model, learner_parts.generator
+        self.tool_service, wrap = None, (lambda generator: generator)
+        if spec.tools is not None:  # multi-turn rollouts: every generator's completions become tool episodes
+            self.tool_service, wrap = tool_generators(spec, self.parts)
+            self.generator = wrap(self.generator)
         self.rewards = RewardRunner(self.parts.reward)
         self.train_params = SamplingParams(
             n=spec.sampling.samples_per_prompt,
@@ -137,7 +142,9 @@ class RFTJob:
                 self.train_params,
             )
         else:
-            replicas = self.runtime.generation_replicas(spec, self.parts, learner_parts, self.run_dir)
+            replicas = [
+                wrap(r) for r in self.runtime.generation_replicas(spec, self.parts, learner_parts, self.run_dir)
+            ]
             self.rollouts = AsyncRolloutSource(
                 replicas,
                 self.rewards,
@@ -254,6 +261,8 @@ class RFTJob:
             sink.close()
             self.rollouts.close()
             self.rewards.close()
+            if self.tool_service is not None:
+                self.tool_service.close()
         try:
             summary = self._finish(status, step, time.monotonic() - started)  # uploads to a remote output location
         except BaseException:

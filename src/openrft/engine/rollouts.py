@@ -31,7 +31,7 @@ class RolloutGroup:
 def reward_samples(examples: list[Example], groups: list[list[Completion]], step: int) -> list[RewardSample]:
     """Every completion of every group, flattened in group order, as reward samples."""
     return [
-        RewardSample(example=example, completion=c.text, step=step, sample_index=j, turns=c.turns)
+        RewardSample(example=example, completion=c.text, step=step, sample_index=j, turns=c.turns, metadata=c.metadata)
         for example, group in zip(examples, groups)
         for j, c in enumerate(group)
     ]

@@ -25,6 +25,7 @@ from openrft.rewards.factory import build_reward
 from openrft.rewards.types import RewardFunction
 from openrft.rollout.prompts import render_prompt
 from openrft.spec.job import JobSpec
+from openrft.tools.reward import EpisodeReward
 
 
 @dataclass
@@ -113,6 +114,8 @@ def load_generation_config(spec: JobSpec):
 def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
     """Everything but the model when ``load_model`` is False (the learner loads it elsewhere: a Ray actor)."""
     reward = build_reward(spec.reward)
+    if spec.tools is not None:  # episodes a tool could not finish fail; an environment's own score counts
+        reward = EpisodeReward(reward)
     datasets = load_datasets(spec, reward.requires_reference)
     resolve_model_path(spec.model.name_or_path)  # fails fast on a missing path
     threads = configure_threads(spec.runtime.threads)

@@ -10,6 +10,7 @@ from openrft.errors import RewardError
 from openrft.learner.batch import TrainSample
 from openrft.rewards.stats import reward_metrics
 from openrft.spec.job import JobSpec
+from openrft.tools.metrics import tool_metrics
 
 
 def _stats(prefix: str, values: list[float]) -> dict[str, float]:
@@ -69,6 +70,7 @@ def build_train_batch(
     metrics["reward/excluded"] = float(sum(not o.ok for o in outcomes)) if policy == "exclude" else 0.0
     metrics.update(_stats("response_length", [float(len(c.token_ids)) for c in completions]))
     metrics.update(_stats("prompt_length", [float(len(g.prompt_ids)) for g in groups]))
+    metrics.update(tool_metrics(completions))
     metrics["response/aborted_ratio"] = sum(c.finish_reason == "length" for c in completions) / len(completions)
     metrics["rollout/policy_age/mean"] = sum(ages) / len(ages)
     metrics["rollout/policy_age/max"] = max(ages)

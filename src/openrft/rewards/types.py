@@ -39,6 +39,7 @@ class RewardSample:
     step: int = 0
     sample_index: int = 0
     turns: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # the rollout's (tool failures, environment reward)
 
     @property
     def prompt_messages(self) -> list[dict[str, Any]]:

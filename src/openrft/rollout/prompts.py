@@ -20,14 +20,25 @@ def render_prompt(
     without a chat template gets the message contents joined by newlines.
     """
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            messages,
-            tools=tools,
-            add_generation_prompt=True,
-            tokenize=False,
-            enable_thinking=reasoning_effort in REASONING_ON,
-            reasoning_effort=reasoning_effort or "low",
-        )
+        text = chat_text(tokenizer, messages, tools, reasoning_effort, add_generation_prompt=True)
     else:
         text = "\n".join(m["content"] for m in messages) + "\n"
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def chat_text(
+    tokenizer,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    reasoning_effort: str | None,
+    add_generation_prompt: bool,
+) -> str:
+    """The chat template's text of a conversation (see ``render_prompt`` for the reasoning settings)."""
+    return tokenizer.apply_chat_template(
+        messages,
+        tools=tools,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
+        enable_thinking=reasoning_effort in REASONING_ON,
+        reasoning_effort=reasoning_effort or "low",
+    )

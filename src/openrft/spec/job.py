@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from openrft.spec.rewards import RewardSpec
+from openrft.spec.tools import ToolsSpec
 
 
 class _Strict(BaseModel):
@@ -178,6 +179,7 @@ class JobSpec(_Strict):
     evaluation: EvalSpec = EvalSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
     reward: RewardSpec
+    tools: ToolsSpec | None = Field(None, description="multi-turn rollouts with tools (docs/tools.md)")
     tracking: TrackingSpec = TrackingSpec()
     runtime: RuntimeSpec = RuntimeSpec()
     output_dir: str | None = None
@@ -195,5 +197,10 @@ class JobSpec(_Strict):
             raise ValueError(
                 f"algorithm.ppo_mini_batches ({self.algorithm.ppo_mini_batches}) is more than the prompts of a "
                 f"step ({self.training.prompts_per_step}): each mini-batch holds at least one whole group"
+            )
+        if self.tools is not None and self.rollout.runtime == "ray":
+            raise ValueError(
+                "tools (multi-turn rollouts) run with rollout.runtime 'local' (in-process generation or "
+                "generator_base_url servers); the 'ray' runtime does not run tool episodes yet"
             )
         return self

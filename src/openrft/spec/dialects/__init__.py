@@ -95,7 +95,20 @@ def resolve_document(
     """
     dialect = dialect or detect_dialect(document)
     base_dir = base_dir or Path.cwd()
-    sizer = dataset_size or count_examples
+    resolution = _resolve_dialect(document, dialect, base_dir, source, file_resolver, dataset_size or count_examples)
+    if resolution.spec.tools is not None:  # tool files are named relative to the job file
+        resolution.spec.tools = resolution.spec.tools.relative_to(base_dir)
+    return resolution
+
+
+def _resolve_dialect(
+    document: Any,
+    dialect: Dialect,
+    base_dir: Path,
+    source: str | None,
+    file_resolver: FileResolver | None,
+    sizer: DatasetSizer,
+) -> Resolution:
     if dialect == "nova":
         from openrft.spec.dialects.nova import parse_recipe
 

@@ -18,6 +18,7 @@ from openrft.spec.errors import FieldProblem, outside, problems_from_validation
 from openrft.spec.job import DataSpec, ModelSpec
 from openrft.spec.locations import is_remote
 from openrft.spec.provenance import OPENRFT_DEFAULT
+from openrft.spec.tools import ToolsSpec
 
 DatasetSizer = Callable[[str], int]
 """Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
@@ -87,6 +88,7 @@ class OpenRFTExtensions(Strict):
     model_map: dict[str, str] = Field(
         default_factory=dict, description="a cloud-only model name or ARN -> a local path or Hugging Face id"
     )
+    tools: ToolsSpec | None = None
 
 
 EXTENSION_TARGETS = {
@@ -116,6 +118,7 @@ EXTENSION_TARGETS = {
     "replicas": "rollout.replicas",
     "learner_sharding": "rollout.learner_sharding",
     "generation_replicas": "rollout.generation_replicas",
+    "tools": "tools",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
 apply themselves (they combine with dialect fields), rollout_strategy and age_tolerance go together

@@ -1,0 +1,80 @@
+"""Multi-turn rollouts with tools: where each tool a dataset row offers runs, and how long an episode may go.
+
+The rows name their tools (OpenAI's ``tools`` schema); this block says where a call of each name runs:
+
+- ``functions.<name>: {type: http, url}``: a JSON POST per call (docs/tools.md has the request and answer);
+- ``functions.<name>: {type: python, function: "file.py:fn"}``: ``fn(**arguments)`` in the reward sandbox
+  (``sandboxed: false`` runs trusted code in-process);
+- ``environment: {module: "env.py", class_name: Environment}``: one object per rollout, ``reset`` with the
+  row, ``step`` per call of any tool not in ``functions``, and an optional final ``reward``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from openrft.spec.rewards import RemoteCallSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class HttpToolSpec(_Strict):
+    type: Literal["http"]
+    url: str = Field(description="POST {name, arguments, call_id, example_id, messages} -> {content} or {error}")
+    remote: RemoteCallSpec = Field(
+        default_factory=lambda: RemoteCallSpec(timeout_s=30.0, max_retries=2),
+        description="timeout per attempt, retries, backoff, circuit breaker (as for reward endpoints)",
+    )
+
+
+class PythonToolSpec(_Strict):
+    type: Literal["python"]
+    function: str = Field(description="file.py:function (relative to the job file) or package.module:function")
+    sandboxed: bool = Field(True, description="run in the reward sandbox (a single-file module); False = in-process")
+    timeout_s: float = Field(30.0, gt=0)
+
+
+ToolRunnerSpec = Annotated[HttpToolSpec | PythonToolSpec, Field(discriminator="type")]
+
+
+class EnvironmentSpec(_Strict):
+    module: str = Field(description="env.py (relative to the job file) or package.module")
+    class_name: str = "Environment"
+    config: dict[str, Any] = Field(default_factory=dict, description="passed to the class: Environment(config)")
+    timeout_s: float = Field(30.0, gt=0, description="per reset / step / reward call")
+
+
+class ToolsSpec(_Strict):
+    """Tool use in rollouts: the model generates, its calls run, the results go back through the chat
+    template, until it answers without a call, ``max_turns`` model turns were taken, or the token budget
+    (``sampling.max_new_tokens``, tool results included) is spent."""
+
+    max_turns: int = Field(4, ge=1, le=64, description="model turns per episode")
+    functions: dict[str, ToolRunnerSpec] = Field(default_factory=dict)
+    environment: EnvironmentSpec | None = None
+    max_concurrency: int = Field(64, ge=1, description="tool calls in flight at once")
+
+    def relative_to(self, base_dir: Path) -> ToolsSpec:
+        """File paths (``file.py:fn``, ``env.py``) made absolute against the job file's directory."""
+        functions = {
+            name: runner.model_copy(update={"function": _absolute_target(runner.function, base_dir)})
+            if isinstance(runner, PythonToolSpec)
+            else runner
+            for name, runner in self.functions.items()
+        }
+        environment = self.environment
+        if environment is not None and environment.module.endswith(".py"):
+            environment = environment.model_copy(update={"module": str((base_dir / environment.module).resolve())})
+        return self.model_copy(update={"functions": functions, "environment": environment})
+
+
+def _absolute_target(target: str, base_dir: Path) -> str:
+    module, sep, function = target.rpartition(":")
+    if module.endswith(".py"):
+        return f"{(base_dir / module).resolve()}{sep}{function}"
+    return target

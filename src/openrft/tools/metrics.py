@@ -1,0 +1,36 @@
+"""Metrics of tool-using episodes: turns, calls, errors and latency by tool, tokens masked out of the loss."""
+
+from __future__ import annotations
+
+from openrft.rollout.types import Completion
+
+
+def tool_metrics(completions: list[Completion], prefix: str = "tools") -> dict[str, float]:
+    """Per-step figures over the episodes among ``completions`` (none when no completion is an episode)."""
+    stats = [c.metadata["tools"] for c in completions if "tools" in c.metadata]
+    if not stats:
+        return {}
+    n = len(stats)
+    turns = [s["turns"] for s in stats]
+    calls = [sum(s["calls"].values()) for s in stats]
+    masked = [len(c.loss_mask) - sum(c.loss_mask) for c in completions if c.loss_mask is not None]
+    metrics = {
+        f"{prefix}/turns/mean": sum(turns) / n,
+        f"{prefix}/turns/max": float(max(turns)),
+        f"{prefix}/calls/mean": sum(calls) / n,
+        f"{prefix}/calls/total": float(sum(calls)),
+        f"{prefix}/episodes_with_calls": sum(c > 0 for c in calls) / n,
+        f"{prefix}/errors/total": float(sum(sum(s["errors"].values()) for s in stats)),
+        f"{prefix}/malformed_calls": float(sum(s["malformed"] for s in stats)),
+        f"{prefix}/failed_episodes": float(sum("tool_failure" in c.metadata for c in completions)),
+        f"{prefix}/max_turns_ratio": sum(c.finish_reason == "max_turns" for c in completions) / n,
+        f"{prefix}/masked_tokens/total": float(sum(masked)),
+        f"{prefix}/masked_tokens/mean": sum(masked) / len(masked) if masked else 0.0,
+    }
+    names = sorted({name for s in stats for name in s["calls"]})
+    for name in names:
+        count = sum(s["calls"].get(name, 0) for s in stats)
+        metrics[f"{prefix}/{name}/calls"] = float(count)
+        metrics[f"{prefix}/{name}/errors"] = float(sum(s["errors"].get(name, 0) for s in stats))
+        metrics[f"{prefix}/{name}/latency_s/mean"] = sum(s["latency_s"].get(name, 0.0) for s in stats) / count
+    return metrics
