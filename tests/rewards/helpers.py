@@ -69,3 +69,36 @@ def reward_server(*args: str):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+SECRETS = {"OPENRFT_JUDGE_API_KEY": "sk-judge-secret-i14", "OPENRFT_TEST_SECRET": "tenant-must-not-see-this"}
+"""Set in the environment of whatever runs user code (the CLI, the server, a worker); user code must not see them."""
+
+SECRET_PROBE = f'''
+import os
+SECRETS = {sorted(SECRETS.values())!r}
+NAMES = {sorted(SECRETS)!r}
+
+def leaks():
+    """Every place user code could read the host's environment: its own, and every /proc entry it can see."""
+    seen = [f"{{k}}={{v}}" for k, v in os.environ.items()]
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    for pid in pids:
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{{pid}}/{{name}}", "rb") as f:
+                    seen.append(f.read().decode("utf-8", "replace"))
+            except OSError:
+                pass
+    found = [s for s in SECRETS + NAMES if any(s in text for text in seen)]
+    return found, len(pids)
+
+def grade(sample, item):
+    found, pids = leaks()
+    assert pids >= 1, "no /proc to read"
+    return 1.0 if found else 0.25
+
+def evaluate(example, response):
+    return grade(None, None)
+'''
+"""A Python grader (and Vertex ``evaluate``) scoring 1.0 when it can read a secret, 0.25 when it cannot."""

@@ -24,6 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
     p.add_argument("--max-upload-mb", type=int, default=512)
+    p.add_argument(
+        "--allow-private-urls",
+        action="store_true",
+        help="let tenants' URLs (datasets, reward endpoints, generator, MLflow) reach loopback, link-local and "
+        "private addresses (refused by default: docs/service.md, Security)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -40,11 +46,16 @@ def run(args: argparse.Namespace) -> int:
     config.host = args.host
     config.heartbeat_timeout_s = args.heartbeat_timeout
     config.max_upload_bytes = args.max_upload_mb << 20
+    config.allow_private_urls = args.allow_private_urls
     if args.host not in LOOPBACK_HOSTS and not store.any_keys():
         raise OpenRFTError(
             f"refusing to serve on {args.host} without an API key: create one with "
             "`openrft keys create` (or bind to 127.0.0.1)"
         )
+    from openrft.rewards.sandbox.mechanism import enforcement_gaps
+
+    for gap in enforcement_gaps():
+        logging.getLogger("openrft.sandbox").warning("not enforced: %s", gap)
     app = create_app(config, store)
     # the first job submission needs the engine's modules (torch): import them while the server starts
     threading.Thread(target=importlib.import_module, args=("openrft.engine.setup",), daemon=True).start()

@@ -557,9 +557,18 @@ class SandboxSpec(_Strict):
     isolation: Literal["strict", "weak"] = "strict"
     workers: int = Field(2, ge=1, le=64, description="sandboxed worker processes")
     time_limit_s: float | None = Field(
-        None, gt=0, description="per call; None = the service's: Vertex 100 s, OpenAI python grader 120 s"
+        None, gt=0, le=86_400, description="per call; None = the service's: Vertex 100 s, OpenAI python grader 120 s"
     )
-    memory_limit_mb: int = Field(2048, ge=64, description="address-space limit of each worker (OpenAI's 2 GB)")
+    memory_limit_mb: int = Field(
+        2048,
+        ge=64,
+        le=1 << 20,
+        description="memory of each worker's whole sandbox, its tmpfs files included, where the host offers "
+        "cgroups; always also the address-space limit of each process (OpenAI's 2 GB)",
+    )
+    scratch_limit_mb: int = Field(64, ge=1, le=1 << 20, description="bytes the scratch directory (RAM) holds")
+    max_processes: int = Field(32, ge=1, le=4096, description="processes in each sandbox (where cgroups are usable)")
+    output_limit_mb: int = Field(16, ge=1, le=1024, description="size of one call's answer")
     python_paths: list[str] = Field(
         default_factory=list, description="extra directories importable (read-only) by user code"
     )

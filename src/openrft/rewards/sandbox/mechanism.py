@@ -3,17 +3,23 @@
 Strict isolation, with bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 
 - new user, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``); the code runs as
-  uid/gid 65534 (nobody) inside, with every capability dropped; it dies with its parent;
+  uid/gid 65534 (nobody) inside, with every capability dropped; it dies with its parent. bwrap is
+  started with an empty environment: it is PID 1 of the sandbox, and its ``/proc/1/environ`` is
+  readable from inside; the fresh ``/proc`` shows the sandbox's own processes only;
 - no network: only the namespace's own loopback, so nothing outside is reachable, 127.0.0.1 of the
   host included;
 - a filesystem of its own: ``/usr`` and the Python installation read-only, the environment's
   site-packages read-only under ``/sandbox/lib/N``, the worker script, fresh ``/proc`` and
-  ``/dev``; a private scratch directory (``/scratch``, the working directory, ``HOME`` and
-  ``TMPDIR``) is the only writable place. ``/etc``, ``/home``, ``/root`` (but for the Python
-  installation's own directory when it lives there) and the project directory do not exist;
-- resource limits set by the worker before any user code runs: address space
+  ``/dev``; ``/`` and ``/dev`` are read-only. The only writable places are a private scratch
+  directory (``/scratch``, the working directory, ``HOME`` and ``TMPDIR``), a tmpfs of
+  ``scratch_limit_mb``, and ``/dev/shm`` (16 MB). ``/etc``, ``/home``, ``/root`` (but for the
+  Python installation's own directory when it lives there) and the project directory do not exist;
+- whole-sandbox limits where the host offers cgroups (``cgroups.py``): memory (processes and tmpfs
+  files together, ``memory_limit_mb``) and processes (``max_processes``);
+- resource limits set by the worker before any user code runs: address space per process
   (``memory_limit_mb``), written file size, no core files; the pool kills the whole sandbox (its
-  PID namespace) when a call passes its time limit.
+  PID namespace) when a call passes its time limit, and a worker whose answer is larger than
+  ``output_limit_mb``.
 
 Weak isolation: the same worker as a plain subprocess, as the same user, with the resource limits,
 an empty environment and the scratch directory as working directory. It does not block network or
@@ -34,6 +40,7 @@ from pathlib import Path
 WORKER = Path(__file__).with_name("worker.py")
 NOBODY = 65534
 FILE_SIZE_LIMIT_MB = 256
+SHM_SIZE_MB = 16
 
 
 def python_executable() -> str:
@@ -72,7 +79,9 @@ def _ro_system_dirs() -> list[str]:
     return args
 
 
-def strict_command(scratch: str, memory_limit_mb: int, extra_paths: list[str]) -> list[str]:
+def strict_command(scratch: str, memory_limit_mb: int, extra_paths: list[str], scratch_limit_mb: int = 64) -> list[str]:
+    """The bubblewrap command line; ``scratch`` (a host directory) is unused since the scratch directory is a
+    sized tmpfs (kept in the signature for callers)."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError("bwrap")
@@ -108,9 +117,24 @@ def strict_command(scratch: str, memory_limit_mb: int, extra_paths: list[str]) -
         "/proc",
         "--dev",
         "/dev",
-        "--bind",
-        scratch,
+        # the only writable places are RAM-backed and sized (and charged to the sandbox's cgroup where there is
+        # one): the scratch directory and /dev/shm; / and /dev are read-only
+        "--perms",
+        "1777",
+        "--size",
+        str(SHM_SIZE_MB << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--perms",
+        "1777",
+        "--size",
+        str(scratch_limit_mb << 20),
+        "--tmpfs",
         "/scratch",
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
         "--chdir",
         "/scratch",
         "--clearenv",
@@ -159,7 +183,7 @@ def strict_unavailable() -> str | None:
         command = strict_command(scratch, 512, [])
         command[-4:] = ["-I", "-S", "-c", "pass"]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=30, env={})
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"bubblewrap could not start a sandbox: {exc}"
     if done.returncode != 0:
@@ -169,3 +193,20 @@ def strict_unavailable() -> str | None:
             "without isolation"
         )
     return None
+
+
+def enforcement_gaps() -> list[str]:
+    """What the sandbox cannot enforce on this host, in words for the service's startup log and docs."""
+    from openrft.rewards.sandbox import cgroups
+
+    gaps = []
+    reason = strict_unavailable()
+    if reason:
+        gaps.append(f"user code cannot run in the strict sandbox: {reason}")
+    why = cgroups.unavailable()
+    if why:
+        gaps.append(
+            f"no usable cgroups ({why}): each sandboxed process has its own address-space limit, but the "
+            "memory of a sandbox's processes together and the number of its processes are not limited"
+        )
+    return gaps

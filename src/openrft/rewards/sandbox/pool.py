@@ -21,10 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from openrft.errors import RewardError
-from openrft.rewards.sandbox import mechanism
+from openrft.rewards.sandbox import cgroups, mechanism
+from openrft.rewards.sandbox.cgroups import Cgroup
 from openrft.spec.rewards import SandboxSpec
 
 START_TIMEOUT_S = 60.0
+LIMIT_WORDS = {
+    "memory": "the sandbox went past its memory limit of {spec.memory_limit_mb} MB",
+    "processes": "the sandbox reached its limit of {spec.max_processes} processes",
+    "scratch": "the sandbox's scratch directory is full: it holds {spec.scratch_limit_mb} MB",
+}
 
 
 @dataclass
@@ -33,16 +39,23 @@ class CallResult:
     kind: str | None = None
     message: str | None = None
     stdout: str = ""
+    limit: str | None = None  # the limit that ended the call: time, memory, processes, scratch, output
 
     @property
     def ok(self) -> bool:
         return self.kind is None
 
 
+class _OutputTooLarge(Exception):
+    pass
+
+
 class _Worker:
-    def __init__(self, process: asyncio.subprocess.Process, scratch: str):
+    def __init__(self, process: asyncio.subprocess.Process, scratch: str, cgroup: Cgroup | None, max_output: int):
         self.process = process
         self.scratch = scratch
+        self.cgroup = cgroup
+        self.max_output = max_output
 
     async def send(self, message: dict) -> None:
         data = json.dumps(message).encode("utf-8")
@@ -54,6 +67,8 @@ class _Worker:
         assert self.process.stdout is not None
         header = await self.process.stdout.readexactly(4)
         (size,) = struct.unpack(">I", header)
+        if size > self.max_output:
+            raise _OutputTooLarge(size)
         return json.loads(await self.process.stdout.readexactly(size))
 
     async def kill(self) -> None:
@@ -65,6 +80,8 @@ class _Worker:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.process.wait(), 10)
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.cgroup is not None:
+            await asyncio.to_thread(self.cgroup.remove)
 
 
 class SandboxPool:
@@ -86,9 +103,17 @@ class SandboxPool:
 
     async def _start(self) -> _Worker:
         scratch = tempfile.mkdtemp(prefix="openrft-sandbox-")
+        cgroup = None
         if self.isolation == "strict":
-            command = mechanism.strict_command(scratch, self.spec.memory_limit_mb, self.spec.python_paths)
-            env, cwd = None, None
+            layout, _ = cgroups.layout()
+            if layout is not None:
+                cgroup = Cgroup(layout, self.spec.memory_limit_mb << 20, self.spec.max_processes)
+            command = mechanism.strict_command(
+                scratch, self.spec.memory_limit_mb, self.spec.python_paths, self.spec.scratch_limit_mb
+            )
+            # bwrap itself is PID 1 of the sandbox, and its /proc/1/environ is readable from inside: it
+            # must not hold the caller's environment (API keys, the judge key, database URLs)
+            env, cwd = {}, None
         else:
             command = mechanism.weak_command(scratch, self.spec.memory_limit_mb, self.spec.python_paths)
             env, cwd = dict(mechanism.WEAK_ENV, HOME=scratch, TMPDIR=scratch), scratch
@@ -101,8 +126,9 @@ class SandboxPool:
             env=env,
             cwd=cwd,
             limit=2**26,
+            preexec_fn=cgroup.enter if cgroup is not None else None,
         )
-        worker = _Worker(process, scratch)
+        worker = _Worker(process, scratch, cgroup, self.spec.output_limit_mb << 20)
         try:
             ready = await asyncio.wait_for(worker.receive(), START_TIMEOUT_S)
         except (TimeoutError, asyncio.IncompleteReadError) as exc:
@@ -164,19 +190,38 @@ class SandboxPool:
             except TimeoutError:
                 keep = None
                 await self._discard(worker)
-                return CallResult(kind="timeout", message=f"{entry}() ran past its time limit of {time_limit_s:g} s")
+                message = f"{entry}() ran past its time limit of {time_limit_s:g} s"
+                return CallResult(kind="timeout", message=message, limit="time")
+            except _OutputTooLarge as exc:
+                keep = None
+                await self._discard(worker)
+                message = (
+                    f"{entry}() answered {exc.args[0]:,} bytes, past the output limit of {self.spec.output_limit_mb} MB"
+                )
+                return CallResult(kind="invalid_output", message=message, limit="output")
             except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
                 keep = None
                 code = await _exit_code(worker)
+                limit = self._limit_hit(worker, "")
                 await self._discard(worker)
-                return CallResult(kind="runtime_error", message=f"{entry}() killed its sandboxed worker ({code})")
+                reason = f": {LIMIT_WORDS[limit].format(spec=self.spec)}" if limit else ""
+                message = f"{entry}() killed its sandboxed worker ({code}){reason}"
+                return CallResult(kind="runtime_error", message=message, limit=limit)
             printed = str(answer.get("stdout") or "")
             if answer.get("ok"):
+                if worker.cgroup is not None and (worker.cgroup.memory_hit() or worker.cgroup.pids_hit()):
+                    keep = None  # its counters are spent: the next call starts in a fresh sandbox
+                    await self._discard(worker)
                 return CallResult(value=answer.get("value"), stdout=printed)
-            if worker.process.returncode is not None or "MemoryError" in str(answer.get("message")):
+            message = str(answer.get("message"))
+            limit = self._limit_hit(worker, message)
+            if worker.process.returncode is not None or limit is not None:
                 keep = None
                 await self._discard(worker)
-            return CallResult(kind=answer.get("kind", "runtime_error"), message=answer.get("message"), stdout=printed)
+            if limit is not None:
+                message = f"{message}\n({LIMIT_WORDS[limit].format(spec=self.spec)})"
+            kind = answer.get("kind", "runtime_error")
+            return CallResult(kind=kind, message=message, limit=limit, stdout=printed)
         except BaseException:
             if keep is not None:
                 keep = None
@@ -184,6 +229,17 @@ class SandboxPool:
             raise
         finally:
             self._release(keep)
+
+    @staticmethod
+    def _limit_hit(worker: _Worker, message: str) -> str | None:
+        """Which of the sandbox's limits a failed call ran into, from its cgroup's counters and its error."""
+        if "MemoryError" in message or (worker.cgroup is not None and worker.cgroup.memory_hit()):
+            return "memory"
+        if worker.cgroup is not None and worker.cgroup.pids_hit():
+            return "processes"
+        if "No space left on device" in message or "File too large" in message:
+            return "scratch"
+        return None
 
     async def aclose(self) -> None:
         for worker in list(self._all):
