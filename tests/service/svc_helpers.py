@@ -64,11 +64,12 @@ class Service:
     database_url: str
     processes: list[Process] = field(default_factory=list)
     base_url: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of the processes started
 
     def _spawn(self, args: list[str], name: str) -> Process:
         log = self.data_dir / f"{name}-{len(self.processes)}.log"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **self.env}
         proc = subprocess.Popen(
             [sys.executable, "-c", CLI, *args, "--data-dir", str(self.data_dir), "--database-url", self.database_url],
             stdout=log.open("wb"),

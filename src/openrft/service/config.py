@@ -26,6 +26,16 @@ class ServiceConfig:
     poll_interval_s: float = 0.5
     cancel_grace_s: float = 10.0
     max_attempts: int = 3
+    # operator settings tenants cannot change (docs/service.md, Security)
+    allow_private_urls: bool = False  # tenants' URLs may reach loopback, link-local and private addresses
+    sandbox_max_memory_mb: int = 2048  # the most a tenant's reward.sandbox.memory_limit_mb may ask for
+    sandbox_max_time_s: float = 300.0  # ... reward.sandbox.time_limit_s
+    sandbox_max_workers: int = 4  # ... reward.sandbox.workers
+    sandbox_max_scratch_mb: int = 256  # ... reward.sandbox.scratch_limit_mb
+    sandbox_max_processes: int = 64  # ... reward.sandbox.max_processes
+    sandbox_max_output_mb: int = 16  # ... reward.sandbox.output_limit_mb
+    grader_workers: int = 8  # graders/run and reward validation calls run at once (each in its own sandbox)
+    grader_queue_limit: int = 64  # more calls wait; past that, 429
 
     @classmethod
     def build(cls, data_dir: str | Path | None = None, database_url: str | None = None, **kwargs) -> ServiceConfig:

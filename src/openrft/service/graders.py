@@ -16,15 +16,27 @@ from openrft.rewards.validation import (
     validate,
     vertex_validate_view,
 )
-from openrft.service.errors import ApiError, from_spec_error
+from openrft.service.config import ServiceConfig
+from openrft.service.errors import ApiError, check_request_document, from_spec_error
+from openrft.service.tenancy import raise_problems, reward_problems
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import RewardSpec
 
 
-def _checked_spec(document: dict[str, Any], prefix: str) -> RewardSpec:
-    """The reward spec of a grader or reward config, or a 400 naming the user's field paths."""
+def _checked_spec(document: dict[str, Any], prefix: str, tenant: ServiceConfig | None) -> RewardSpec:
+    """The reward spec of a grader or reward config, or a 400 naming the user's field paths. With
+    ``tenant`` (the service's config), a tenant's request: operator settings are refused (403)."""
+    check_request_document(document, prefix)
     try:
         spec = reward_spec_from_document(document)
+    except SpecError as exc:
+        raise from_spec_error(_prefixed(exc.problems, prefix), "invalid_grader") from None
+    if tenant is not None:
+        nested = isinstance(document, dict) and "function" in document
+        raise_problems(
+            reward_problems(spec, tenant, f"{prefix}.function" if nested else prefix, prefix), "invalid_grader"
+        )
+    try:
         problems = validate(spec)
     except SpecError as exc:
         raise from_spec_error(_prefixed(exc.problems, prefix), "invalid_grader") from None
@@ -53,20 +65,23 @@ def _item_example(item: Any, reference_answer: Any) -> Example:
     return Example(id=str(fields.get("id", "item")), messages=messages, fields=fields, tools=fields.pop("tools", None))
 
 
-def run(grader: dict[str, Any], model_sample: str, item: Any, reference_answer: Any) -> dict[str, Any]:
-    spec = _checked_spec(grader, "grader")
+def run(
+    grader: dict[str, Any], model_sample: str, item: Any, reference_answer: Any, tenant: ServiceConfig | None
+) -> dict[str, Any]:
+    spec = _checked_spec(grader, "grader", tenant)
+    check_request_document(item, "item")
     outcome = score_once(spec, _item_example(item, reference_answer), model_sample)
     return openai_run_view(spec, outcome)
 
 
-def validate_grader(grader: dict[str, Any]) -> dict[str, Any]:
-    _checked_spec(grader, "grader")
+def validate_grader(grader: dict[str, Any], tenant: ServiceConfig | None) -> dict[str, Any]:
+    _checked_spec(grader, "grader", tenant)
     return {"grader": grader}
 
 
-def validate_vertex_reward(body: dict[str, Any]) -> dict[str, Any]:
+def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -> dict[str, Any]:
     key = "singleRewardConfig" if "singleRewardConfig" in body else "compositeRewardConfig"
-    spec = _checked_spec({key: body[key]}, key)
+    spec = _checked_spec({key: body[key]}, key, tenant)
     try:
         example = example_from_line(body["example"], "example")
     except OpenRFTError as exc:

@@ -18,6 +18,7 @@ from openrft.service.schemas import (
     JobEvent,
     Page,
 )
+from openrft.service.tenancy import tenant_config
 from openrft.service.views import event_seq, openai_checkpoint, openai_event, openai_job
 
 router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"])
@@ -118,10 +119,14 @@ def list_metrics(request: Request, owner: Owner, job_id: str) -> Page[dict[str, 
 
 
 @router.post("/alpha/graders/run")
-def run_grader(owner: Owner, body: GraderRunRequest) -> dict[str, Any]:
-    return graders.run(body.grader, body.model_sample, body.item, body.reference_answer)
+async def run_grader(request: Request, owner: Owner, body: GraderRunRequest) -> dict[str, Any]:
+    """Graders run in a bounded pool of the server: 429 with Retry-After when it is full."""
+    tenant = tenant_config(request.app.state.config, owner)
+    return await request.app.state.grader_pool.run(
+        graders.run, body.grader, body.model_sample, body.item, body.reference_answer, tenant
+    )
 
 
 @router.post("/alpha/graders/validate")
-def validate_grader(owner: Owner, body: GraderValidateRequest) -> dict[str, Any]:
-    return graders.validate_grader(body.grader)
+def validate_grader(request: Request, owner: Owner, body: GraderValidateRequest) -> dict[str, Any]:
+    return graders.validate_grader(body.grader, tenant_config(request.app.state.config, owner))

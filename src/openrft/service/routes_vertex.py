@@ -12,6 +12,7 @@ from openrft.service.auth import current_owner
 from openrft.service.errors import ApiError
 from openrft.service.schemas import TuningJob, TuningJobCreateRequest, TuningJobList, ValidateRewardRequest
 from openrft.service.store import NotFound
+from openrft.service.tenancy import tenant_config
 from openrft.service.views import vertex_job
 
 Owner = Annotated[str, Depends(current_owner)]
@@ -70,7 +71,9 @@ def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
         return {}
 
     @router.post(BASE + "/tuningJobs:validateReinforcementTuningReward")
-    def validate_reward(owner: Owner, project: str, location: str, body: ValidateRewardRequest) -> dict[str, Any]:
+    async def validate_reward(
+        request: Request, owner: Owner, project: str, location: str, body: ValidateRewardRequest
+    ) -> dict[str, Any]:
         if (body.singleRewardConfig is None) == (body.compositeRewardConfig is None):
             raise ApiError(
                 400,
@@ -78,6 +81,8 @@ def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
                 "invalid_reward",
                 "singleRewardConfig",
             )
-        return graders.validate_vertex_reward(body.model_dump(exclude_none=True))
+        tenant = tenant_config(request.app.state.config, owner)
+        pool = request.app.state.grader_pool  # it runs the reward once: in the grader pool, 429 when full
+        return await pool.run(graders.validate_vertex_reward, body.model_dump(exclude_none=True), tenant)
 
     return router

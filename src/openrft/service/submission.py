@@ -18,10 +18,11 @@ from openrft.service.config import ServiceConfig
 from openrft.service.dialect_fields import DATA_FIELDS, MODEL_FIELD, REWARD_FIELD
 from openrft.service.dialect_fields import get_field as _get
 from openrft.service.dialect_fields import set_field as _set
-from openrft.service.errors import ApiError, from_dataset_error, from_spec_error
+from openrft.service.errors import ApiError, check_request_document, from_dataset_error, from_spec_error
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 from openrft.service.store.models import Job
+from openrft.service.tenancy import check_model_reference, is_operator, job_problems, raise_problems
 from openrft.spec.dialects import parse_document
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.job import JobSpec
@@ -39,9 +40,9 @@ class Submitter:
         self.store = store
         self.config = config
 
-    def allow_server_paths(self) -> bool:
+    def allow_server_paths(self, owner: str) -> bool:
         """Server-side paths are the single user's own on a loopback server with no API keys."""
-        return self.config.loopback_only and not self.store.any_keys()
+        return is_operator(owner) and self.config.loopback_only
 
     def file_path(self, owner: str, file_id: str, field: str) -> str:
         row = self.store.get_file(owner, file_id)
@@ -56,6 +57,7 @@ class Submitter:
 
     def prepare(self, owner: str, document: dict[str, Any], dialect: str) -> Prepared:
         """Parse and validate; raises ApiError (400) naming the field paths."""
+        check_request_document(document, "the job")
         document = _copy(document)
         shown: dict[str, str] = {}  # server path -> what the user wrote (the file id)
         for path in DATA_FIELDS[dialect]:
@@ -70,23 +72,27 @@ class Submitter:
         def resolver(value: str) -> str:
             """File ids -> stored paths; other values are server paths, the single local user's only."""
             field = next((".".join(p) for p in DATA_FIELDS[dialect] if _get(document, p) == value), "file")
-            if not value.startswith("file-") and self.allow_server_paths():
+            if not value.startswith("file-") and self.allow_server_paths(owner):
                 return value
             try:
                 return self.file_path(owner, value, field)
             except ApiError as exc:
                 raise LookupError(exc.message.split(": ", 1)[-1]) from None
 
+        model_field = MODEL_FIELD[dialect]
+        check_model_reference(self.store, owner, _get(document, tuple(model_field.split("."))), model_field)
         try:
             spec = parse_document(document, dialect, Path.cwd(), None, resolver)  # type: ignore[arg-type]
         except SpecError as exc:
             raise from_spec_error(exc) from None
-        self._check_locations(spec, dialect, shown)
+        self._check_locations(owner, spec, dialect, shown)
+        if not is_operator(owner):
+            raise_problems(job_problems(spec, self.config, _user_fields(dialect), shown))
         self._validate_data(spec, dialect, shown)
         return Prepared(spec, document)
 
-    def _check_locations(self, spec: JobSpec, dialect: str, shown: dict[str, str]) -> None:
-        if self.allow_server_paths():
+    def _check_locations(self, owner: str, spec: JobSpec, dialect: str, shown: dict[str, str]) -> None:
+        if self.allow_server_paths(owner):
             return
         problems = []
         files_dir = str(self.config.files_dir) + "/"
@@ -147,6 +153,23 @@ class Submitter:
             total_steps=spec.training.total_steps,
         )
         return self.store.create_job(job, f"Validated {job.training_file or 'the training data'}; job queued")
+
+
+OUTPUT_FIELD = {"nova": "run.output_s3_path", "vertex": "outputUri", "openai": "output_dir"}
+MLFLOW_FIELD = {"nova": "run", "vertex": "labels", "openai": "metadata"}
+
+
+def _user_fields(dialect: str) -> dict[str, str]:
+    """Spec paths -> where the user wrote them, for the tenant checks' messages."""
+    train, validation = DATA_FIELDS[dialect]
+    return {
+        "data.train": ".".join(train),
+        "data.validation": ".".join(validation),
+        "rollout.generator_base_url": "openrft.generator_base_url",
+        "tracking.mlflow_tracking_uri": f"{MLFLOW_FIELD[dialect]}.mlflow_tracking_uri",
+        "output_dir": OUTPUT_FIELD[dialect],
+        "reward": REWARD_FIELD[dialect],
+    }
 
 
 def _copy(document: dict[str, Any]) -> dict[str, Any]:

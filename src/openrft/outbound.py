@@ -1,0 +1,77 @@
+"""Which URLs the service may fetch on a tenant's behalf (server-side request forgery policy).
+
+A tenant names URLs the service then calls: datasets (``data_s3_path: https://...``), reward
+endpoints (Nova Lambda contract, Cloud Run), the generator, an MLflow server, an output location. An
+allow-list decides: ``http``/``https`` to public addresses and object-store URIs (``s3://``, ``gs://``,
+``hf://``) are allowed; a host that is, or resolves to, a loopback, link-local, private, shared,
+multicast or reserved address is refused unless the operator allows private networks
+(``openrft serve --allow-private-urls``); ``file://`` and other schemes are refused, and so are
+local paths (the caller checks those, since only it knows which fields are paths).
+
+Host names are resolved when the job is submitted; every address they resolve to must pass.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlparse
+
+FETCH_SCHEMES = ("http", "https")
+STORE_SCHEMES = ("s3", "gs", "gcs", "hf")  # reached through the operator's configured clients and endpoints
+
+
+def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    try:
+        return [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError, OSError):
+        return []
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
+def _is_internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_private
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+        or (isinstance(address, ipaddress.IPv4Address) and address in ipaddress.ip_network("100.64.0.0/10"))
+    )
+
+
+def refusal(url: str, allow_private: bool) -> str | None:
+    """Why the service must not fetch ``url`` for a tenant, or None when it may."""
+    parsed = urlparse(url)
+    scheme = parsed.scheme.lower()
+    if scheme in STORE_SCHEMES:
+        return None
+    if scheme not in FETCH_SCHEMES:
+        if scheme == "file" or not scheme:
+            return "is a file on the server; upload the file (POST /v1/files) and use its id"
+        return f"has scheme {scheme!r}; allowed: {', '.join(FETCH_SCHEMES + STORE_SCHEMES)}"
+    try:
+        host = parsed.hostname
+    except ValueError:
+        host = None
+    if not host:
+        return "has no host"
+    if allow_private:
+        return None
+    addresses = _addresses(host)
+    if not addresses:
+        return f"names host {host!r}, which does not resolve"
+    internal = [str(a) for a in addresses if _is_internal(a)]
+    if internal:
+        return (
+            f"reaches {internal[0]}, a loopback, link-local or private address: the service does not call "
+            "internal addresses for tenants (the operator allows them with openrft serve --allow-private-urls)"
+        )
+    return None
