@@ -69,8 +69,12 @@ def test_stop_and_resume_reproduces_uninterrupted_run(recipe_factory, tmp_path):
     first = RFTJob(spec, interrupted, show_progress=False, control=StopAfter(2)).run()
     assert first["status"] == "paused" and first["steps"] == 2
     assert not (interrupted / "adapter").exists()
+    leftover = interrupted / "checkpoints" / ".step-000003-killed"  # a process killed while writing step 3
+    leftover.mkdir()
+    (leftover / "trainer_state.pt").write_bytes(b"half")
     second = RFTJob.from_run_dir(interrupted, show_progress=False).run()
     assert second["status"] == "succeeded" and second["steps"] == 4
+    assert not leftover.exists() and not list((interrupted / "checkpoints").glob(".step-*"))
 
     expected, resumed = _adapter_at(straight, 4), _adapter_at(interrupted, 4)
     assert expected.keys() == resumed.keys()
@@ -78,3 +82,28 @@ def test_stop_and_resume_reproduces_uninterrupted_run(recipe_factory, tmp_path):
         assert torch.equal(expected[name], resumed[name]), name
     steps = [json.loads(line)["step"] for line in (interrupted / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 3, 4]
+
+
+def test_a_full_disk_while_checkpointing_is_a_checkpoint_error(tmp_path, monkeypatch):
+    """The state file lands on /dev/full (every write fails with ENOSPC): a CheckpointError naming the cause,
+    and no temporary directory left behind."""
+    import os
+
+    import pytest
+
+    from openrft.engine import checkpoints
+    from openrft.errors import CheckpointError
+
+    manager = CheckpointManager(tmp_path / "run", 3)
+    full = tmp_path / "run" / "checkpoints" / ".step-000001-full"
+
+    def on_full_disk(prefix, dir):
+        full.mkdir(parents=True)
+        os.symlink("/dev/full", full / checkpoints.STATE_FILE)
+        return str(full)
+
+    monkeypatch.setattr(checkpoints.tempfile, "mkdtemp", on_full_disk)
+    model = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
+    with pytest.raises(CheckpointError, match="no space left on the device"):
+        manager.save(1, model, {"x": torch.zeros(1000)}, None, 1)
+    assert not full.exists() and manager.list() == []

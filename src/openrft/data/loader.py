@@ -86,6 +86,9 @@ def parse_lines(
             message = f"is not valid JSON ({exc.msg}, column {exc.colno})"
             problems.append(LineProblem(location, number, "<line>", message))
             continue
+        except RecursionError:
+            problems.append(LineProblem(location, number, "<line>", "nests too deeply to be read"))
+            continue
         example, line_problems = parser(obj, number, require_reference)
         problems += [LineProblem(location, number, field, message) for field, message in line_problems]
         if example is None:
@@ -109,7 +112,7 @@ def detect_parser(lines: list[str]) -> RecordParser:
             continue
         try:
             first = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         if isinstance(first, dict):
             return parse_vertex_record if is_vertex_record(first) else parse_record

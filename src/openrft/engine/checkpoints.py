@@ -11,6 +11,7 @@ Layout of a run directory::
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import tempfile
@@ -69,17 +70,33 @@ class CheckpointManager:
         tmp = Path(tempfile.mkdtemp(prefix=f".step-{step:06d}-", dir=self.root))
         try:
             save_adapter(model, tmp / "adapter")
-            torch.save(state, tmp / STATE_FILE)
+            with (tmp / STATE_FILE).open("wb") as f:  # through a Python file: a full disk is an OSError
+                torch.save(state, f)
             info = CheckpointInfo(step=step, path=str(final), val_reward=val_reward, policy_version=policy_version)
             (tmp / INFO_FILE).write_text(json.dumps(asdict(info), indent=2))
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if _disk_full(exc):
+                raise CheckpointError(
+                    f"no space left on the device of {self.root} to write the checkpoint of step {step}: "
+                    "free some space and resume the job"
+                ) from None
             raise
         self._prune(keep_step=step)
         return info
+
+    def remove_partial(self) -> list[str]:
+        """Remove the temporary directories of checkpoints whose writing was cut short (the process was
+        killed between ``mkdtemp`` and ``rename``); called by the one process that writes this run."""
+        if not self.root.exists():
+            return []
+        partial = sorted(p for p in self.root.glob(".step-*") if p.is_dir())
+        for path in partial:
+            shutil.rmtree(path, ignore_errors=True)
+        return [p.name for p in partial]
 
     def _prune(self, keep_step: int) -> None:
         """Keep the newest checkpoint (to resume from) and the top-k by validation reward."""
@@ -94,6 +111,16 @@ class CheckpointManager:
         if not path.exists():
             raise CheckpointError(f"checkpoint {info.path} has no {STATE_FILE}")
         return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from or during) is a full disk or quota."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def save_adapter(model: torch.nn.Module, directory: Path) -> None:

@@ -171,6 +171,9 @@ class RFTJob:
         }
 
     def _restore(self) -> int:
+        removed = self.checkpoints.remove_partial()
+        if removed:
+            self.on_event("info", f"removed {len(removed)} unfinished checkpoint(s) of the interrupted run")
         info = self.checkpoints.latest()
         if info is None:
             raise CheckpointError(f"{self.run_dir} has no checkpoint to resume from")

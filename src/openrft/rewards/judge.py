@@ -46,7 +46,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
     for candidate in candidates:
         try:
             value = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value

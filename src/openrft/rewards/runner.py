@@ -9,7 +9,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from openrft.rewards.types import RewardFunction, RewardOutcome, RewardSample
+from openrft.rewards.types import RewardFunction, RewardOutcome, RewardSample, checked
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ class RewardRunner:
         for outcome in outcomes:
             if outcome.latency_s is None:
                 outcome.latency_s = elapsed
-        return outcomes
+        return [checked(o, f"reward {self.function.name}") for o in outcomes]
 
     def close(self) -> None:
         if self._loop.is_closed():

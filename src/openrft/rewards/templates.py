@@ -63,7 +63,7 @@ def parse_json_output(text: str) -> Any:
         stripped = fence.group(1)
     try:
         return json.loads(stripped)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise RewardFailure("parse_error", f"the output is not valid JSON ({exc.args[0]}): {text[:80]!r}") from None
 
 

@@ -117,14 +117,46 @@ def joined_stdout(parts: dict[str, RewardOutcome]) -> str:
     return "".join(blocks)
 
 
+SCORE_LIMIT = 1e6
+"""Scores, sub-scores and metrics must lie in [-SCORE_LIMIT, SCORE_LIMIT]: group statistics square them
+in float32 (max 3.4e38), so 1e308 or 10**400 would overflow a training step. Documented in docs/rewards.md."""
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + f"...({len(text)} characters)"
+
+
 def as_score(value: Any, what: str) -> float:
-    """A finite float from a reward's answer, or RewardFailure(invalid_output)."""
+    """A finite float in [-SCORE_LIMIT, SCORE_LIMIT] from a reward's answer, or RewardFailure(invalid_output)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RewardFailure("invalid_output", f"{what} returned {value!r} ({type(value).__name__}), not a number")
-    number = float(value)
-    if number != number or number in (float("inf"), float("-inf")):
-        raise RewardFailure("invalid_output", f"{what} returned {value!r}, not a finite number")
+        raise RewardFailure("invalid_output", f"{what} returned {_shown(value)} ({type(value).__name__}), not a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = float("inf")
+    if not -SCORE_LIMIT <= number <= SCORE_LIMIT:  # NaN fails this too
+        raise RewardFailure(
+            "invalid_output",
+            f"{what} returned {_shown(value)}, not a finite number in [-{SCORE_LIMIT:g}, {SCORE_LIMIT:g}]",
+        )
     return number
+
+
+def checked(outcome: RewardOutcome, what: str) -> RewardOutcome:
+    """The outcome, or an ``invalid_output`` failure when its score, a sub-score or a metric is not a number in
+    range: the last guard before scores reach the training step, whatever reward kind made them."""
+    if not outcome.ok:
+        return outcome
+    try:
+        if outcome.score is not None:
+            outcome.score = as_score(outcome.score, what)
+        for table, name in ((outcome.sub_scores, "sub-score"), (outcome.metrics, "metric")):
+            for key, value in table.items():
+                table[key] = as_score(value, f"{what} {name} {key}")
+    except RewardFailure as failure:
+        return failure.outcome(latency_s=outcome.latency_s)
+    return outcome
 
 
 class RewardFunction(Protocol):

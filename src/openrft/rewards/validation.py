@@ -14,7 +14,7 @@ from openrft.data.validation import parse_record
 from openrft.errors import OpenRFTError
 from openrft.rewards.checks import check_reward
 from openrft.rewards.factory import build_reward
-from openrft.rewards.types import RewardOutcome, RewardSample
+from openrft.rewards.types import RewardOutcome, RewardSample, checked
 from openrft.spec.errors import FieldProblem
 from openrft.spec.rewards import OpenAIGraderReward, RewardSpec, VertexReward
 
@@ -45,7 +45,7 @@ def score_once(spec: RewardSpec, example: Example, response: str, step: int = 0)
     async def go() -> RewardOutcome:
         try:
             started = time.perf_counter()
-            outcome = (await reward.score([RewardSample(example, response, step=step)]))[0]
+            outcome = checked((await reward.score([RewardSample(example, response, step=step)]))[0], reward.name)
             if outcome.latency_s is None:
                 outcome.latency_s = time.perf_counter() - started
             return outcome

@@ -103,7 +103,7 @@ def string_match(match: StringMatchExpression, parsed: str, sample: RewardSample
 def json_value(parsed: str, key: str) -> str | None:
     try:
         obj = json.loads(parsed.strip())
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or key not in obj:
         return None

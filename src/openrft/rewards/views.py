@@ -48,7 +48,7 @@ def openai_item(example: Example) -> dict[str, Any]:
 def output_json_or_none(text: str) -> Any:
     try:
         return json.loads(text.strip())
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -11,9 +11,11 @@ from openrft.service import dashboard, routes_files, routes_nova, routes_openai,
 from openrft.service.auth import Authenticator
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import install_handlers
+from openrft.service.internal_errors import InternalErrors
 from openrft.service.limits import BodyLimit
 from openrft.service.store import Store
 from openrft.service.submission import Submitter
+from openrft.service.work_pool import WorkPool
 
 DESCRIPTION = """Reinforcement fine-tuning as a service. The OpenAI fine-tuning API (files, jobs, events,
 checkpoints, graders), Vertex-style tuning jobs and Nova recipes share one job store; workers run the jobs."""
@@ -28,8 +30,10 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
         app.state.store = store
         app.state.auth = Authenticator(store, require_key=not config.loopback_only)
         app.state.submitter = Submitter(store, config)
+        app.state.grader_pool = WorkPool(config.grader_workers, config.grader_queue_limit, "openrft-graders")
     install_handlers(app)
     app.add_middleware(BodyLimit, max_request_bytes=config.max_request_bytes, max_upload_bytes=config.max_upload_bytes)
+    app.add_middleware(InternalErrors)
     app.include_router(routes_files.router)
     app.include_router(routes_openai.router)
     app.include_router(routes_nova.router)
@@ -39,7 +43,7 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
     dashboard.mount(app)  # the web dashboard at / (service/dashboard)
 
     @app.get("/health", tags=["openrft"])
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:  # on the event loop: answers while every request thread is busy
         return {"status": "ok", "version": __version__}
 
     return app

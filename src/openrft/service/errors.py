@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from openrft.data.loader import DatasetError
 from openrft.errors import OpenRFTError
 from openrft.service.store import Conflict, NotFound
+from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document
 from openrft.spec.errors import SpecError, join_path
 
 log = logging.getLogger("openrft.service")
@@ -27,7 +28,10 @@ GOOGLE_STATUS = {
     405: "UNIMPLEMENTED",
     409: "FAILED_PRECONDITION",
     413: "OUT_OF_RANGE",
+    429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
+    503: "UNAVAILABLE",
+    507: "RESOURCE_EXHAUSTED",
 }
 
 
@@ -39,6 +43,7 @@ class ApiError(Exception):
         code: str | None = None,
         param: str | None = None,
         problems: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status = status
@@ -46,6 +51,15 @@ class ApiError(Exception):
         self.code = code
         self.param = param
         self.problems = problems or []
+        self.headers = headers or {}
+
+
+def check_request_document(document: Any, what: str) -> None:
+    """A 400 naming the bound when a request's document nests too deeply or expands past the size bound."""
+    try:
+        check_document(document, what)
+    except DocumentLimitError as exc:
+        raise ApiError(400, str(exc), "document_too_complex") from None
 
 
 def is_google_path(path: str) -> bool:
@@ -69,14 +83,14 @@ def error_response(path: str, error: ApiError) -> JSONResponse:
             }
         }
     else:
-        kind = {401: "authentication_error", 404: "invalid_request_error", 500: "server_error"}.get(
+        kind = {401: "authentication_error", 429: "rate_limit_error", 500: "server_error", 507: "server_error"}.get(
             error.status, "invalid_request_error"
         )
         body = {"error": {"message": error.message, "type": kind, "param": error.param, "code": error.code}}
         if error.problems:
             body["error"]["problems"] = error.problems
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    return JSONResponse(body, status_code=error.status, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
+    return JSONResponse(body, status_code=error.status, headers={**headers, **error.headers})
 
 
 def from_spec_error(exc: SpecError, code: str = "invalid_job") -> ApiError:
@@ -135,6 +149,11 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(OpenRFTError)
     async def _openrft(request: Request, exc: OpenRFTError):
         return error_response(request.url.path, ApiError(400, str(exc), "invalid_request"))
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError):
+        message = f"the request nests deeper than {MAX_DEPTH} levels"
+        return error_response(request.url.path, ApiError(400, message, "document_too_complex"))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):

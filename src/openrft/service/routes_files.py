@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import shutil
@@ -30,7 +31,9 @@ def clean_filename(name: str | None) -> str:
 
 
 def check_jsonl(path: Path) -> None:
-    """Fine-tune files are UTF-8 JSON Lines; the job's dialect checks each record's fields later."""
+    """Fine-tune files are UTF-8 JSON Lines with at least one record; the job's dialect checks each
+    record's fields later."""
+    records = 0
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -41,6 +44,32 @@ def check_jsonl(path: Path) -> None:
                 raise ApiError(
                     400, f"file: line {number} is not valid UTF-8 JSON: {exc}", "invalid_file_format", "file"
                 ) from None
+            except RecursionError:
+                raise ApiError(
+                    400, f"file: line {number} nests too deeply to be read", "invalid_file_format", "file"
+                ) from None
+            records += 1
+    if records == 0:
+        raise ApiError(400, "file: holds no JSON lines (it is empty or only whitespace)", "invalid_file_format", "file")
+
+
+def _store_upload(source, target: Path) -> None:
+    """Copy the upload to ``target`` through a temporary name, so that no partial file is ever left under the
+    files directory; a full disk is a 507 that says so."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        with partial.open("wb") as out:
+            shutil.copyfileobj(source, out, length=1 << 20)
+        partial.rename(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ApiError(
+                507, "the server has no space left to store this file; try again later", "insufficient_storage"
+            ) from None
+        raise
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 @router.post("", response_model=FileObject)
@@ -57,14 +86,10 @@ def upload_file(
     store, config = request.app.state.store, request.app.state.config
     file_id = new_id("file-")
     target = config.files_dir / file_id
-    with target.open("wb") as out:
-        shutil.copyfileobj(file.file, out, length=1 << 20)
+    _store_upload(file.file, target)
     try:
         check_jsonl(target)
-        size = target.stat().st_size
-        if size == 0:
-            raise ApiError(400, "file: is empty", "invalid_file_format", "file")
-        row = store.add_file(owner, clean_filename(file.filename), purpose, size, file_id, file_id)
+        row = store.add_file(owner, clean_filename(file.filename), purpose, target.stat().st_size, file_id, file_id)
     except BaseException:
         target.unlink(missing_ok=True)
         raise

@@ -12,6 +12,7 @@ from openrft.service.auth import current_owner
 from openrft.service.errors import ApiError
 from openrft.service.schemas import FineTuningJob
 from openrft.service.views import openai_job
+from openrft.spec.document_limits import DocumentLimitError, load_yaml
 
 router = APIRouter(prefix="/v1/nova", tags=["nova"])
 Owner = Annotated[str, Depends(current_owner)]
@@ -30,7 +31,9 @@ RECIPE_BODY = {
 async def create_nova_job(request: Request, owner: Owner) -> FineTuningJob:
     raw = await request.body()
     try:
-        document = yaml.safe_load(raw.decode("utf-8"))
+        document = load_yaml(raw.decode("utf-8"), "the recipe")
+    except DocumentLimitError as exc:
+        raise ApiError(400, str(exc), "document_too_complex") from None
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -92,4 +92,9 @@ def problems_from_validation(error: ValidationError, model: Any, prefix: str = "
 
 def outside(low: float, high: float) -> str:
     """Wording for a value outside a closed range, e.g. ``is outside [0.25, 4]``."""
-    return f"is outside [{low:g}, {high:g}]"
+    return f"is outside [{_number(low)}, {_number(high)}]"
+
+
+def _number(value: float) -> str:
+    """Whole numbers in full (1048576, not 1.04858e+06), others as ``:g``."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"

@@ -13,6 +13,23 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from openrft.spec.rewards import RewardSpec
 from openrft.spec.tools import ToolsSpec
 
+# Upper bounds of the numeric settings (docs/hyperparameters.md, "Bounds"): the services' where they publish
+# them, else what one machine and a small model can run. A job outside them is refused at submission.
+MAX_SEED = 2**32 - 1  # numpy's seed range
+MAX_LORA_RANK = 512
+MAX_MICRO_BATCH_TOKENS = 1 << 20
+MAX_SAMPLES_PER_PROMPT = 512
+MAX_TEMPERATURE = 2.0  # Vertex's and OpenAI's sampling temperature range
+MAX_EXAMPLES = 10_000_000
+MAX_THREADS = 1024
+MAX_LENGTH = 131_072  # the longest context of the supported model families
+MAX_NEW_TOKENS = 32_768  # Vertex's maxOutputTokens
+MAX_AGE_TOLERANCE = 64
+MAX_REPLICAS = 64
+MAX_STEPS = 100_000
+MAX_PPO_MINI_BATCHES = 1024
+MAX_LEARNING_RATE = 1.0
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -24,7 +41,9 @@ class ModelSpec(_Strict):
     name_or_path: str
     revision: str | None = None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    base_learning_rate: float = Field(2e-5, gt=0, description="the rate learningRateMultiplier scales")
+    base_learning_rate: float = Field(
+        2e-5, gt=0, le=MAX_LEARNING_RATE, description="the rate learningRateMultiplier scales"
+    )
 
 
 def held_out_count(total: int, fraction: float, minimum: int, maximum: int | None = None) -> int:
@@ -44,9 +63,13 @@ class DataSpec(_Strict):
     validation: str | None = None
     shuffle: bool = True
     validation_fraction: float = Field(0.25, ge=0, lt=1, description="held out of train when validation is None")
-    validation_min_examples: int = Field(50, ge=0, description="held out at least this many (Vertex's rule)")
-    validation_max_examples: int | None = Field(None, ge=1)
-    max_train_examples: int | None = Field(None, ge=1, description="train on the first N examples only")
+    validation_min_examples: int = Field(
+        50, ge=0, le=MAX_EXAMPLES, description="held out at least this many (Vertex's rule)"
+    )
+    validation_max_examples: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
+    max_train_examples: int | None = Field(
+        None, ge=1, le=MAX_EXAMPLES, description="train on the first N examples only"
+    )
     train_examples_limit: int | None = Field(
         None, ge=1, description="a training file with more examples is rejected (Vertex: 5,000; Bedrock: 20,000)"
     )
@@ -71,45 +94,49 @@ class DataSpec(_Strict):
 class SamplingSpec(_Strict):
     """How completions are sampled, for training rollouts and (unless overridden) evaluation."""
 
-    samples_per_prompt: int = Field(4, ge=1, le=512)
-    max_new_tokens: int = Field(256, ge=1)
-    max_length: int = Field(8192, ge=2, description="prompt + response tokens; longer prompts are rejected")
-    temperature: float = Field(1.0, ge=0)
-    top_k: int = Field(0, ge=0, description="0 = off")
+    samples_per_prompt: int = Field(4, ge=1, le=MAX_SAMPLES_PER_PROMPT)
+    max_new_tokens: int = Field(256, ge=1, le=MAX_NEW_TOKENS)
+    max_length: int = Field(
+        8192, ge=2, le=MAX_LENGTH, description="prompt + response tokens; longer prompts are rejected"
+    )
+    temperature: float = Field(1.0, ge=0, le=MAX_TEMPERATURE)
+    top_k: int = Field(0, ge=0, le=1_000_000, description="0 = off")
     top_p: float = Field(1.0, gt=0, le=1)
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
 
 
 class RolloutSpec(_Strict):
     strategy: Literal["sync", "off_policy_async"] = "sync"
-    age_tolerance: int = Field(0, ge=0, description="max policy age (updates) of a consumed rollout")
-    importance_weight_cap: float = Field(
-        2.0, gt=1, description="dual-clip bound c: with a negative advantage a ratio counts at most c"
+    age_tolerance: int = Field(
+        0, ge=0, le=MAX_AGE_TOLERANCE, description="max policy age (updates) of a consumed rollout"
     )
-    replicas: int = Field(1, ge=1)
+    importance_weight_cap: float = Field(
+        2.0, gt=1, le=1e3, description="dual-clip bound c: with a negative advantage a ratio counts at most c"
+    )
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     learner_sharding: Literal["none", "fsdp"] = Field(
         "none", description="fsdp: the replicas learners shard one policy (FSDP2); none: each holds a copy"
     )
-    generation_replicas: int = Field(1, ge=1)
+    generation_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     generator_base_url: str | None = Field(None, description="OpenAI-compatible server (vLLM, ours) to sample from")
 
 
 class OptimizerSpec(_Strict):
-    lr: float = Field(1e-5, gt=0)
+    lr: float = Field(1e-5, gt=0, le=MAX_LEARNING_RATE)
     weight_decay: float = Field(0.0, ge=0, le=1)
     adam_beta1: float = Field(0.9, ge=0, lt=1)
     adam_beta2: float = Field(0.95, ge=0, lt=1)
-    adam_eps: float = Field(1e-8, gt=0)
-    max_grad_norm: float = Field(1.0, ge=0, description="0 = no clipping")
-    warmup_steps: int = Field(0, ge=0)
+    adam_eps: float = Field(1e-8, gt=0, le=1)
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 = no clipping")
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS)
 
 
 class LoraSpec(_Strict):
     enabled: bool = True
-    rank: int = Field(16, ge=1)
-    alpha: float = Field(32.0, gt=0)
+    rank: int = Field(16, ge=1, le=MAX_LORA_RANK)
+    alpha: float = Field(32.0, gt=0, le=1e4)
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
     lora_plus_lr_ratio: float = Field(16.0, ge=0, le=100, description="0 = LoRA+ off (one learning rate)")
@@ -119,38 +146,45 @@ class AlgorithmSpec(_Strict):
     """The GRPO-family objective (CONTRACTS.md §4)."""
 
     clip_ratio_low: float = Field(0.2, ge=0, le=1)
-    clip_ratio_high: float = Field(0.2, ge=0)
-    kl_loss_coef: float = Field(0.0, ge=0)
-    ent_coeff: float = Field(0.0, ge=0)
-    loss_scale: float = Field(1.0, gt=0, description="factor of the policy loss only (not KL, not entropy)")
-    refit_freq: int = Field(0, ge=0, description="reference policy refreshed every N steps; 0 = never")
+    clip_ratio_high: float = Field(0.2, ge=0, le=10)
+    kl_loss_coef: float = Field(0.0, ge=0, le=1e3)
+    ent_coeff: float = Field(0.0, ge=0, le=1e3)
+    loss_scale: float = Field(1.0, gt=0, le=1e6, description="factor of the policy loss only (not KL, not entropy)")
+    refit_freq: int = Field(0, ge=0, le=MAX_STEPS, description="reference policy refreshed every N steps; 0 = never")
     ppo_mini_batches: int = Field(
-        1, ge=1, description="optimizer updates per step, each on a share of the step's groups (verl, TRL)"
+        1,
+        ge=1,
+        le=MAX_PPO_MINI_BATCHES,
+        description="optimizer updates per step, each on a share of the step's groups (verl, TRL)",
     )
     scale_advantages_by_std: bool = Field(True, description="False = Dr. GRPO")
-    advantage_eps: float = Field(1e-6, gt=0)
+    advantage_eps: float = Field(1e-6, gt=0, le=1)
 
 
 class TrainingSpec(_Strict):
-    prompts_per_step: int = Field(ge=1)
-    total_steps: int = Field(ge=1, le=100_000)
+    prompts_per_step: int = Field(ge=1, le=MAX_STEPS)
+    total_steps: int = Field(ge=1, le=MAX_STEPS)
     epochs: float | None = Field(None, gt=0, description="informational: what total_steps was derived from")
-    micro_batch_tokens: int = Field(8192, ge=1, description="padded tokens per forward/backward pass")
+    micro_batch_tokens: int = Field(
+        8192, ge=1, le=MAX_MICRO_BATCH_TOKENS, description="padded tokens per forward/backward pass"
+    )
     activation_checkpointing: bool = Field(False, description="recompute each decoder layer in backward")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
 
 class EvalSpec(_Strict):
-    interval: int = Field(0, ge=0, description="evaluate every N steps; 0 = only before and after training")
+    interval: int = Field(
+        0, ge=0, le=MAX_STEPS, description="evaluate every N steps; 0 = only before and after training"
+    )
     at_start: bool = True
-    samples_per_prompt: int = Field(1, ge=1)
-    temperature: float | None = Field(None, ge=0, description="None = the rollout temperature")
-    max_examples: int | None = Field(None, ge=1)
+    samples_per_prompt: int = Field(1, ge=1, le=MAX_SAMPLES_PER_PROMPT)
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE, description="None = the rollout temperature")
+    max_examples: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
 
 
 class CheckpointSpec(_Strict):
-    interval: int = Field(0, ge=0, description="checkpoint every N steps; 0 = only at the end")
-    keep_top_k: int = Field(3, ge=1, description="best checkpoints by validation reward kept")
+    interval: int = Field(0, ge=0, le=MAX_STEPS, description="checkpoint every N steps; 0 = only at the end")
+    keep_top_k: int = Field(3, ge=1, le=1000, description="best checkpoints by validation reward kept")
 
 
 class TrackingSpec(_Strict):
@@ -162,7 +196,9 @@ class TrackingSpec(_Strict):
 
 class RuntimeSpec(_Strict):
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
-    threads: int | None = Field(None, ge=1, description="torch intra-op threads; None = one per physical core")
+    threads: int | None = Field(
+        None, ge=1, le=MAX_THREADS, description="torch intra-op threads; None = one per physical core"
+    )
 
 
 class JobSpec(_Strict):

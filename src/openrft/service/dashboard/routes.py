@@ -36,7 +36,7 @@ def job(
     request: Request,
     owner: Owner,
     job_id: str,
-    after_event: Annotated[int, Query(ge=0, description="events after this sequence number")] = 0,
+    after_event: Annotated[int, Query(ge=0, le=2**63 - 1, description="events after this sequence number")] = 0,
 ) -> dict:
     """One job's page: summary, chart series, checkpoints, new events."""
     store = request.app.state.store

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from openrft.spec.dialects.bedrock import is_bedrock_request
 from openrft.spec.dialects.common import DatasetSizer, count_examples
 from openrft.spec.dialects.openai import FileResolver
+from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document, load_yaml
 from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
 from openrft.spec.job import JobSpec
 from openrft.spec.provenance import Resolution, Source, complete, leaf_paths
@@ -46,8 +47,13 @@ def read_document(path: Path) -> Any:
     text = path.read_text()
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            document = json.loads(text)
+            check_document(document, str(path))
+            return document
+        return load_yaml(text, str(path))
+    except (DocumentLimitError, RecursionError) as exc:
+        message = str(exc) if isinstance(exc, DocumentLimitError) else f"nests deeper than {MAX_DEPTH} levels"
+        raise SpecError([FieldProblem(str(path), message)]) from None
     except json.JSONDecodeError as exc:
         raise SpecError([FieldProblem(f"{path}:{exc.lineno}", f"is not valid JSON: {exc.msg}")]) from None
     except yaml.YAMLError as exc:

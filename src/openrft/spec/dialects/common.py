@@ -8,14 +8,29 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from openrft.spec.dialects.builder import SpecBuilder, was_set
 from openrft.spec.error_paths import user_loc
 from openrft.spec.errors import FieldProblem, outside, problems_from_validation
-from openrft.spec.job import DataSpec, ModelSpec
+from openrft.spec.job import (
+    MAX_AGE_TOLERANCE,
+    MAX_EXAMPLES,
+    MAX_LENGTH,
+    MAX_LORA_RANK,
+    MAX_MICRO_BATCH_TOKENS,
+    MAX_NEW_TOKENS,
+    MAX_PPO_MINI_BATCHES,
+    MAX_REPLICAS,
+    MAX_SAMPLES_PER_PROMPT,
+    MAX_SEED,
+    MAX_TEMPERATURE,
+    MAX_THREADS,
+    DataSpec,
+    ModelSpec,
+)
 from openrft.spec.locations import is_remote
 from openrft.spec.provenance import OPENRFT_DEFAULT
 from openrft.spec.tools import ToolsSpec
@@ -49,37 +64,43 @@ class OpenRFTExtensions(Strict):
     """OpenRFT's own settings, in an ``openrft`` block beside any dialect's fields
     (documented in docs/hyperparameters.md). A setting the dialect itself has a field for is refused."""
 
-    seed: int = 0
-    lora_rank: int = Field(16, ge=1)
+    seed: Annotated[int, closed(0, MAX_SEED)] = 0
+    lora_rank: Annotated[int, closed(1, MAX_LORA_RANK)] = 16
     lora_dropout: float = Field(0.0, ge=0, lt=1)
     clip_ratio_low: float = Field(0.2, ge=0, le=1)
-    max_grad_norm: float = Field(1.0, ge=0)
-    micro_batch_tokens: int = Field(8192, ge=1)
+    max_grad_norm: Annotated[float, closed(0, 1e6)] = 1.0
+    micro_batch_tokens: Annotated[int, closed(1, MAX_MICRO_BATCH_TOKENS)] = 8192
     activation_checkpointing: bool = False
     top_p: float = Field(1.0, gt=0, le=1)
     scale_advantages_by_std: bool = True
     on_reward_error: Literal["exclude", "zero", "fail"] = "exclude"
-    eval_samples_per_prompt: int = Field(1, ge=1)
-    eval_temperature: float | None = Field(None, ge=0)
-    eval_max_examples: int | None = Field(None, ge=1)
+    eval_samples_per_prompt: Annotated[int, closed(1, MAX_SAMPLES_PER_PROMPT)] = 1
+    eval_temperature: Annotated[float, closed(0, MAX_TEMPERATURE)] | None = None
+    eval_max_examples: Annotated[int, closed(1, MAX_EXAMPLES)] | None = None
     eval_at_start: bool = True
-    max_train_examples: int | None = Field(None, ge=1)
-    importance_weight_cap: float = Field(2.0, gt=1, description="dual-clip bound of the ratio (verl's clip_ratio_c)")
-    ppo_mini_batches: int = Field(1, ge=1, description="optimizer updates per step (verl's ppo_mini_batch_size)")
+    max_train_examples: Annotated[int, closed(1, MAX_EXAMPLES)] | None = None
+    importance_weight_cap: float = Field(
+        2.0, gt=1, le=1e3, description="dual-clip bound of the ratio (verl's clip_ratio_c)"
+    )
+    ppo_mini_batches: Annotated[int, closed(1, MAX_PPO_MINI_BATCHES)] = Field(
+        1, description="optimizer updates per step (verl's ppo_mini_batch_size)"
+    )
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     generator_base_url: str | None = None
     device: str = "auto"
-    threads: int | None = Field(None, ge=1)
+    threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
     tensorboard: bool = True
-    base_learning_rate: float | None = Field(None, gt=0, description="what a learning-rate multiplier scales")
-    max_length: int | None = Field(None, ge=2, description="prompt + response tokens")
-    max_new_tokens: int | None = Field(None, ge=1)
+    base_learning_rate: float | None = Field(None, gt=0, le=1, description="what a learning-rate multiplier scales")
+    max_length: Annotated[int, closed(2, MAX_LENGTH)] | None = Field(None, description="prompt + response tokens")
+    max_new_tokens: Annotated[int, closed(1, MAX_NEW_TOKENS)] | None = None
     rollout_strategy: Literal["sync", "off_policy_async"] = "sync"
-    age_tolerance: int | None = Field(None, ge=0, description="off_policy_async only; default 2")
-    replicas: int = Field(1, ge=1)
+    age_tolerance: Annotated[int, closed(0, MAX_AGE_TOLERANCE)] | None = Field(
+        None, description="off_policy_async only; default 2"
+    )
+    replicas: Annotated[int, closed(1, MAX_REPLICAS)] = 1
     learner_sharding: Literal["none", "fsdp"] = "none"
-    generation_replicas: int = Field(1, ge=1)
+    generation_replicas: Annotated[int, closed(1, MAX_REPLICAS)] = 1
     lambda_map: dict[str, str] = Field(
         default_factory=dict,
         description="reward Lambda ARN -> a local handler (path.py:lambda_handler) or an http(s) URL; "

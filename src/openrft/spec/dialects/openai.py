@@ -36,6 +36,7 @@ from openrft.spec.dialects.common import (
     vertex_default_epochs,
 )
 from openrft.spec.errors import FieldProblem, SpecError, outside
+from openrft.spec.job import MAX_SAMPLES_PER_PROMPT, MAX_STEPS
 from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution
 from openrft.spec.rewards import OpenAIGraderReward
@@ -48,6 +49,7 @@ MAX_NEW_TOKENS = 32_768  # Vertex's maxOutputTokens default; OpenAI exposes none
 PROMPT_TOKENS = 8_192
 REASONING = {"default": "medium", "low": "low", "medium": "medium", "high": "high"}
 H = "method.reinforcement.hyperparameters"
+MAX_LR_MULTIPLIER = 10.0  # OpenAI publishes no bound; ten times the base rate is already far past stable
 
 
 def auto_or(kind: type, low: float, high: float | None = None, low_exclusive: bool = False) -> PlainValidator:
@@ -74,9 +76,9 @@ def auto_or(kind: type, low: float, high: float | None = None, low_exclusive: bo
 class OpenAIHyperparameters(Strict):
     n_epochs: Annotated[Any, auto_or(int, 1, 50)] = "auto"
     batch_size: Annotated[Any, auto_or(int, 1, 256)] = "auto"
-    learning_rate_multiplier: Annotated[Any, auto_or(float, 0, low_exclusive=True)] = "auto"
-    eval_interval: Annotated[Any, auto_or(int, 1)] = "auto"
-    eval_samples: Annotated[Any, auto_or(int, 1)] = "auto"
+    learning_rate_multiplier: Annotated[Any, auto_or(float, 0, MAX_LR_MULTIPLIER, low_exclusive=True)] = "auto"
+    eval_interval: Annotated[Any, auto_or(int, 1, MAX_STEPS)] = "auto"
+    eval_samples: Annotated[Any, auto_or(int, 1, MAX_SAMPLES_PER_PROMPT)] = "auto"
     compute_multiplier: Annotated[Any, auto_or(float, 0.00001, 10)] = "auto"
     reasoning_effort: Literal["default", "low", "medium", "high"] = "default"
 
