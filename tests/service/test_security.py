@@ -79,6 +79,8 @@ def test_graders_run_gives_user_code_no_secret_of_the_server(server):
         ({"function": {"type": "openai_grader", "grader": PROBE}, "sandbox": {"isolation": "weak"}}, 403, "isolation"),
         ({"function": {"type": "openai_grader", "grader": PROBE}, "sandbox": {"python_paths": ["/etc"]}}, 403, "paths"),
         ({"type": "callable", "target": "builtins:print"}, 403, "grader.target"),
+        ({"type": "nova_lambda", "endpoint": "/etc/reward.py:lambda_handler"}, 400, "grader.endpoint"),
+        ({"type": "nova_lambda", "endpoint": "arn:aws:lambda:us-east-1:123456789012:function:f"}, 403, "endpoint"),
         ({"type": "callable", "target": "sys:exit", "sandboxed": True}, 403, "grader.target"),
         ({"function": {"type": "callable", "target": "os:getenv"}}, 403, "grader.function.target"),
         (
@@ -99,7 +101,7 @@ def test_a_tenant_cannot_set_what_the_operator_sets(server, grader, status, para
         error = response.json()["error"]
         assert error["param"].startswith("grader") and error["param"].endswith(param), error
         if status == 400:
-            assert "above the service's limit" in error["message"]
+            assert "above the service's limit" in error["message"] or "file on the server" in error["message"]
 
 
 def test_reward_endpoints_and_data_urls_may_not_reach_internal_addresses(server, internal_url, tmp_path):

@@ -63,10 +63,10 @@ def url_problem(url: str | None, field: str, config: ServiceConfig) -> Problem |
 
 
 def _reward_urls(spec: RewardSpec) -> list[tuple[str, str]]:
-    """(URL, where inside the reward) of every endpoint the reward calls."""
+    """(URL, where inside the reward) of every HTTP endpoint the reward calls."""
     function = spec.function
     if isinstance(function, NovaLambdaReward):
-        return [(function.endpoint, "endpoint")]
+        return [(function.endpoint, "endpoint")] if function.transport == "http" else []
     if isinstance(function, VertexReward):
         singles: list[tuple[SingleRewardConfig, str]] = []
         if function.single is not None:
@@ -92,6 +92,12 @@ def reward_problems(spec: RewardSpec, config: ServiceConfig, field: str, options
     function = spec.function
     if isinstance(function, CallableReward):
         problems.append(_operator_only(f"{field}.target", function.target, "a Python callable run by the service"))
+    if isinstance(function, NovaLambdaReward) and function.transport == "handler":
+        message = "is a handler file on the server; give an http(s) endpoint"
+        problems.append((INVALID, f"{field}.endpoint", message, function.endpoint))
+    if isinstance(function, NovaLambdaReward) and function.transport == "aws":
+        what = "invoking an AWS Lambda with the service's credentials"
+        problems.append(_operator_only(f"{field}.endpoint", function.endpoint, what))
     for url, where in _reward_urls(spec):
         problem = url_problem(url, f"{field}.{where}", config)
         if problem:
