@@ -212,3 +212,24 @@ def test_code_execution_output_is_captured_apart_from_the_score():
     failing = "def evaluate(example, response):\n    print('about to fail')\n    raise ValueError('no')\n"
     outcome = score(code_execution(failing), ["391"], VERTEX_LINE)[0]
     assert outcome.error_kind == "runtime_error" and outcome.stdout == "about to fail\n"
+
+
+def test_script_style_snippets_of_googles_sdk_set_reward():
+    from tests.rewards.helpers import require_bwrap
+
+    require_bwrap()
+    line = example(references={"reference": "hello"})
+    snippet = "reward = 1.0 if response == references['reference'] else 0.0"
+    assert scores(code_execution(snippet), ["hello", "print('hello')"], line) == [1.0, 0.0]
+    assert scores(code_execution("reward = 1.0"), ["anything"], line) == [1.0]
+    content_style = (
+        "text = response.get('parts')[0]['text']\nreward = -1.0 if example['references']['reference'] in text else 1"
+    )
+    assert scores(code_execution(content_style), ["hello", "bye"], line) == [-1.0, 1.0]
+
+
+def test_a_snippet_without_evaluate_or_reward_is_refused_at_validation():
+    from openrft.spec.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"defines no top-level function evaluate\(\) \(nor sets reward\)"):
+        score(code_execution("score = 1.0"), ["x"])

@@ -312,3 +312,8 @@ def test_every_reasoning_effort_of_the_sdk_is_accepted_in_grader_sampling_params
             "sampling_params": {"reasoning_effort": effort, "seed": 42, "temperature": 0},
         }
         assert resolve(doc).spec.reward.function.grader.sampling_params.reasoning_effort == effort
+
+
+def test_azure_openai_training_type_is_accepted_with_a_warning():
+    r = resolve(openai_job(trainingType="GlobalStandard"))
+    assert [w.path for w in r.warnings] == ["trainingType"]

@@ -66,6 +66,22 @@ def check_source(source: str, entry: str, arity: int, path: str) -> list[FieldPr
     return [FieldProblem(path, f"defines no top-level function {entry}()")]
 
 
+def is_reward_script(source: str, result: str = "reward", entry: str = "evaluate") -> bool:
+    """A Vertex snippet in the script style of Google's SDK examples (``reward = 1.0 if response == ...``):
+    no top-level ``evaluate()``, a top-level assignment to ``reward``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry:
+            return False
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return result in names
+
+
 def _sandbox(spec: RewardSpec, path: str) -> list[FieldProblem]:
     if spec.sandbox.isolation == "weak":
         return []
@@ -106,7 +122,12 @@ def _check_single(config: SingleRewardConfig, spec: RewardSpec, path: str) -> li
             )
     if config.codeExecutionRewardScorer is not None:
         where = f"{path}.codeExecutionRewardScorer.pythonCodeSnippet"
-        problems += check_source(config.codeExecutionRewardScorer.pythonCodeSnippet, "evaluate", 2, where)
+        snippet = config.codeExecutionRewardScorer.pythonCodeSnippet
+        if not is_reward_script(snippet):
+            problems += [
+                p if "defines no top-level" not in p.message else FieldProblem(p.path, p.message + " (nor sets reward)")
+                for p in check_source(snippet, "evaluate", 2, where)
+            ]
         problems += _sandbox(spec, where)
     if config.autoraterScorer is not None:
         where = f"{path}.autoraterScorer"

@@ -114,7 +114,7 @@ def grader_response_format(name: str, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def score_response_format() -> dict[str, Any]:
-    return grader_response_format("score_model_grader", {"type": "number"})
+    return grader_response_format("float_score_classification", {"type": "number"})
 
 
 def label_response_format(labels: list[str]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import json
 import re
 from typing import Any
 
+from openrft.rewards.checks import is_reward_script
 from openrft.rewards.context import RewardContext
 from openrft.rewards.judge import parse_score
 from openrft.rewards.remote import Timer, gather_all
@@ -120,6 +121,7 @@ class VertexSingleFunction:
         self.name = config.rewardName or next(s for s in config.SCORERS if getattr(config, s) is not None)
         if config.codeExecutionRewardScorer is not None:
             self.pool = context.pool()
+            self.script = is_reward_script(config.codeExecutionRewardScorer.pythonCodeSnippet)
         if config.cloudRunRewardScorer is not None:
             self.cloud_run = context.endpoint(
                 config.cloudRunRewardScorer.cloudRunUri, CLOUD_RUN_TIMEOUT_S, f"Cloud Run reward {self.name}"
@@ -155,12 +157,21 @@ class VertexSingleFunction:
         scorer = self.config.codeExecutionRewardScorer
         assert scorer is not None
         time_limit = self.context.spec.sandbox.time_limit_s or CODE_EXECUTION_TIME_LIMIT_S
+        example = vertex_example(sample.example)
+        script = None
+        if self.script:  # Google's script style: example, response and references in scope, reward set
+            script = {
+                "names": ["example", "response"],
+                "extra": {"references": example["references"]},
+                "result": "reward",
+            }
         result = await self.pool.call(
             scorer.pythonCodeSnippet,
             "evaluate",
-            [vertex_example(sample.example), response_content(parsed)],
+            [example, response_content(parsed)],
             time_limit,
             content_args=(1,),
+            script=script,
         )
         if not result.ok:
             raise RewardFailure(result.kind, f"evaluate(): {result.message}", result.stdout)  # type: ignore[arg-type]

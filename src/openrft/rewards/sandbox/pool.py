@@ -175,15 +175,19 @@ class SandboxPool:
         time_limit_s: float,
         check_only: bool = False,
         content_args: tuple[int, ...] = (),
+        script: dict[str, Any] | None = None,
     ) -> CallResult:
         """Run ``entry(*args)`` from ``source`` in a worker, within ``time_limit_s`` seconds; the arguments
-        at ``content_args`` are Vertex Content dicts, passed as the worker's ``VertexContent``."""
+        at ``content_args`` are Vertex Content dicts, passed as the worker's ``VertexContent``. With ``script``
+        (``{names, extra, result}``) ``source`` is run as a script instead of calling ``entry``."""
         worker = await self._acquire()
         keep: _Worker | None = worker
         try:
             request = {"source": source, "entry": entry, "args": args, "check": check_only}
             if content_args:
                 request["content_args"] = list(content_args)
+            if script is not None:
+                request["script"] = script
             try:
                 await worker.send(request)
                 answer = await asyncio.wait_for(worker.receive(), time_limit_s)

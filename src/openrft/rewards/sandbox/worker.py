@@ -4,9 +4,10 @@ It is started inside the sandbox (``mechanism.py``) as ``python -I -S worker.py 
 speaks length-prefixed JSON frames (4-byte big-endian length) on its original stdout/stdin.
 User code's own prints go to stderr, never into the protocol.
 
-Request:  ``{"source", "entry", "args", "content_args"}`` (a source is compiled once and kept by its
-          hash; the arguments at the ``content_args`` positions are Vertex Content objects, passed
-          as ``VertexContent``), or ``{"check": true, "source", "entry"}`` to only load it.
+Request:  ``{"source", "entry", "args", "content_args", "script"}`` (a source is compiled once and kept
+          by its hash; the arguments at the ``content_args`` positions are Vertex Content objects,
+          passed as ``VertexContent``; with ``script: {names, extra, result}`` the source is a script
+          run per call, see ``_run_script``), or ``{"check": true, "source", "entry"}`` to only load it.
 Answer:   ``{"ok": true, "value": ..., "stdout": ...}`` or ``{"ok": false, "kind", "message", "stdout"}``;
           ``stdout`` is what the call printed (at most 64 KiB), kept apart from the protocol.
 After a MemoryError the worker answers and exits: its heap is not trusted any more.
@@ -102,6 +103,22 @@ def _load(source, entry):
     return _FUNCTIONS[key]
 
 
+_SCRIPTS = {}
+
+
+def _run_script(source, args, script):
+    """A snippet without a function: run it as a script with ``args`` bound to ``script["names"]`` (and the
+    ``script["extra"]`` globals); the value it leaves in ``script["result"]`` is the answer."""
+    key = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    if key not in _SCRIPTS:
+        _SCRIPTS[key] = compile(source, "<user code>", "exec")
+    namespace = {"__name__": "user_code", **dict(zip(script["names"], args)), **script.get("extra", {})}
+    exec(_SCRIPTS[key], namespace)  # the sandbox is what makes this safe
+    if script["result"] not in namespace:
+        raise LookupError(f"the snippet defines no function and sets no {script['result']}")
+    return namespace[script["result"]]
+
+
 def _error(kind, exc):
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     user = [line for line in lines if "<user code>" in line or not line.startswith("  File")]
@@ -126,7 +143,8 @@ def main():
             return
         printed = ""
         try:
-            function = _load(request["source"], request["entry"])
+            script = request.get("script")
+            function = None if script else _load(request["source"], request["entry"])
             if request.get("check"):
                 answer = {"ok": True, "value": None}
             else:
@@ -136,7 +154,7 @@ def main():
                 captured = io.StringIO()
                 sys.stdout = captured
                 try:
-                    value = function(*args)
+                    value = function(*args) if function else _run_script(request["source"], args, script)
                 finally:
                     sys.stdout = sys.stderr
                     printed = captured.getvalue()

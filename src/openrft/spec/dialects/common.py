@@ -236,7 +236,9 @@ def training_prompts(
             return None
         hint = f", {alternative}" if alternative else ""
         b.problem(
-            train_field, f"{exc}, and {needed_for} needs its number of prompts: give a local path{hint}", data.train
+            train_field,
+            f"{exc}, and {needed_for} needs its number of prompts: give a local path (--map {data.train}=PATH){hint}",
+            data.train,
         )
         return None
     if data.train_examples_limit and total > data.train_examples_limit:

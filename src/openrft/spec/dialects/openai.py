@@ -114,6 +114,7 @@ class OpenAIJob(Strict):
     method: OpenAIMethod
     hyperparameters: LegacyHyperparameters | None = None
     integrations: list[Any] | None = None
+    trainingType: str | None = None  # Azure OpenAI's deployment type of the training job
     openrft: OpenRFTExtensions = OpenRFTExtensions()
 
     @field_validator("metadata")
@@ -230,6 +231,8 @@ def _resolve(
         b.user("training.seed", job.seed, "seed")
     else:
         b.default("training.seed", ext.seed, "seed", "OpenRFT's fixed seed (OpenAI would draw one)")
+    if job.trainingType is not None:
+        b.warn("trainingType", "is Azure OpenAI's training tier; not used by OpenRFT", job.trainingType)
     if job.integrations:
         b.warn(
             "integrations",
