@@ -123,6 +123,16 @@ def test_reward_endpoints_and_data_urls_may_not_reach_internal_addresses(server,
         "openrft.generator_base_url": lambda r: r["openrft"].update(generator_base_url=internal_url + "/v1"),
         "run.mlflow_tracking_uri": lambda r: r["run"].update(mlflow_tracking_uri="file:///etc/openrft-mlruns"),
         "openrft.ray_address": lambda r: r["openrft"].update(ray_address="127.0.0.1:6379"),
+        "openrft.tools.functions.calc.url": lambda r: r["openrft"].update(
+            tools={"functions": {"calc": {"type": "http", "url": internal_url + "/tool"}}}
+        ),
+        "openrft.tools.functions.calc.sandboxed": lambda r: r["openrft"].update(
+            tools={"functions": {"calc": {"type": "python", "function": "os:system", "sandboxed": False}}}
+        ),
+        "openrft.tools.functions.calc.function": lambda r: r["openrft"].update(
+            tools={"functions": {"calc": {"type": "python", "function": "/etc/tool.py:run"}}}
+        ),
+        "openrft.tools.environment.module": lambda r: r["openrft"].update(tools={"environment": {"module": "os"}}),
     }
     for field, change in cases.items():
         recipe = tiny_recipe(train, validation)

@@ -27,6 +27,7 @@ from openrft.service.errors import ApiError
 from openrft.service.store import NotFound, Store
 from openrft.spec.job import JobSpec
 from openrft.spec.rewards import CallableReward, NovaLambdaReward, RewardSpec, SingleRewardConfig, VertexReward
+from openrft.spec.tools import PythonToolSpec, ToolsSpec
 
 FORBIDDEN = 403
 INVALID = 400
@@ -148,6 +149,31 @@ def job_problems(spec: JobSpec, config: ServiceConfig, fields: dict[str, str], s
         if problem:
             problems.append(problem)
     problems += reward_problems(spec.reward, config, fields["reward"], None)
+    if spec.tools is not None:
+        problems += tool_problems(spec.tools, config)
+    return problems
+
+
+def tool_problems(tools: ToolsSpec, config: ServiceConfig) -> list[Problem]:
+    """Tools run code of the server (Python tools, environments) or call URLs: a tenant may name URLs only."""
+    problems: list[Problem] = []
+    for name, runner in tools.functions.items():
+        where = f"openrft.tools.functions.{name}"
+        if isinstance(runner, PythonToolSpec):
+            if not runner.sandboxed:
+                problems.append(_operator_only(f"{where}.sandboxed", False, "an in-process Python tool"))
+            else:
+                message = "names Python code on the server; tenants' tools are http endpoints"
+                problems.append((INVALID, f"{where}.function", message, runner.function))
+        else:
+            problem = url_problem(runner.url, f"{where}.url", config)
+            if problem:
+                problems.append(problem)
+            if runner.remote.api_key_env:
+                problems.append(_operator_only(f"{where}.remote.api_key_env", runner.remote.api_key_env, "api_key_env"))
+    if tools.environment is not None:
+        what = "an environment class run by the service"
+        problems.append(_operator_only("openrft.tools.environment.module", tools.environment.module, what))
     return problems
 
 
