@@ -7,6 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from openrft.rewards.capture import captured_stdout
 from tests.rewards.helpers import ROOT, require_bwrap
 
@@ -79,3 +81,42 @@ def test_captures_follow_their_own_thread_and_leave_the_rest_alone(capsys):
     print("after")
     assert seen == {"a": "from a\n", "b": "from b\n", "c": "from c\n"}
     assert capsys.readouterr().out == "before\nafter\n"
+
+
+def test_output_log_writes_each_output_once_per_step():
+    from openrft.rewards.capture import output_log
+
+    printed = [("example a, sample 0", "batch\n"), ("example a, sample 1", "batch\n"), ("example b, sample 0", "")]
+    assert output_log(3, printed) == "--- step 3, example a, sample 0\nbatch\n"
+    assert output_log(1, [("x", "no newline")]) == "--- step 1, x\nno newline\n"
+
+
+@pytest.mark.slow
+def test_training_keeps_reward_prints_in_the_run_directory(tmp_path, capsys):
+    require_bwrap()
+    from openrft.cli import main
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join((ROOT / "examples/arithmetic/train.jsonl").read_text().splitlines(keepends=True)[:8]))
+    job = {
+        "model": "openrft-demo",
+        "training_file": str(train),
+        "validation_file": str(train),
+        "method": {
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": {
+                    "type": "python",
+                    "source": "def grade(sample, item):\n    print('graded', sample['output_text'])\n    return 0.5\n",
+                },
+                "hyperparameters": {"batch_size": 2, "compute_multiplier": 0.125, "n_epochs": 1},
+            },
+        },
+        "openrft": {"max_new_tokens": 4, "eval_at_start": False},
+    }
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    run = tmp_path / "run"
+    assert main(["train", str(tmp_path / "job.json"), "--steps", "1", "--output", str(run), "--quiet"]) == 0
+    log = (run / "reward_output.log").read_text()
+    assert log.startswith("--- step 1, example ") and log.count("graded ") == 2 * 2  # 2 prompts × 2 samples
+    assert "graded" not in capsys.readouterr().out

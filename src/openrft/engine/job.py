@@ -26,6 +26,7 @@ from openrft.engine.rollouts import SyncRolloutSource
 from openrft.engine.setup import JobParts, build_parts
 from openrft.engine.train_batch import build_train_batch
 from openrft.errors import CheckpointError, OpenRFTError
+from openrft.rewards.capture import REWARD_OUTPUT_FILE, output_log
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.types import SamplingParams
 from openrft.spec.job import JobSpec
@@ -298,6 +299,14 @@ class RFTJob:
             return
         self.on_event("info", f"uploaded {count} file(s) to {self.mirror.uri}")
 
+    def _log_reward_output(self, step: int, groups: list) -> None:
+        """What user reward code printed, kept apart from OpenRFT's output in RUN_DIR/reward_output.log."""
+        printed = [(f"example {g.example.id}, sample {j}", o.stdout) for g in groups for j, o in enumerate(g.outcomes)]
+        text = output_log(step, printed)
+        if text:
+            with (self.run_dir / REWARD_OUTPUT_FILE).open("a", encoding="utf-8") as f:
+                f.write(text)
+
     @staticmethod
     def _due(step: int, interval: int) -> bool:
         return interval > 0 and step % interval == 0
@@ -307,6 +316,7 @@ class RFTJob:
         groups = self.rollouts.next_batch(step)
         t1 = time.perf_counter()
         samples, metrics = build_train_batch(groups, self.spec, self.learner.version)
+        self._log_reward_output(step, groups)
         if samples:
             metrics.update(self.learner.step(samples))
         else:

@@ -61,3 +61,19 @@ def captured_stdout() -> Iterator[io.StringIO]:
             _ACTIVE -= 1
             if _ACTIVE == 0 and isinstance(sys.stdout, _Router):
                 sys.stdout = sys.stdout.real
+
+
+REWARD_OUTPUT_FILE = "reward_output.log"
+"""In a run directory: what user reward code printed during training, step by step."""
+
+
+def output_log(step: int, printed: list[tuple[str, str]]) -> str:
+    """The log text of one step from ``(sample label, output)`` pairs; empty outputs are left out, and an
+    output repeated by the samples of one batch call (a Python callable's) is written once."""
+    seen: set[str] = set()
+    blocks = []
+    for label, text in printed:
+        if text and text not in seen:
+            seen.add(text)
+            blocks.append(f"--- step {step}, {label}\n{text}" + ("" if text.endswith("\n") else "\n"))
+    return "".join(blocks)
