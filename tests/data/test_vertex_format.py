@@ -132,3 +132,14 @@ def test_to_vertex_record_round_trips_to_the_same_messages(tmp_path, row):
     assert converted.fields["references"] == (
         {"ground_truth_answer": "2"} if row.get("id") else {"answer": "4", "steps": "1"}
     )
+
+
+def test_the_proto_field_name_system_instruction_is_read_as_systeminstruction():
+    line = {
+        "system_instruction": {"parts": [{"text": "Be brief."}]},
+        "contents": [{"role": "user", "parts": [{"text": "2+3?"}]}],
+        "references": {"answer": "5"},
+    }
+    example, problems = parse_vertex_record(line, 1, True)
+    assert problems == [] and example.messages[0] == {"role": "system", "content": "Be brief."}
+    assert "system_instruction" not in example.fields

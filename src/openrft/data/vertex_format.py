@@ -14,7 +14,8 @@ from typing import Any
 
 from openrft.data.records import Example
 
-VERTEX_KEYS = ("contents", "systemInstruction")
+VERTEX_KEYS = ("contents", "systemInstruction", "system_instruction")
+"""``system_instruction`` is the proto field name, which proto3 JSON parsers (Vertex's) accept as well."""
 ROLES = {"user": "user", "model": "assistant"}
 
 
@@ -81,6 +82,8 @@ def parse_vertex_record(obj: Any, line: int, require_reference: bool) -> tuple[E
         return None, [("<line>", "must be a JSON object")]
     problems: list[tuple[str, str]] = []
     messages: list[dict[str, Any]] = []
+    if "system_instruction" in obj and "systemInstruction" not in obj:
+        obj = {("systemInstruction" if k == "system_instruction" else k): v for k, v in obj.items()}
     if "systemInstruction" in obj:
         system, system_problems = _system(obj["systemInstruction"])
         problems += system_problems
