@@ -19,7 +19,7 @@ from benchmarks.common import RESULTS, load_average, markdown_table, threads, wr
 # The recipe's 1e-3 (with LoRA+ x16 on B) drives the demo model's validation reward down in both systems;
 # at 5e-5 it climbs (docs/performance.md). The benchmark runs both.
 CLIMBING_LR = 5e-5
-SUITES = ("vs-trl", "rollout", "learner", "memory", "optimizations", "threads", "long-context")
+SUITES = ("vs-trl", "rollout", "learner", "memory", "optimizations", "threads", "long-context", "sharding")
 
 
 def _log(message: str) -> None:
@@ -411,6 +411,49 @@ def long_context_suite(args: argparse.Namespace) -> None:
     write_results("long_context", "Long responses at a real vocabulary", body, {"rows": rows, "load": load}, args.out)
 
 
+def sharding_suite(args: argparse.Namespace) -> None:
+    from benchmarks.sharding import (
+        HIDDEN,
+        INTERMEDIATE,
+        LAYERS,
+        PROMPT_TOKENS,
+        PROMPTS,
+        RESPONSE_TOKENS,
+        SAMPLES,
+        sharding_rows,
+    )
+
+    _log("sharded learner: one JSON line per configuration (learners, mode)")
+    load = {"before": load_average()}
+    rows = sharding_rows(args.sharding_steps, args.sharding_timeout, _log)
+    load["after"] = load_average()
+    columns = [
+        ("mode", "mode:"),
+        ("learners", "learners:"),
+        ("parameters", "parameters:"),
+        ("state_mib_per_learner", "parameters + AdamW state MiB per learner:"),
+        ("state_vs_one_learner", "vs one learner:"),
+        ("peak_mib_per_learner", "step peak resident MiB per learner:"),
+        ("peak_vs_one_learner", "vs one learner:"),
+        ("baseline_mib", "libraries MiB:"),
+        ("step_s", "step s:"),
+    ]
+    body = [
+        f"The demo model's family (Qwen2, its vocabulary, tied embeddings) at hidden size {HIDDEN}, {LAYERS} layers, "
+        f"MLP {INTERMEDIATE}: random weights built here. One step: {PROMPTS} prompts x {SAMPLES} samples, "
+        f"{PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response tokens, no KL (no reference), AdamW (LoRA: rank 16 "
+        "on every linear layer, LoRA+). One learner: the engine's `Learner` in one process; two: `ShardedLearner` "
+        "ranks (FSDP2, gloo) under `torch.distributed.run`, the larger rank's figures. Each configuration in fresh "
+        f"processes, 1 torch thread each, {args.sharding_steps} timed step(s) after a warm-up. Parameters + AdamW "
+        "state: the tensors a learner holds between steps (its shards). Peak: the step's resident high-water mark "
+        "of the whole process, libraries included.",
+        "",
+        *markdown_table(columns, rows),
+    ]
+    title = "Sharded learner: memory and time per learner"
+    write_results("sharding", title, body, {"rows": rows, "load": load}, args.out)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -419,6 +462,7 @@ RUNNERS = {
     "optimizations": optimizations,
     "threads": thread_settings,
     "long-context": long_context_suite,
+    "sharding": sharding_suite,
 }
 
 
@@ -445,6 +489,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--long-unchunked", **lengths, help="long-context: lengths of the unchunked step too")
     parser.add_argument("--long-generate", **lengths, help="long-context: lengths to generate")
     parser.add_argument("--long-timeout", type=float, default=3600, help="long-context: seconds per measurement")
+    parser.add_argument("--sharding-steps", type=int, default=3, help="sharding: timed steps per configuration")
+    parser.add_argument("--sharding-timeout", type=float, default=900, help="sharding: seconds per configuration")
     parser.add_argument(
         "--out", type=Path, help="results folder (default benchmarks/results; --quick: a temporary one)"
     )
@@ -466,6 +512,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.long_generate = args.long_generate if args.long_generate is not None else ([128] if quick else [4096, 8192])
     if args.quick:
         args.steps, args.seeds, args.eval_every, args.warmup, args.repeats = 4, 1, 2, 1, 2
+        args.sharding_steps = 1
         args.prompt_counts, args.sample_counts, args.learner_prompts = [8], [4, 16], [8]
         args.memory_global, args.memory_micro = [16, 64], [256, 1024]
         args.rounds, args.lrs = 1, args.lrs[:1]

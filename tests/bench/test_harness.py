@@ -64,7 +64,17 @@ def test_linear_fit_of_memory():
 
 def test_runner_arguments():
     args = parse_args([])
-    assert args.suites == ["vs-trl", "rollout", "learner", "memory", "optimizations", "threads", "long-context"]
+    assert args.suites == [
+        "vs-trl",
+        "rollout",
+        "learner",
+        "memory",
+        "optimizations",
+        "threads",
+        "long-context",
+        "sharding",
+    ]
+    assert args.sharding_steps == 3
     assert args.long_tokens == [4096, 8192, 16384, 32768] and args.long_unchunked == [4096]
     custom = parse_args(["long-context", "--long-tokens", "1024,2048", "--long-unchunked=", "--long-generate", "512"])
     assert custom.long_tokens == [1024, 2048] and custom.long_unchunked == [] and custom.long_generate == [512]

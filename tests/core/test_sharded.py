@@ -54,29 +54,20 @@ def relative_update_error(before: dict, expected: dict, got: dict) -> float:
     return error / update
 
 
+def torchrun(arguments: list[str]) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2 ARGUMENTS`` with this checkout's code, one thread per process."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    launch = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port())]
+    return subprocess.run([sys.executable, *launch, *arguments], env=env, capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """Both modes, two steps each, on two torchrun ranks (one process group for the whole run)."""
     spec_dir, out = tmp_path_factory.mktemp("specs"), tmp_path_factory.mktemp("out")
     for mode in RUNS:
         (spec_dir / f"{mode}.json").write_text(sharded_spec(spec_dir, mode).model_dump_json())
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        str(free_port()),
-    ]
-    result = subprocess.run(
-        [*command, str(ROOT / "tests" / "core" / "sharded_run.py"), str(spec_dir), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = torchrun([str(ROOT / "tests" / "core" / "sharded_run.py"), str(spec_dir), str(out)])
     assert result.returncode == 0, result.stderr[-4000:]
     return {mode: torch.load(out / f"{mode}.pt", weights_only=False) for mode in RUNS}
 
@@ -152,3 +143,26 @@ def test_full_fine_tuning_refuses_generation_servers_by_name(tmp_path):
     spec.rollout.generator_base_url = "http://127.0.0.1:8000/v1"
     with pytest.raises(OpenRFTError, match=r"generator_base_url takes LoRA adapters .* full fine-tuning"):
         remote_replicas(spec, None, tmp_path)
+
+
+def test_a_job_under_torchrun_trains_one_policy_on_two_ranks(tmp_path):
+    import json
+
+    import yaml
+
+    recipe_path = small_recipe(tmp_path, max_steps=2, save_steps=1)
+    recipe = yaml.safe_load(recipe_path.read_text())
+    recipe["run"]["replicas"] = 2
+    recipe["openrft"].update({"learner_sharding": "fsdp", "eval_at_start": False, "eval_max_examples": 4})
+    recipe_path.write_text(yaml.safe_dump(recipe))
+    run = tmp_path / "run"
+    result = torchrun(["-m", "openrft", "train", str(recipe_path), "-o", str(run), "--quiet"])
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["steps"] == 2
+    state = torch.load(run / "checkpoints" / "step-000002" / "trainer_state.pt", weights_only=False)["learner"]
+    assert state["learners"] == 2 and state["version"] == 2
+    assert {"__0_0.distcp", "__1_0.distcp"} <= set(state["files"])  # both ranks' shards
+    assert (run / "adapter" / "adapter_model.safetensors").exists()  # the gathered LoRA adapter, PEFT format
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "actor/grad_norm" in r] == [1, 2]

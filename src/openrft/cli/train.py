@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from openrft.runtime.torchrun import follow, is_follower
+
+    if is_follower():  # a torchrun rank > 0: a shard of the learner, driven by rank 0's job
+        return follow()
     from openrft.data.loader import count_examples
     from openrft.engine import RFTJob
     from openrft.runtime import runtime_for

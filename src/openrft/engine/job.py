@@ -204,7 +204,11 @@ class RFTJob:
         if self.mirror is not None:  # before anything is loaded: a wrong bucket fails in seconds
             self.mirror.check(resuming=self.resume)
         self._build()
-        if self.spec.rollout.replicas > 1 and self.runtime.name == "local":
+        if (
+            self.spec.rollout.replicas > 1
+            and self.runtime.name == "local"
+            and self.spec.rollout.learner_sharding == "none"
+        ):
             self.on_event(
                 "warn",
                 f"rollout.replicas is {self.spec.rollout.replicas}: the local runtime trains with one learner "

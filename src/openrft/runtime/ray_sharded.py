@@ -15,7 +15,7 @@ from typing import Any
 
 from openrft.engine.local_runtime import LearnerParts
 from openrft.errors import OpenRFTError
-from openrft.rollout.types import PolicyVersioned, SamplingParams
+from openrft.runtime.sharded import ShardedAdapterWriter, ShardedEvalGenerator, ShardedWorker, merge_states
 
 DEATH_GRACE_S = 10.0
 """How long a failed call waits for the other ranks' results, to name a rank that died."""
@@ -93,12 +93,7 @@ class RayShardedLearner:
         return metrics
 
     def state_dict(self) -> dict:
-        """Rank 0's state with the checkpoint files of every rank (each rank writes its own shard's)."""
-        states = self.call("state_dict")
-        merged = dict(states[0])
-        merged["files"] = {name: data for state in states for name, data in state["files"].items()}
-        merged["learners"] = len(self.actors)
-        return merged
+        return merge_states(self.call("state_dict"))
 
     def load_state_dict(self, state: dict) -> None:
         self.version = self.call("load_state_dict", self._ray.put(state))[0]
@@ -112,39 +107,9 @@ class RayShardedLearner:
         return self.call("adapter_files")[0]
 
 
-class ShardedAdapterWriter:
-    """What checkpoints save: the gathered policy's files (PEFT, or Hugging Face for full fine-tuning)."""
-
-    def __init__(self, learner: RayShardedLearner):
-        self.learner = learner
-
-    def save_pretrained(self, directory: str) -> None:
-        from pathlib import Path
-
-        for name, data in self.learner.adapter_files().items():
-            path = Path(directory) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-
-
-class ShardedEvalGenerator(PolicyVersioned):
-    """Generation on rank 0 with the gathered parameters (every rank takes part in the gathering)."""
-
-    def __init__(self, learner: RayShardedLearner):
-        import torch
-
-        self.learner = learner
-        self.rng = torch.Generator()
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
-        return self.learner.call("generate", prompts, params, seed)[0]
-
-
 def build_sharded_learner(runtime, spec) -> tuple[LearnerParts, list]:
     """The actors (in the runtime's placement group) and the learner parts the engine uses."""
     import ray
-
-    from openrft.runtime.sharded import ShardedWorker
 
     spec_json = spec.model_dump_json()
     actors = [

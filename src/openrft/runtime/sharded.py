@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from openrft.rollout.types import Completion, SamplingParams
+from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.job import JobSpec
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
@@ -132,3 +132,36 @@ def sharded_device(name: str) -> torch.device:
         device = torch.device("cuda", index)
         torch.cuda.set_device(device)
     return device
+
+
+def merge_states(states: list[dict]) -> dict:
+    """One checkpoint state from every rank's: rank 0's with the files of all (each rank writes its shard's)."""
+    merged = dict(states[0])
+    merged["files"] = {name: data for state in states for name, data in state["files"].items()}
+    merged["learners"] = len(states)
+    return merged
+
+
+class ShardedAdapterWriter:
+    """What checkpoints save: the gathered policy's files (PEFT, or Hugging Face for full fine-tuning), from a
+    Ray or torchrun learner proxy."""
+
+    def __init__(self, learner):
+        self.learner = learner
+
+    def save_pretrained(self, directory: str) -> None:
+        for name, data in self.learner.adapter_files().items():
+            path = Path(directory) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+
+class ShardedEvalGenerator(PolicyVersioned):
+    """Generation on rank 0 with the gathered parameters (every rank takes part in the gathering)."""
+
+    def __init__(self, learner):
+        self.learner = learner
+        self.rng = torch.Generator()
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
+        return self.learner.call("generate", prompts, params, seed)[0]

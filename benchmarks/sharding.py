@@ -1,0 +1,186 @@
+"""Per-learner memory and step time of the sharded learner (``rollout.learner_sharding: fsdp``) against one learner.
+
+The model is the demo's family (``scripts/build_demo_model.py``: Qwen2, the demo's vocabulary, tied
+embeddings) scaled to about 59M parameters, random weights built here (nothing downloaded). Each
+configuration runs in fresh processes: one learner is the engine's ``Learner`` in one process; N learners
+are ``ShardedLearner`` ranks under ``torch.distributed.run`` (gloo). Per learner (the largest over the
+ranks):
+
+- ``state_mib_per_learner``: the parameters and AdamW state the learner holds between steps (its
+  shards' bytes, counted tensor by tensor; gradients are freed after each step);
+- ``peak_mib_per_learner``: the step's resident-memory high-water mark (``/proc/self/clear_refs`` reset
+  just before it), the whole process (libraries ``baseline_mib`` included);
+- ``step_s``: the median of the timed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import ROOT
+from benchmarks.learner import _release_free_memory
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 640, 12, 8, 4, 1920
+PROMPTS, SAMPLES, PROMPT_TOKENS, RESPONSE_TOKENS = 2, 4, 24, 24
+
+
+def model_config():
+    """The demo model's config (vocabulary, tokens, tied embeddings) with larger layers."""
+    from transformers import Qwen2Config
+
+    demo = json.loads((ROOT / "src" / "openrft" / "assets" / "demo_model" / "config.json").read_text())
+    return Qwen2Config(
+        vocab_size=demo["vocab_size"],
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=demo["max_position_embeddings"],
+        tie_word_embeddings=True,
+        eos_token_id=demo["eos_token_id"],
+        pad_token_id=demo["pad_token_id"],
+    )
+
+
+def _kib(field: str) -> int:
+    return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+def _local_bytes(tensor: torch.Tensor) -> int:
+    from torch.distributed.tensor import DTensor
+
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return local.numel() * local.element_size()
+
+
+def held_state_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float:
+    """Parameters (this learner's shards) and AdamW moments held between steps, in MiB."""
+    params = sum(_local_bytes(p) for p in model.parameters())
+    moments = sum(_local_bytes(v) for state in optimizer.state.values() for v in state.values() if v.dim() > 0)
+    return (params + moments) / 2**20
+
+
+def _samples(vocab: int):
+    from openrft.learner.batch import TrainSample
+
+    g = torch.Generator().manual_seed(0)
+    samples = []
+    for _ in range(PROMPTS):
+        prompt = torch.randint(0, vocab - 3, (PROMPT_TOKENS,), generator=g).tolist()
+        for k in range(SAMPLES):
+            response = torch.randint(0, vocab - 3, (RESPONSE_TOKENS,), generator=g).tolist()
+            samples.append(TrainSample(prompt, response, advantage=float(k) - 1.5))
+    return samples
+
+
+def worker(mode: str, learners: int, steps: int) -> None:
+    """One learner (or one rank of ``learners``): build, warm up one step, time ``steps``; rank 0 prints JSON."""
+    import torch.distributed as dist
+    from transformers import Qwen2ForCausalLM
+
+    from openrft.engine.local_runtime import learner_config
+    from openrft.learner import Learner, Policy
+    from openrft.learner.sharded import ShardedLearner, ShardedPolicy
+    from openrft.spec.dialects import load_job
+
+    torch.set_num_threads(1)
+    baseline = _kib("VmRSS") / 1024
+    spec = load_job(ROOT / "examples" / "arithmetic" / "recipe.yaml")
+    spec.lora.enabled = mode == "lora"
+    spec.algorithm.kl_loss_coef = 0.0  # model states only: no reference policy
+    config = model_config()
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    parameters = sum(p.numel() for p in model.parameters())
+    cfg = learner_config(spec, config.pad_token_id)
+    if learners > 1:
+        dist.init_process_group("gloo")
+        policy = ShardedPolicy(model, spec.lora, False, torch.device("cpu"))
+        learner = ShardedLearner(policy, cfg)
+    else:
+        learner = Learner(Policy(model, spec.lora, need_reference=False), cfg)
+    del model
+    samples = _samples(config.vocab_size)
+    learner.step(samples)  # warm-up: AdamW's state exists from here on
+    times, peaks = [], []
+    for _ in range(steps):
+        _release_free_memory()
+        Path("/proc/self/clear_refs").write_text("5")
+        start = time.perf_counter()
+        learner.step(samples)
+        times.append(time.perf_counter() - start)
+        peaks.append(_kib("VmHWM") / 1024)
+    row = {
+        "learners": learners,
+        "mode": mode,
+        "parameters": parameters,
+        "trainable_parameters": sum(p.numel() for p in learner.policy.model.parameters() if p.requires_grad),
+        "peak_mib_per_learner": round(max(peaks), 1),
+        "state_mib_per_learner": round(held_state_mib(learner.model, learner.optimizer), 1),
+        "baseline_mib": round(baseline, 1),
+        "step_s": round(statistics.median(times), 3),
+    }
+    if learners > 1:
+        rows: list = [None] * learners
+        dist.all_gather_object(rows, row)
+        for key in ("peak_mib_per_learner", "state_mib_per_learner", "baseline_mib", "step_s"):
+            row[key] = max(r[key] for r in rows)  # the largest learner's
+        if dist.get_rank() == 0:
+            print(json.dumps(row), flush=True)
+        dist.destroy_process_group()
+    else:
+        print(json.dumps(row), flush=True)
+
+
+def run_configuration(mode: str, learners: int, steps: int, timeout: float) -> dict:
+    """One configuration in fresh processes; its JSON row (or the error)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    module = ["-m", "benchmarks.sharding", "--worker", mode, str(learners), str(steps)]
+    if learners > 1:
+        from openrft.learner.sharded import free_port
+
+        launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(learners), "--master-port", str(free_port())]
+        command = [sys.executable, *launch, *module]
+    else:
+        command = [sys.executable, *module]
+    try:
+        done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"learners": learners, "mode": mode, "error": f"timed out after {timeout:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"learners": learners, "mode": mode, "error": done.stderr[-2000:]}
+    return json.loads(lines[-1])
+
+
+def sharding_rows(steps: int, timeout: float, log) -> list[dict]:
+    rows = []
+    for mode in ("full", "lora"):
+        for learners in (1, 2):
+            row = run_configuration(mode, learners, steps, timeout)
+            log(json.dumps(row))
+            rows.append(row)
+    for mode in ("full", "lora"):
+        one, two = (next(r for r in rows if r["mode"] == mode and r["learners"] == n) for n in (1, 2))
+        if "error" not in one and "error" not in two:
+            two["state_vs_one_learner"] = round(two["state_mib_per_learner"] / one["state_mib_per_learner"], 3)
+            two["peak_vs_one_learner"] = round(two["peak_mib_per_learner"] / one["peak_mib_per_learner"], 3)
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", nargs=3, metavar=("MODE", "LEARNERS", "STEPS"), required=True)
+    mode, learners, steps = parser.parse_args().worker
+    worker(mode, int(learners), int(steps))
