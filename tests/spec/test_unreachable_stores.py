@@ -71,3 +71,22 @@ def test_an_unreachable_output_location_is_named(tmp_path, monkeypatch, capsys):
     assert main(["spec", "validate", path]) == 2
     err = capsys.readouterr().err
     assert f"output: s3://bucket/out/: is unreachable: the object store 127.0.0.1:{port} does not answer" in err
+
+
+def test_every_problem_at_once_datasets_and_outputs_included(tmp_path, monkeypatch, capsys):
+    port = closed_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"messages": [{"role": "user", "content": "q"}], "reference_answer": "1"}\n{oops\n')
+    path = recipe(
+        tmp_path, str(train), validation_data_s3_path="s3://bucket/val.jsonl", output_s3_path="s3://bucket/out/"
+    )
+    text = (tmp_path / "recipe.yaml").read_text().replace("max_steps: 2", "max_steps: 2\n    optim_config: {lr: -1}")
+    (tmp_path / "recipe.yaml").write_text(text)
+    assert main(["spec", "validate", path]) == 2
+    err = capsys.readouterr().err
+    assert f"4 problem(s) in {path}:" in err
+    assert "training_config.trainer.optim_config.lr: -1 must be > 0" in err
+    assert f"run.data_s3_path: {train}:2: <line>: is not valid JSON" in err
+    assert "run.validation_data_s3_path: s3://bucket/val.jsonl: is unreachable" in err
+    assert "run.output_s3_path: s3://bucket/out/: is unreachable" in err

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from openrft.errors import OpenRFTError
+from openrft.spec.errors import FieldProblem, SpecError
 
 ORIGIN_STYLE = {"user": "green", "default": "dim", "derived": "cyan"}
 
@@ -123,9 +124,16 @@ def run_validate(args: argparse.Namespace) -> int:
     from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
 
-    resolution = resolve_job(
-        args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args), replacements=replacements(args)
-    )
+    try:
+        resolution = resolve_job(
+            args.job,
+            args.dialect,
+            dataset_size=count_examples,
+            mappings=mappings(args),
+            replacements=replacements(args),
+        )
+    except SpecError as exc:
+        raise with_location_problems(exc) from None
     report = check_job(resolution.spec)
     report["total_steps"] = resolution.total_steps
     report["warnings"] = [str(w) for w in resolution.warnings]
@@ -147,6 +155,35 @@ def run_validate(args: argparse.Namespace) -> int:
         f" samples{'' if report['prompts_checked'] else ' (prompt lengths not checked: model not local)'}"
     )
     return 0
+
+
+def with_location_problems(error: SpecError) -> SpecError:
+    """``error`` plus the problems of the datasets and output location it names but does not report
+    (every bad line, an unreachable store), so that a job's problems come all at once."""
+    from openrft.data.loader import DatasetError, load_dataset
+    from openrft.storage import StorageError, check_output_location, is_object_store
+
+    reported = {p.path for p in error.problems} | {p.value for p in error.problems if isinstance(p.value, str)}
+    extra: list[FieldProblem] = []
+    for path in ("data.train", "data.validation"):
+        location, field = error.partial.get(path, (None, None))
+        if location is None or field in reported or location in reported:
+            continue
+        try:
+            load_dataset(location, False, None)
+        except DatasetError as exc:
+            extra += [FieldProblem(field or path, str(p)) for p in exc.problems]
+    output, field = error.partial.get("output_dir", (None, None))
+    if is_object_store(output) and field not in reported:
+        try:
+            check_output_location(output)
+        except StorageError as exc:
+            extra.append(FieldProblem(field or "output_dir", str(exc)))
+    if not extra:
+        return error
+    combined = SpecError([*error.problems, *extra], error.source)
+    combined.partial = error.partial
+    return combined
 
 
 def check_job(spec) -> dict[str, Any]:

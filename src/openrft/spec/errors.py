@@ -34,6 +34,9 @@ class SpecError(OpenRFTError):
     def __init__(self, problems: Sequence[FieldProblem], source: str | None = None):
         self.problems = list(problems)
         self.source = source
+        self.partial: dict[str, tuple[Any, str | None]] = {}
+        """What the resolver had set when it stopped (canonical path -> value, the user's field): lets
+        ``spec validate`` check the datasets and outputs of a job that does not resolve yet."""
         if len(self.problems) == 1:
             super().__init__(f"{source}: {self.problems[0]}" if source else str(self.problems[0]))
             return

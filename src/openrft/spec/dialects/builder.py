@@ -96,7 +96,9 @@ class SpecBuilder:
         self._warn_degenerate()
         if self.problems:
             unique = {p.path: p for p in reversed(self.problems)}  # one problem per field: the first found
-            raise SpecError([p for p in self.problems if unique[p.path] is p], source)
+            error = SpecError([p for p in self.problems if unique[p.path] is p], source)
+            error.partial = {path: (value, self.sources[path].field) for path, value in self.values.items()}
+            raise error
         nested: dict[str, Any] = {}
         for path, value in self.values.items():
             *parents, last = path.split(".")
