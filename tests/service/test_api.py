@@ -176,3 +176,16 @@ def test_serve_refuses_to_bind_beyond_loopback_without_a_key(service):
     process = service.serve(host="0.0.0.0", wait=False)
     assert process.proc.wait(timeout=60) == 2
     assert "refusing to serve on 0.0.0.0 without an API key" in process.log.read_text()
+
+
+def test_a_tenant_maps_lambdas_to_urls_only(tenants):
+    a, _, train, validation = tenants
+    recipe = tiny_recipe(train, validation)
+    recipe["training_config"]["rollout"]["rewards"] = {"api_endpoint": {"lambda_arn": ""}}
+    recipe["openrft"]["lambda_map"] = {"*": "/etc/passwd.py:lambda_handler"}
+    error = a.post("/v1/nova/jobs", json=recipe).json()["error"]
+    assert error["param"] == "openrft.lambda_map.*", error
+    assert "map the ARN to an http(s) URL" in error["message"]
+    recipe["openrft"]["lambda_map"] = {"*": "http://127.0.0.1:9/"}
+    error = a.post("/v1/nova/jobs", json=recipe).json()["error"]  # a URL passes the map, then the outbound policy
+    assert error["param"] == "training_config.rollout.rewards.endpoint", error

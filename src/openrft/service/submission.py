@@ -59,6 +59,7 @@ class Submitter:
         """Parse and validate; raises ApiError (400) naming the field paths."""
         check_request_document(document, "the job")
         document = _copy(document)
+        self._check_lambda_map(owner, document)
         shown: dict[str, str] = {}  # server path -> what the user wrote (the file id)
         for path in DATA_FIELDS[dialect]:
             value = _get(document, path)
@@ -90,6 +91,22 @@ class Submitter:
             raise_problems(job_problems(spec, self.config, _user_fields(dialect), shown))
         self._validate_data(spec, dialect, shown)
         return Prepared(spec, document)
+
+    def _check_lambda_map(self, owner: str, document: dict[str, Any]) -> None:
+        """A tenant maps Lambda ARNs to URLs only: a handler file would be a server path (and its existence
+        would be probed by the resolver)."""
+        if self.allow_server_paths(owner):
+            return
+        mapping = _get(document, ("openrft", "lambda_map"))
+        if not isinstance(mapping, dict):
+            return
+        problems = [
+            FieldProblem(f"openrft.lambda_map.{arn}", "names a server file; map the ARN to an http(s) URL", target)
+            for arn, target in mapping.items()
+            if not (isinstance(target, str) and target.startswith(("http://", "https://")))
+        ]
+        if problems:
+            raise from_spec_error(SpecError(problems))
 
     def _check_locations(self, owner: str, spec: JobSpec, dialect: str, shown: dict[str, str]) -> None:
         if self.allow_server_paths(owner):

@@ -64,9 +64,12 @@ def lambda_target(b: SpecBuilder, arn: str | None, field: str, mapping: dict[str
             return None
         target = arn
     handler = resolve_handler(target, base_dir)
+    if handler is not None and not origin:
+        b.problem(field, "is a handler file: name it in openrft.lambda_map (or --map-lambda), not here", target)
+        return None
     if handler is not None:
         if not Path(handler.rsplit(":", 1)[0]).is_file():
-            b.problem(field, f"maps to {target!r}, but that file does not exist", arn)
+            b.problem(field, f"maps to {target!r}, but that file does not exist", *([arn] if arn else []))
             return None
         return handler
     if re.match(r"^https?://[^/\s]+", target):
@@ -79,7 +82,7 @@ def lambda_target(b: SpecBuilder, arn: str | None, field: str, mapping: dict[str
             why = "an ARN template (fill in region, account and function, or map it)"
         else:
             why = "no AWS credentials are configured to invoke it"
-        b.problem(field, f"{what}, and {why}: {map_advice(arn)}", arn)
+        b.problem(field, f"{what}, and {why}: {map_advice(arn)}", *([arn] if arn else []))
         return None
     b.problem(field, "is not a Lambda ARN, a handler file (path.py:lambda_handler) or an http(s) URL", target)
     return None
