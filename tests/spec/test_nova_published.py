@@ -289,3 +289,19 @@ def test_lora_settings_under_full_rank_are_named_as_ignored():
     assert "full rank" in str(r.warnings[0])
     doc["training_config"]["trainer"]["peft"] = {"peft_scheme": "lora"}
     assert resolve(doc).warnings == []
+
+
+def test_a_handler_file_is_named_by_a_mapping_not_in_the_arn_field(tmp_path):
+    target = handler(tmp_path)
+    doc = _recipe()
+    doc["training_config"]["rollout"]["rewards"] = {"api_endpoint": {"lambda_arn": target}}
+    with pytest.raises(SpecError, match=r"is a handler file: name it in openrft\.lambda_map"):
+        resolve(doc)
+    doc["openrft"] = {"lambda_map": {"*": target}}
+    doc["training_config"]["rollout"]["rewards"] = {"api_endpoint": {"lambda_concurrency_limit": 2}}
+    assert resolve(doc).spec.reward.function.endpoint == target
+
+
+def test_map_lambda_with_an_arn_needs_a_target(tmp_path, capsys):
+    assert main(["spec", "validate", str(tmp_path / "x.yaml"), "--map-lambda", ARN]) == 2
+    assert f"--map-lambda {ARN}: write ARN=TARGET" in capsys.readouterr().err
