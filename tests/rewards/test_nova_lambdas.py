@@ -228,3 +228,19 @@ def test_a_handler_file_is_checked_before_the_job_starts(tmp_path):
         build_reward(
             RewardSpec.model_validate({"function": {"type": "nova_lambda", "endpoint": f"{path}:lambda_handler"}})
         )
+
+
+def test_rewards_test_takes_a_published_lambda_file(tmp_path, capsys):
+    require_bwrap()
+    from openrft.cli import main
+
+    path = write(tmp_path, "reward", TOP_LEVEL_READER)
+    line = tmp_path / "line.json"
+    line.write_text(
+        json.dumps(
+            {"id": "q", "messages": [{"role": "user", "content": "2+3?"}], "reference_answer": {"solution": "5"}}
+        )
+    )
+    assert main(["rewards", "test", f"{path}:lambda_handler", "--example", str(line), "--response", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["score"], out["sub_scores"], out["metrics"]) == (0.2, {"correct": 0.0}, {"formatted": 1.0})

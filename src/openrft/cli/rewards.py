@@ -12,7 +12,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("rewards", help="try or check a reward configuration")
     commands = parser.add_subparsers(dest="rewards_command", required=True)
     test = commands.add_parser("test", help="score one response against one example")
-    test.add_argument("config", help="a reward config (OpenAI grader, Vertex reward config, reward spec) or job file")
+    test.add_argument(
+        "config",
+        help="a reward config (OpenAI grader, Vertex reward config, reward spec), a job file, or a published "
+        "reward Lambda file as reward.py:lambda_handler",
+    )
     test.add_argument("--example", required=True, help="a JSON file holding one dataset line")
     source = test.add_mutually_exclusive_group(required=True)
     source.add_argument("--response", help="the model's response text")

@@ -82,8 +82,13 @@ def reward_spec_from_document(document: Any, source: str | None = None) -> Rewar
 
 
 def load_reward_spec(path: str | Path) -> RewardSpec:
+    """A reward config file, a job file's reward, or a published Lambda file named ``reward.py:lambda_handler``."""
     from openrft.spec.dialects import detect_dialect, load_job, read_document
+    from openrft.spec.dialects.lambdas import resolve_handler
 
+    handler = resolve_handler(str(path), Path.cwd())
+    if handler is not None:
+        return RewardSpec.model_validate({"function": {"type": "nova_lambda", "endpoint": handler}})
     path = Path(path)
     document = read_document(path)
     if isinstance(document, dict) and (
