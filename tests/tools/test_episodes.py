@@ -14,6 +14,7 @@ import pytest
 from openrft.data.records import Example
 from openrft.engine.rollouts import reward_samples
 from openrft.rewards import build_reward
+from openrft.rewards.views import nova_entry
 from openrft.rollout.prompts import chat_text
 from openrft.rollout.types import SamplingParams
 from openrft.spec.rewards import RewardSpec, SandboxSpec
@@ -122,6 +123,11 @@ def test_an_episode_calls_the_tool_reads_the_result_and_answers(tokenizer, sandb
     }
     assert completion.turns[1] == {"role": "tool", "tool_call_id": "call_1_0", "name": "calculator", "content": "10063"}
     assert [o.score for o in outcomes] == [1.0, 1.0, 1.0, 1.0]
+    # a Nova Lambda gets the whole conversation: prompt, the call, the tool's answer, the final answer
+    lambda_messages = nova_entry(reward_samples(examples, groups, step=1)[0])["messages"]
+    assert [m["role"] for m in lambda_messages] == ["user", "assistant", "tool", "assistant"]
+    assert lambda_messages[1]["tool_calls"][0]["function"]["name"] == "calculator"
+    assert lambda_messages[2]["content"] == "10063" and lambda_messages[3]["content"] == "10063"
     metrics = tool_metrics([c for g in groups for c in g])
     assert metrics["tools/turns/mean"] == 2.0 and metrics["tools/calculator/calls"] == 4.0
     assert metrics["tools/calculator/errors"] == 0.0 and metrics["tools/failed_episodes"] == 0.0

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from openrft.data.records import Example
 from openrft.engine.rollouts import score_groups
 from openrft.rewards.runner import RewardRunner
 from openrft.rewards.stats import reward_metrics
 from openrft.rollout.types import Generator, SamplingParams
+from openrft.tools.metrics import tool_metrics
 
 PASS_SCORE = 1.0
 
@@ -20,6 +21,7 @@ class EvalResult:
     errors: int
     samples: int
     mean_response_length: float
+    tools: dict[str, float] = field(default_factory=dict)  # tool episodes' metrics, ``val-score/tools/*``
 
     def metrics(self, k: int) -> dict[str, float]:
         return {
@@ -27,6 +29,7 @@ class EvalResult:
             "val-score/pass_rate": self.pass_rate,
             "val-score/errors": float(self.errors),
             "val-score/response_length/mean": self.mean_response_length,
+            **self.tools,
         }
 
 
@@ -56,4 +59,5 @@ def evaluate(
         errors=int(stats["reward/errors"]),
         samples=len(flat),
         mean_response_length=sum(lengths) / len(lengths) if lengths else 0.0,
+        tools=tool_metrics([c for group in groups for c in group], prefix="val-score/tools"),
     )
