@@ -118,3 +118,19 @@ def test_the_job_option_turns_checkpointing_on_in_the_learner(recipe_factory):
     samples = [TrainSample([5, 6, 7], [8, 9, 10, 11], 1.0), TrainSample([5, 6, 7], [12, 13], -1.0)]
     learner.accumulate(samples, 6)
     assert all(p.grad is not None for p in learner.policy.trainable_parameters())
+
+
+def test_a_group_with_one_long_response_is_split_around_it():
+    from openrft.learner.batch import padded_cost, plan_micro_batches
+
+    prompt = list(range(1, 33))
+    lengths = [100, 32_768, 90, 4_000, 120, 4_100, 80, 110]
+    samples = [TrainSample(prompt, [7] * n, 1.0) for n in lengths]
+    plan = plan_micro_batches(samples, 8_192)
+    assert sorted(i for mb in plan for i in mb) == list(range(len(samples)))
+    assert [1] in plan  # the 32,768-token response alone: it cannot share, nor be cut
+    for mb in plan:
+        cost = padded_cost([len(prompt)], [lengths[i] for i in mb])
+        assert mb == [1] or cost <= 8_192, (mb, cost)
+    # the short ones share one micro-batch, not padded to the long ones' width
+    assert sorted(next(mb for mb in plan if 0 in mb)) == [0, 2, 4, 6, 7]

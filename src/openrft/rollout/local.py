@@ -104,6 +104,7 @@ class TransformersGenerator(PolicyVersioned):
 
         for t in range(steps):
             token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng)
+            logits = None  # only one step's full-vocabulary logits are ever held (long responses, real vocabularies)
             live = row_of[~done]
             tokens_out[live, t] = token[~done]
             logp_out[live, t] = logp[~done]
@@ -119,14 +120,13 @@ class TransformersGenerator(PolicyVersioned):
                 row_of, token, mask, next_position, done = (x[keep] for x in (row_of, token, mask, next_position, done))
             token = token.masked_fill(done, self.pad_token_id)
             mask = torch.cat([mask, (~done).long().unsqueeze(-1)], dim=-1)
-            out = self.model(
+            logits = self.model(
                 input_ids=token.unsqueeze(-1),
                 attention_mask=mask,
                 position_ids=next_position.unsqueeze(-1),
                 use_cache=True,
                 **{self._cache_kwarg: cache},
-            )
-            logits = out.logits[:, -1, :]
+            ).logits[:, -1, :]
             next_position = next_position + 1
 
         tokens_cpu, logp_cpu, lengths_cpu = tokens_out.cpu(), logp_out.cpu(), lengths.cpu()
