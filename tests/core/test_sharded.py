@@ -135,16 +135,6 @@ def test_final_weights_are_written_in_peft_and_hugging_face_format(two_ranks, tm
         assert all(torch.equal(state[k], expected[k]) for k in expected)
 
 
-def test_full_fine_tuning_refuses_generation_servers_by_name(tmp_path):
-    from openrft.engine.local_runtime import remote_replicas
-    from openrft.errors import OpenRFTError
-
-    spec = sharded_spec(tmp_path, "full")
-    spec.rollout.generator_base_url = "http://127.0.0.1:8000/v1"
-    with pytest.raises(OpenRFTError, match=r"generator_base_url takes LoRA adapters .* full fine-tuning"):
-        remote_replicas(spec, None, tmp_path)
-
-
 def test_a_job_under_torchrun_trains_one_policy_on_two_ranks(tmp_path):
     import json
 

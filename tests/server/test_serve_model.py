@@ -6,7 +6,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import httpx
@@ -229,3 +231,77 @@ def test_remote_generator_loads_versions_and_samples_with_exact_logprobs(
 def test_cli_rejects_a_malformed_adapter_argument(capsys):
     assert main(["serve-model", "openrft-demo", "--adapter", "no-equals-sign"]) == 2
     assert "expected NAME=PATH" in capsys.readouterr().err
+
+
+# full fine-tuning: the whole model's weights (POST /v1/load_weights) ----------------------------------
+
+
+def _full_generator(url: str, tokenizer, model, tmp_path) -> RemoteGenerator:
+    return RemoteGenerator(
+        url,
+        adapter_dir=tmp_path / "served",
+        lora=LoraSpec(enabled=False),
+        base_model="openrft-demo",
+        eos_token_ids=eos_token_ids(tokenizer, model),
+        adapter_prefix="full",
+        retries=0,
+    )
+
+
+def test_full_weights_reach_the_server_and_it_samples_from_them(server, model_and_tokenizer, tmp_path):
+    base, tokenizer = model_and_tokenizer
+    tuned = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in tuned.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=g))
+    generator = _full_generator(server, tokenizer, base, tmp_path)
+    prompt = render_prompt(tokenizer, PROMPT)
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=6)
+
+    generator.load_adapter({k: v.clone() for k, v in base.state_dict().items()}, 1)
+    try:
+        generator.load_adapter({k: v.clone() for k, v in tuned.state_dict().items()}, 2)
+        assert generator.policy_version == 2
+        assert sorted(p.name for p in (tmp_path / "served").iterdir()) == ["full-v2"]  # the previous file removed
+        [group] = generator.generate([prompt], params)
+        for completion in group:
+            assert completion.policy_version == 2
+            got = torch.tensor(completion.logprobs)
+            assert torch.allclose(got, _teacher_forced_logp(tuned.eval(), prompt, completion.token_ids), atol=1e-4)
+            assert not torch.allclose(got, _teacher_forced_logp(base, prompt, completion.token_ids), atol=1e-3)
+    finally:  # the other tests of this module serve the base model
+        generator.load_adapter({k: v.clone() for k, v in base.state_dict().items()}, 3)
+
+
+def test_weights_that_do_not_fit_are_refused_naming_the_path(server, tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"model.not_a_layer.weight": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    response = httpx.post(f"{server}/v1/load_weights", json={"path": str(tmp_path)})
+    assert response.status_code == 400 and "model.not_a_layer.weight" in response.json()["error"]["message"]
+    empty = httpx.post(f"{server}/v1/load_weights", json={"path": str(tmp_path / "missing")})
+    assert empty.status_code == 400 and "no *.safetensors files" in empty.json()["error"]["message"]
+
+
+class _NoSuchRoute(BaseHTTPRequestHandler):
+    def do_POST(self):  # http.server's name
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"detail": "Not Found"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_without_the_weights_route_is_refused_by_name(model_and_tokenizer, tmp_path):
+    base, tokenizer = model_and_tokenizer
+    http = HTTPServer(("127.0.0.1", 0), _NoSuchRoute)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        generator = _full_generator(f"http://127.0.0.1:{http.server_port}", tokenizer, base, tmp_path)
+        with pytest.raises(GenerationServerError, match=r"has no POST /v1/load_weights.*vLLM.*weight-transfer API"):
+            generator.load_adapter({"lm_head.weight": torch.zeros(2, 2)}, 1)
+    finally:
+        http.shutdown()

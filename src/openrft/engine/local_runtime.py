@@ -22,7 +22,6 @@ import torch
 
 from openrft.engine.async_rollouts import REPLICA_SEED_STRIDE, GenerationReplica, GeneratorReplica
 from openrft.engine.setup import JobParts
-from openrft.errors import OpenRFTError
 from openrft.learner import Learner, LearnerConfig, Policy
 from openrft.rollout.local import TransformersGenerator
 from openrft.spec.job import JobSpec
@@ -77,12 +76,6 @@ def remote_replicas(spec: JobSpec, parts: JobParts, run_dir: Path) -> list[Gener
     comma-separated list: replica ``i`` uses server ``i mod len``)."""
     from openrft.rollout.remote import RemoteGenerator
 
-    if not spec.lora.enabled:
-        raise OpenRFTError(
-            "rollout.generator_base_url takes LoRA adapters (vLLM's /v1/load_lora_adapter): full fine-tuning "
-            "(lora.enabled false) has no route to send its weights to a generation server; leave "
-            "rollout.generator_base_url unset to generate with in-process or Ray replicas"
-        )
     urls = [u.strip() for u in (spec.rollout.generator_base_url or "").split(",") if u.strip()]
     return [
         GeneratorReplica(

@@ -7,6 +7,9 @@ Only the part of vLLM's API that vLLM documents is used:
   policy version is written as a PEFT adapter directory and loaded under a new, version-suffixed
   name (vLLM refuses to load a name twice); the previous version is then unloaded. ``lora_path`` is
   read by the server, so the adapter directory must be on a filesystem the server sees.
+- Full fine-tuning (no LoRA): each policy version is written as ``model.safetensors`` and read by the
+  server through ``POST /v1/load_weights`` ``{"path"}``, a route of ``openrft serve-model`` only; vLLM
+  takes full weights through its weight-transfer API, which this client does not drive (refused by name).
 - ``POST /v1/completions`` with the prompts as token ids (``prompt: list[list[int]]``), ``n``,
   ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``stop_token_ids``, ``logprobs: 0`` (the
   sampled token's log-prob only) and ``return_tokens_as_token_ids: true`` (tokens come back as
@@ -31,7 +34,20 @@ TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 
 
 class GenerationServerError(OpenRFTError):
-    """The generation server refused a request or could not be reached."""
+    """The generation server refused a request (``status``: its HTTP status) or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+NO_WEIGHTS_ROUTE = (
+    "has no POST /v1/load_weights, OpenRFT's route (openrft serve-model) for the full weights of full "
+    "fine-tuning. vLLM takes full weights only through its weight-transfer API (VLLM_SERVER_DEV_MODE=1, "
+    "--weight-transfer-config, weights sent over NCCL or CUDA IPC; docs.vllm.ai, Training > Weight Transfer), "
+    "which OpenRFT does not drive: train LoRA (vLLM loads adapters), serve the model with openrft serve-model, "
+    "or leave rollout.generator_base_url unset"
+)
 
 
 def lora_target_modules(weights: dict[str, torch.Tensor]) -> list[str]:
@@ -98,10 +114,15 @@ class RemoteGenerator(PolicyVersioned):
         self.eos_token_ids, self.adapter_prefix, self.retries = list(eos_token_ids), adapter_prefix, retries
         self.served_model = served_model
         self._adapter: str | None = None
+        self._weights_dir: Path | None = None  # full fine-tuning: the file the server last loaded
 
     # adapters -----------------------------------------------------------------------------------
 
     def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """The policy's weights: a LoRA adapter loaded by name, or (full fine-tuning) the whole model."""
+        if not self.lora.enabled:
+            self._load_full_weights(weights, version)
+            return
         name = f"{self.adapter_prefix}-v{version}"
         path = write_peft_adapter(weights, self.lora, self.base_model, self.adapter_dir / name)
         if name != self._adapter:
@@ -110,6 +131,24 @@ class RemoteGenerator(PolicyVersioned):
         if previous and previous != name:
             self._post("/unload_lora_adapter", {"lora_name": previous})
             shutil.rmtree(self.adapter_dir / previous, ignore_errors=True)
+
+    def _load_full_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Full fine-tuning: the weights as a safetensors file the server reads (``POST /v1/load_weights``)."""
+        from safetensors.torch import save_file
+
+        directory = self.adapter_dir / f"{self.adapter_prefix}-v{version}"
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in weights.items()}
+        save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        try:
+            self._post("/load_weights", {"path": str(directory.resolve())})
+        except GenerationServerError as exc:
+            if exc.status in (404, 405):
+                raise GenerationServerError(f"the generation server at {self.base_url} {NO_WEIGHTS_ROUTE}") from None
+            raise
+        if self._weights_dir not in (None, directory):  # the server holds the new weights: drop the old file
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+        self._weights_dir, self._version = directory, version
 
     # generation ---------------------------------------------------------------------------------
 
@@ -197,7 +236,8 @@ class RemoteGenerator(PolicyVersioned):
                     return response
                 if response.status_code not in TRANSIENT_STATUS or attempt == self.retries:
                     raise GenerationServerError(
-                        f"{method} {url} failed with HTTP {response.status_code}: {_error_message(response)}"
+                        f"{method} {url} failed with HTTP {response.status_code}: {_error_message(response)}",
+                        response.status_code,
                     )
             time.sleep(min(0.5 * 2**attempt, 8.0))
         raise AssertionError("unreachable")

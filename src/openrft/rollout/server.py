@@ -2,8 +2,11 @@
 
 Routes: ``GET /v1/models``, ``POST /v1/completions`` (prompts as text or token ids), ``POST
 /v1/chat/completions``, and vLLM's ``POST /v1/load_lora_adapter`` / ``POST /v1/unload_lora_adapter``
-(an adapter is then served under its name: pass it as ``model``). It is the server OpenRFT's remote
-generator speaks to (the same subset of the API as vLLM), and the way to serve a tuned adapter.
+(an adapter is then served under its name: pass it as ``model``), and OpenRFT's own ``POST
+/v1/load_weights`` ``{"path"}``, which replaces the base model's weights with a Hugging Face model
+directory's safetensors (full fine-tuning's policy after each update; vLLM has no such route). It is
+the server OpenRFT's remote generator speaks to (the same subset of the API as vLLM), and the way to
+serve a tuned adapter.
 
 Requests run one at a time (a lock around the model); each is batched internally (all its prompts
 and samples in one generation). Sampled log-probs are those of the temperature-scaled distribution
@@ -17,6 +20,7 @@ import threading
 import time
 import uuid
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -74,6 +78,10 @@ class ChatRequest(_Request):
 class LoadAdapterRequest(BaseModel):
     lora_name: str = Field(min_length=1)
     lora_path: str = Field(min_length=1)
+
+
+class LoadWeightsRequest(BaseModel):
+    path: str = Field(min_length=1)
 
 
 class UnloadAdapterRequest(BaseModel):
@@ -137,6 +145,36 @@ class ModelServer:
                 self.model = self.model.unload()
                 self.generator.model = self.model
 
+    # full weights ---------------------------------------------------------------------------------
+
+    def load_weights(self, path: str) -> int:
+        """Replace the base model's weights with the safetensors files in ``path`` (a Hugging Face model
+        directory of the same architecture: what full fine-tuning sends after each update); the count."""
+        from safetensors.torch import load_file
+
+        files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+        if not files:
+            raise ApiError(400, f"no *.safetensors files in {path!r}", param="path")
+        state: dict[str, torch.Tensor] = {}
+        for file in files:
+            state.update(load_file(str(file)))
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        own = base.state_dict()
+        state = {_base_layer_name(k, own): v for k, v in state.items()}
+        unknown = sorted(set(state) - set(own))
+        wrong = sorted(k for k in state if k in own and state[k].shape != own[k].shape)
+        if unknown or wrong:
+            raise ApiError(
+                400,
+                f"the weights in {path!r} do not fit the served model: unknown {unknown[:5]}, other shapes {wrong[:5]}",
+                param="path",
+            )
+        with self.lock, torch.no_grad():
+            for name, tensor in state.items():
+                own[name].copy_(tensor)
+        self.root = path
+        return len(state)
+
     def models(self) -> dict:
         card = {"object": "model", "created": self.created, "owned_by": "openrft"}
         data = [{"id": self.served_name, **card, "root": self.root, "parent": None}]
@@ -198,6 +236,16 @@ class ModelServer:
 
     def token_text(self, token_id: int, as_id: bool) -> str:
         return f"token_id:{token_id}" if as_id else self.tokenizer.decode([token_id])
+
+
+def _base_layer_name(name: str, own: dict) -> str:
+    """A model weight's name in a model with LoRA adapters loaded (PEFT moves ``q_proj.weight`` to
+    ``q_proj.base_layer.weight``)."""
+    if name in own:
+        return name
+    module, _, leaf = name.rpartition(".")
+    wrapped = f"{module}.base_layer.{leaf}"
+    return wrapped if wrapped in own else name
 
 
 def _params(request: CompletionRequest | ChatRequest, max_tokens: int) -> SamplingParams:
@@ -365,6 +413,11 @@ def build_app(server: ModelServer) -> FastAPI:
     async def load_lora_adapter(request: LoadAdapterRequest) -> PlainTextResponse:
         await run_in_threadpool(server.load_adapter, request.lora_name, request.lora_path)
         return PlainTextResponse(f"Success: LoRA adapter '{request.lora_name}' added successfully.")
+
+    @app.post("/v1/load_weights")
+    async def load_weights(request: LoadWeightsRequest) -> PlainTextResponse:
+        count = await run_in_threadpool(server.load_weights, request.path)
+        return PlainTextResponse(f"Success: {count} weight tensors loaded from '{request.path}'.")
 
     @app.post("/v1/unload_lora_adapter")
     async def unload_lora_adapter(request: UnloadAdapterRequest) -> PlainTextResponse:
