@@ -58,3 +58,9 @@ def test_rewards_test_reports_invalid_output_without_a_traceback(tmp_path, capsy
     args = ["rewards", "test", str(tmp_path / "grader.json"), "--example", str(tmp_path / "example.json")]
     assert main([*args, "--response", response]) == 1
     assert capsys.readouterr().out.startswith("error invalid_output: python grader bad returned")
+
+
+def test_a_callable_calling_sys_exit_fails_its_samples_not_the_process():
+    from tests.rewards.helpers import scores
+
+    assert scores({"type": "callable", "target": "sys:exit"}, ["a", "b"]) == ["runtime_error", "runtime_error"]

@@ -166,6 +166,7 @@ def test_the_outbound_policy():
     assert "scheme" in (refusal("gopher://example.com/", allow_private=True) or "")
 
 
+@pytest.mark.slow
 def test_a_job_trains_with_a_grader_that_finds_no_secret_and_models_stay_with_their_tenant(server, tmp_path):
     alice, bob = server[1]
     train = upload(alice, small_dataset(tmp_path / "train.jsonl", TRAIN, 4))

@@ -129,8 +129,8 @@ class CallableFunction:
         with captured_stdout() as buffer:
             try:
                 if inspect.iscoroutinefunction(self.function):
-                    return await asyncio.wait_for(self.function(batch), self.time_limit_s)
-                return await asyncio.wait_for(asyncio.to_thread(self.function, batch), self.time_limit_s)
+                    return await asyncio.wait_for(_no_exit_async(self.function, batch), self.time_limit_s)
+                return await asyncio.wait_for(asyncio.to_thread(_no_exit, self.function, batch), self.time_limit_s)
             except TimeoutError:
                 raise RewardFailure("timeout", f"{self.target} ran past {self.time_limit_s:g} s") from None
             except Exception as exc:
@@ -147,3 +147,25 @@ class CallableFunction:
 
     async def aclose(self) -> None:
         return None
+
+
+class _Exited(Exception):
+    """``sys.exit()`` called by a reward: its samples' failure, never the process's (asyncio would let a
+    SystemExit out of the event loop)."""
+
+    def __str__(self) -> str:
+        return f"called sys.exit({repr(self.args[0])[:80]})"
+
+
+def _no_exit(function: Any, batch: list[dict[str, Any]]) -> Any:
+    try:
+        return function(batch)
+    except SystemExit as exc:
+        raise _Exited(exc.code) from None
+
+
+async def _no_exit_async(function: Any, batch: list[dict[str, Any]]) -> Any:
+    try:
+        return await function(batch)
+    except SystemExit as exc:
+        raise _Exited(exc.code) from None
