@@ -244,3 +244,19 @@ def test_rewards_test_takes_a_published_lambda_file(tmp_path, capsys):
     assert main(["rewards", "test", f"{path}:lambda_handler", "--example", str(line), "--response", "6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["score"], out["sub_scores"], out["metrics"]) == (0.2, {"correct": 0.0}, {"formatted": 1.0})
+
+
+def test_metric_types_are_read_in_either_case():
+    from openrft.rewards.nova import parse_result_entry
+    from openrft.rewards.types import RewardFailure
+
+    entry = {
+        "id": "1",
+        "aggregate_reward_score": 0.5,
+        "metrics_list": [{"name": "a", "value": 1, "type": "reward"}, {"name": "b", "value": 2, "type": "METRIC"}],
+    }
+    outcome = parse_result_entry(entry, "lambda")
+    assert (outcome.score, outcome.sub_scores, outcome.metrics) == (0.5, {"a": 1.0}, {"b": 2.0})
+    entry["metrics_list"][0]["type"] = "bonus"
+    with pytest.raises(RewardFailure, match="has type 'bonus', not Reward or Metric"):
+        parse_result_entry(entry, "lambda")

@@ -34,11 +34,11 @@ def parse_result_entry(entry: Any, what: str) -> RewardOutcome:
                 raise RewardFailure("invalid_output", f"{what} metrics_list item {item!r} has no name")
             value = as_score(item.get("value"), f"{what} metric {item['name']}")
             kind = item.get("type", "Metric")
-            if kind not in ("Reward", "Metric"):
+            if not isinstance(kind, str) or kind.capitalize() not in ("Reward", "Metric"):
                 raise RewardFailure(
                     "invalid_output", f"{what} metric {item['name']} has type {kind!r}, not Reward or Metric"
                 )
-            (outcome.sub_scores if kind == "Reward" else outcome.metrics)[item["name"]] = value
+            (outcome.sub_scores if kind.capitalize() == "Reward" else outcome.metrics)[item["name"]] = value
         return outcome
     if "score" in entry:
         outcome = RewardOutcome(score=as_score(entry["score"], f"{what} score"))
