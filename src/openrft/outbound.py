@@ -75,3 +75,17 @@ def refusal(url: str, allow_private: bool) -> str | None:
             "internal addresses for tenants (the operator allows them with openrft serve --allow-private-urls)"
         )
     return None
+
+
+def redirect_refusal(source: str, target: str) -> str | None:
+    """Why a redirect from ``source`` to ``target`` must not be followed: another scheme than http(s), or
+    another host that is internal (a public endpoint may not bounce a call onto the service's network).
+    Checked whatever the operator allows, since an endpoint the operator chose stays where it is."""
+    parsed, origin = urlparse(target), urlparse(source)
+    if parsed.scheme.lower() not in FETCH_SCHEMES:
+        return f"redirects to {target!r}, not an http(s) URL"
+    if parsed.hostname and parsed.hostname != origin.hostname:
+        internal = [str(a) for a in _addresses(parsed.hostname) if _is_internal(a)]
+        if internal:
+            return f"redirects to {target!r}, an internal address ({internal[0]}) of another host"
+    return None

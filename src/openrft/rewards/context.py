@@ -10,6 +10,7 @@ import asyncio
 
 import httpx
 
+from openrft.outbound import redirect_refusal
 from openrft.rewards.judge import JUDGE_TIMEOUT_S, ChatJudge, judge_api_key, require_base_url
 from openrft.rewards.remote import RemoteEndpoint
 from openrft.rewards.sandbox import SandboxPool
@@ -29,7 +30,8 @@ class RewardContext:
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
             limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-            self._client = httpx.AsyncClient(limits=limits, follow_redirects=True)
+            hooks = {"response": [_refuse_inward_redirects]}
+            self._client = httpx.AsyncClient(limits=limits, follow_redirects=True, event_hooks=hooks)
             self._client_loop = loop
         return self._client
 
@@ -70,3 +72,17 @@ class _LazyClient:
 
     async def post(self, *args, **kwargs) -> httpx.Response:
         return await self.context.client().post(*args, **kwargs)
+
+
+class RedirectRefused(httpx.TransportError):
+    """A redirect the outbound policy does not follow (``openrft.outbound.redirect_refusal``)."""
+
+
+async def _refuse_inward_redirects(response: httpx.Response) -> None:
+    if not response.has_redirect_location:
+        return
+    source = str(response.request.url)
+    target = str(response.request.url.join(response.headers["location"]))
+    reason = await asyncio.to_thread(redirect_refusal, source, target)
+    if reason:
+        raise RedirectRefused(f"{source} {reason}", request=response.request)
