@@ -156,3 +156,13 @@ def test_a_job_under_torchrun_trains_one_policy_on_two_ranks(tmp_path):
     assert (run / "adapter" / "adapter_model.safetensors").exists()  # the gathered LoRA adapter, PEFT format
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "actor/grad_norm" in r] == [1, 2]
+
+
+def test_activation_checkpointing_with_sharding_is_refused_by_name(tmp_path):
+    from openrft.errors import OpenRFTError
+    from openrft.runtime import runtime_for
+
+    spec = sharded_spec(tmp_path, "full")
+    spec.rollout.runtime, spec.training.activation_checkpointing = "ray", True
+    with pytest.raises(OpenRFTError, match=r"training.activation_checkpointing .* rollout.learner_sharding fsdp"):
+        runtime_for(spec)
