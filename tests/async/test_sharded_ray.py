@@ -2,6 +2,8 @@
 make one learner's update; a rank killed during a step fails it by name, and the job resumes from its
 last checkpoint on one learner."""
 
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -59,6 +61,8 @@ def test_a_learner_killed_mid_step_fails_the_step_and_the_job_resumes_on_one_lea
     spec.reward = RewardSpec.model_validate(FUZZY_REWARD)
     spec.rollout.runtime, spec.rollout.replicas, spec.rollout.learner_sharding = "ray", 2, "fsdp"
     spec.lora.enabled = False  # full fine-tuning: the final model in Hugging Face format
+    # a generation replica actor samples: after each update it loads the whole gathered model
+    spec.rollout.strategy, spec.rollout.age_tolerance = "off_policy_async", 0
     spec.evaluation.at_start = False
     runtime = runtime_for(spec)
     submit = RayShardedLearner.submit
@@ -86,3 +90,6 @@ def test_a_learner_killed_mid_step_fails_the_step_and_the_job_resumes_on_one_lea
     assert final.config.model_type == "qwen2"
     state = torch.load(tmp_path / "run" / "checkpoints" / "step-000003" / "trainer_state.pt", weights_only=False)
     assert state["learner"]["version"] == 3 and state["learner"]["learners"] == 1
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "actor/grad_norm" in r] == [1, 2, 3]
+    assert all(r["rollout/policy_age/max"] == 0 for r in rows if "rollout/policy_age/max" in r)
