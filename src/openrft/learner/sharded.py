@@ -94,9 +94,15 @@ def shard(model: torch.nn.Module, device: torch.device) -> list[FSDPModule]:
     return units  # type: ignore[return-value]  # fully_shard made each an FSDPModule
 
 
-def full_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every tensor whole (an all-gather of each sharded one: a collective, every rank calls it)."""
-    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in state.items()}
+def full_tensors(state: dict[str, torch.Tensor], keep: bool = True) -> dict[str, torch.Tensor]:
+    """Every tensor whole, on the CPU: an all-gather of each sharded one in turn (a collective: every rank
+    calls it), so a device holds one gathered tensor at a time. ``keep`` False: take part, keep nothing."""
+    whole = {}
+    for name, tensor in state.items():
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if keep:
+            whole[name] = full.detach().to("cpu", copy=True)
+    return whole
 
 
 class ShardedPolicy(Policy):
@@ -115,9 +121,9 @@ class ShardedPolicy(Policy):
         if self._reference_model is not None:
             self.units += shard(self._reference_model, device)
 
-    def adapter_state(self) -> dict[str, torch.Tensor]:
-        """The policy's weights, gathered whole (every rank must call it)."""
-        return full_tensors(super().adapter_state())
+    def adapter_state(self, keep: bool = True) -> dict[str, torch.Tensor]:
+        """The policy's weights, gathered whole on the CPU (every rank must call it; ``keep``: see full_tensors)."""
+        return full_tensors(Policy.adapter_state(self), keep)
 
     def local_adapter_state(self) -> dict[str, torch.Tensor]:
         return Policy.adapter_state(self)

@@ -97,14 +97,13 @@ class ShardedWorker:
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """The gathered policy weights on rank 0 (adapter with LoRA, the full model without); empty elsewhere."""
-        state = self.policy.adapter_state()
-        return state if self.rank == 0 else {}
+        return self.policy.adapter_state(keep=self.rank == 0)
 
     def adapter_files(self) -> dict[str, bytes]:
         """The policy in PEFT format (LoRA) or Hugging Face format (full), as files, from rank 0."""
         from openrft.rollout.remote import write_peft_adapter
 
-        state = self.policy.adapter_state()
+        state = self.policy.adapter_state(keep=self.rank == 0)
         if self.rank != 0:
             return {}
         with tempfile.TemporaryDirectory() as tmp:
