@@ -1,0 +1,52 @@
+"""The calculator example's model and data, and the script that builds them."""
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from openrft.rollout.prompts import render_prompt
+from openrft.tools.calls import parse_tool_calls
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "build_tool_model.py"
+EXAMPLE = ROOT / "examples" / "calculator"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build(out: Path, steps: int) -> None:
+    cmd = [sys.executable, str(SCRIPT), "--steps", str(steps), "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+
+
+def test_the_calculator_model_is_small_and_its_template_renders_the_tools():
+    model = AutoModelForCausalLM.from_pretrained(EXAMPLE / "model")
+    tokenizer = AutoTokenizer.from_pretrained(EXAMPLE / "model")
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    assert sum(f.stat().st_size for f in (EXAMPLE / "model").iterdir()) < 5 * 2**20
+    row = [{"role": "user", "content": "What is 347*29?"}]
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"properties": {"expression": {}}}}}]
+    assert tokenizer.decode(render_prompt(tokenizer, row, tools)) == (
+        "<|im_start|>system\nTools: calculator(expression)<|im_end|>\n"
+        "<|im_start|>user\nWhat is 347*29?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "347*29"}}</tool_call>'
+    assert len(tokenizer(call, add_special_tokens=False)["input_ids"]) == len(call) - 10 - 11  # each tag is one token
+    assert tokenizer.decode(tokenizer(call)["input_ids"], skip_special_tokens=True) == call
+    assert parse_tool_calls(call, {"calculator"}).calls[0]["function"]["name"] == "calculator"
+
+
+@pytest.mark.slow
+def test_rebuilding_is_byte_identical_and_writes_the_committed_data(tmp_path):
+    build(tmp_path / "a", steps=3)
+    build(tmp_path / "b", steps=3)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert digest(a / "model" / "model.safetensors") == digest(b / "model" / "model.safetensors")
+    for name in ("train.jsonl", "validation.jsonl"):
+        assert digest(a / name) == digest(EXAMPLE / name)

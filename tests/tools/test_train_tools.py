@@ -1,0 +1,100 @@
+"""Jobs with tools end to end on the calculator model: sync and off_policy_async, metrics, exact resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from openrft.engine import RFTJob, StopAfter
+from openrft.engine.checkpoints import CheckpointManager
+from openrft.spec.dialects import load_job
+from openrft.spec.errors import SpecError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
+
+
+def tools_recipe(tmp_path: Path, strategy: str = "sync", **openrft) -> Path:
+    """The calculator example, small: 4 prompts x 4 episodes a step."""
+    recipe = yaml.safe_load((EXAMPLE / "recipe.yaml").read_text())
+    recipe["run"]["model_name_or_path"] = str(EXAMPLE / "model")
+    recipe["run"]["data_s3_path"] = str(EXAMPLE / "train.jsonl")
+    recipe["run"]["validation_data_s3_path"] = str(EXAMPLE / "validation.jsonl")
+    del recipe["run"]["output_s3_path"]
+    config = recipe["training_config"]
+    config["global_batch_size"] = 16
+    config["rollout"]["advantage_strategy"]["number_generation"] = 4
+    if strategy != "sync":
+        config["rollout"]["rollout_strategy"] = {"type": strategy, "age_tolerance": 1}
+    config["trainer"].update(max_steps=3, save_steps=1, test_steps=100)
+    recipe["openrft"].update(eval_max_examples=8, threads=1, tensorboard=False, **openrft)
+    recipe["openrft"]["tools"]["functions"]["calculator"]["function"] = f"{EXAMPLE / 'calculator.py'}:calculator"
+    recipe["openrft"]["tools"]["functions"]["calculator"]["sandboxed"] = False
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def adapter_at(run_dir: Path, step: int) -> dict:
+    manager = CheckpointManager(run_dir, 10)
+    info = next(i for i in manager.list() if i.step == step)
+    return manager.load_state(info)["learner"]["adapter"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["sync", "off_policy_async"])
+def test_a_job_with_tools_trains_on_episodes(tmp_path, strategy):
+    spec = load_job(tools_recipe(tmp_path, strategy))
+    summary = RFTJob(spec, tmp_path / "run", show_progress=False).run()
+    assert summary["status"] == "succeeded"
+    steps = rows(tmp_path / "run")[1:]
+    for row in steps:
+        assert row["tools/turns/mean"] >= 1.0 and "tools/masked_tokens/total" in row
+    called = [r for r in steps if r["tools/calls/total"] > 0]
+    assert called, "the calculator model calls its tool in some episodes"
+    row = called[0]
+    assert row["tools/calculator/calls"] == row["tools/calls/total"]
+    assert row["tools/masked_tokens/total"] > 0 and row["tools/calculator/latency_s/mean"] >= 0
+    assert row["tools/failed_episodes"] == 0.0
+    # the learner trains on the model's tokens only: fewer than the episodes hold
+    assert row["actor/trained_tokens"] < row["response_length/mean"] * 16
+    evaluation = rows(tmp_path / "run")[0]  # validation episodes are tool episodes too
+    assert evaluation["val-score/tools/turns/mean"] >= 1.0 and "val-score/tools/calls/mean" in evaluation
+
+
+@pytest.mark.slow
+def test_a_job_with_tools_resumes_from_a_checkpoint_exactly(tmp_path):
+    spec = load_job(tools_recipe(tmp_path))
+    straight = tmp_path / "straight"
+    RFTJob(spec, straight, show_progress=False).run()
+    interrupted = tmp_path / "interrupted"
+    first = RFTJob(spec, interrupted, show_progress=False, control=StopAfter(1)).run()
+    assert first["status"] == "paused"
+    second = RFTJob.from_run_dir(interrupted, show_progress=False).run()
+    assert second["status"] == "succeeded" and second["steps"] == 3
+    expected, resumed = adapter_at(straight, 3), adapter_at(interrupted, 3)
+    for name in expected:
+        assert torch.equal(expected[name], resumed[name]), name
+    for a, b in zip(rows(straight), rows(interrupted), strict=True):
+        assert a["step"] == b["step"]
+        for key in ("tools/calls/total", "tools/masked_tokens/total", "critic/rewards/mean"):
+            assert a.get(key) == b.get(key), (a["step"], key)
+
+
+def test_tools_on_the_ray_runtime_are_refused_by_name(tmp_path):
+    with pytest.raises(SpecError) as caught:
+        load_job(tools_recipe(tmp_path, runtime="ray"))
+    assert "tools" in str(caught.value) and "ray" in str(caught.value)
+
+
+def test_tool_files_are_found_next_to_the_job_file():
+    spec = load_job(EXAMPLE / "recipe.yaml")
+    assert spec.tools.functions["calculator"].function == f"{EXAMPLE / 'calculator.py'}:calculator"
+    assert spec.tools.max_turns == 3
