@@ -425,7 +425,8 @@ def sharding_suite(args: argparse.Namespace) -> None:
 
     _log("sharded learner: one JSON line per configuration (learners, mode)")
     load = {"before": load_average()}
-    rows = sharding_rows(args.sharding_steps, args.sharding_timeout, _log)
+    layers = 2 if args.quick else LAYERS
+    rows = sharding_rows(args.sharding_steps, args.sharding_timeout, _log, layers)
     load["after"] = load_average()
     columns = [
         ("mode", "mode:"),
@@ -439,7 +440,7 @@ def sharding_suite(args: argparse.Namespace) -> None:
         ("step_s", "step s:"),
     ]
     body = [
-        f"The demo model's family (Qwen2, its vocabulary, tied embeddings) at hidden size {HIDDEN}, {LAYERS} layers, "
+        f"The demo model's family (Qwen2, its vocabulary, tied embeddings) at hidden size {HIDDEN}, {layers} layers, "
         f"MLP {INTERMEDIATE}: random weights built here. One step: {PROMPTS} prompts x {SAMPLES} samples, "
         f"{PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response tokens, no KL (no reference), AdamW (LoRA: rank 16 "
         "on every linear layer, LoRA+). One learner: the engine's `Learner` in one process; two: `ShardedLearner` "

@@ -34,7 +34,7 @@ HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 640, 12, 8, 4, 1920
 PROMPTS, SAMPLES, PROMPT_TOKENS, RESPONSE_TOKENS = 2, 4, 24, 24
 
 
-def model_config():
+def model_config(layers: int = LAYERS):
     """The demo model's config (vocabulary, tokens, tied embeddings) with larger layers."""
     from transformers import Qwen2Config
 
@@ -43,7 +43,7 @@ def model_config():
         vocab_size=demo["vocab_size"],
         hidden_size=HIDDEN,
         intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS,
+        num_hidden_layers=layers,
         num_attention_heads=HEADS,
         num_key_value_heads=KV_HEADS,
         max_position_embeddings=demo["max_position_embeddings"],
@@ -84,7 +84,7 @@ def _samples(vocab: int):
     return samples
 
 
-def worker(mode: str, learners: int, steps: int) -> None:
+def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
     """One learner (or one rank of ``learners``): build, warm up one step, time ``steps``; rank 0 prints JSON."""
     import torch.distributed as dist
     from transformers import Qwen2ForCausalLM
@@ -99,7 +99,7 @@ def worker(mode: str, learners: int, steps: int) -> None:
     spec = load_job(ROOT / "examples" / "arithmetic" / "recipe.yaml")
     spec.lora.enabled = mode == "lora"
     spec.algorithm.kl_loss_coef = 0.0  # model states only: no reference policy
-    config = model_config()
+    config = model_config(layers)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
     parameters = sum(p.numel() for p in model.parameters())
@@ -143,10 +143,10 @@ def worker(mode: str, learners: int, steps: int) -> None:
         print(json.dumps(row), flush=True)
 
 
-def run_configuration(mode: str, learners: int, steps: int, timeout: float) -> dict:
+def run_configuration(mode: str, learners: int, steps: int, timeout: float, layers: int = LAYERS) -> dict:
     """One configuration in fresh processes; its JSON row (or the error)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
-    module = ["-m", "benchmarks.sharding", "--worker", mode, str(learners), str(steps)]
+    module = ["-m", "benchmarks.sharding", "--worker", mode, str(learners), str(steps), str(layers)]
     if learners > 1:
         from openrft.learner.sharded import free_port
 
@@ -164,11 +164,12 @@ def run_configuration(mode: str, learners: int, steps: int, timeout: float) -> d
     return json.loads(lines[-1])
 
 
-def sharding_rows(steps: int, timeout: float, log) -> list[dict]:
+def sharding_rows(steps: int, timeout: float, log, layers: int = LAYERS) -> list[dict]:
+    """Full fine-tuning and LoRA at 1 and 2 learners (``layers``: fewer for a quick check that it runs)."""
     rows = []
     for mode in ("full", "lora"):
         for learners in (1, 2):
-            row = run_configuration(mode, learners, steps, timeout)
+            row = run_configuration(mode, learners, steps, timeout, layers)
             log(json.dumps(row))
             rows.append(row)
     for mode in ("full", "lora"):
@@ -181,6 +182,6 @@ def sharding_rows(steps: int, timeout: float, log) -> list[dict]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--worker", nargs=3, metavar=("MODE", "LEARNERS", "STEPS"), required=True)
-    mode, learners, steps = parser.parse_args().worker
-    worker(mode, int(learners), int(steps))
+    parser.add_argument("--worker", nargs=4, metavar=("MODE", "LEARNERS", "STEPS", "LAYERS"), required=True)
+    mode, learners, steps, layers = parser.parse_args().worker
+    worker(mode, int(learners), int(steps), int(layers))
