@@ -134,3 +134,36 @@ def test_a_group_with_one_long_response_is_split_around_it():
         assert mb == [1] or cost <= 8_192, (mb, cost)
     # the short ones share one micro-batch, not padded to the long ones' width
     assert sorted(next(mb for mb in plan if 0 in mb)) == [0, 2, 4, 6, 7]
+
+
+def test_the_sharded_learner_takes_the_chunked_head():
+    """FSDP2 needs every pass to enter through the root module: the chunked head's hidden states are taken
+    by a hook during the model's own forward. One gloo rank makes the plain learner's update."""
+    import torch.distributed as dist
+
+    from openrft.learner import Learner, Policy
+    from openrft.learner.learner import LearnerConfig
+    from openrft.learner.sharded import ShardedLearner, ShardedPolicy, free_port
+    from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
+
+    def config(lora):
+        algorithm, optimizer = AlgorithmSpec(kl_loss_coef=0.05, ent_coeff=0.01), OptimizerSpec(lr=1e-2, adam_eps=1e-3)
+        return LearnerConfig(algorithm, optimizer, lora, 0.7, 30, pad_token_id=0, logits_chunk_bytes=16)
+
+    g = torch.Generator().manual_seed(1)
+    responses = [torch.randint(1, 64, (9 + k,), generator=g).tolist() for k in range(3)]
+    samples = [TrainSample([1, 2, 3, 4], response, k - 1.0) for k, response in enumerate(responses)]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        for lora in (LoraSpec(), LoraSpec(enabled=False)):
+            plain = Learner(Policy(_model(), lora, need_reference=True), config(lora))
+            assert plain.head_chunk(plain.model, collate(samples, 0, torch.device("cpu"))) == 1
+            plain.step(samples)
+            sharded = ShardedLearner(ShardedPolicy(_model(), lora, True, torch.device("cpu")), config(lora))
+            sharded.step(samples)
+            with sharded.policy.gathered():
+                got = {k: getattr(v, "full_tensor", lambda v=v: v)() for k, v in sharded.model.state_dict().items()}
+            want = plain.model.state_dict()
+            assert all(torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-7) for k in want)
+    finally:
+        dist.destroy_process_group()

@@ -54,17 +54,16 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
     (all but their last token, which predicts nothing) run on top of it.
     """
     base = unwrap(model)
-    net = base.get_decoder() if hidden else model
     kwarg = cache_keyword(model)
     with suspended(base):  # the prompts write the cache: never replayed
-        first, cache = prefill(net, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg, hidden=hidden)
+        first, cache = prefill(model, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg, hidden=hidden)
     out = first.index_select(0, mb.prompt_index).unsqueeze(1)
     if mb.response_width > 1:
         cache.batch_select_indices(mb.prompt_index)
         mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
         ids, positions = mb.response_ids[:, :-1], mb.response_positions[:, :-1]
         with nullcontext() if freeze(cache) else suspended(base):
-            rest = continue_from(net, cache, ids, mask, positions, kwarg, hidden)
+            rest = continue_from(model, cache, ids, mask, positions, kwarg, hidden)
         out = torch.cat([out, rest], dim=1)
     return out
 

@@ -34,6 +34,22 @@ def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tenso
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def _forward(model: torch.nn.Module, hidden: bool, **kwargs) -> torch.Tensor:
+    """``model``'s logits; or (``hidden``) its decoder's last hidden states, taken by a hook while the language-model
+    head runs on the last position only. The model's own forward runs either way, so that wrappers around it
+    (PEFT, FSDP's root unit) see every pass."""
+    if not hidden:
+        return model(**kwargs).logits
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    captured: list[torch.Tensor] = []
+    handle = base.get_decoder().register_forward_hook(lambda _m, _a, out: captured.append(out.last_hidden_state))
+    try:
+        model(**{**kwargs, "logits_to_keep": 1})
+    finally:
+        handle.remove()
+    return captured[-1]
+
+
 def prefill(
     model: torch.nn.Module,
     ids: torch.Tensor,
@@ -43,14 +59,20 @@ def prefill(
     hidden: bool = False,
 ) -> tuple[torch.Tensor, DynamicCache]:
     """Run left-padded prompts through ``model``; returns the last position's logits ``[prompts, vocab]``
-    (the language-model head runs on that position only) and the filled KV cache. ``hidden``: ``model`` is
-    a decoder without the head, and the last position's hidden state ``[prompts, hidden]`` is returned."""
+    (the language-model head runs on that position only) and the filled KV cache. ``hidden``: the last
+    position's hidden state ``[prompts, hidden]`` before the head instead."""
     cache = DynamicCache()
-    kwargs = {} if hidden else {"logits_to_keep": 1}
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs, **{cache_kwarg: cache}
+    out = _forward(
+        model,
+        hidden,
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_kwarg: cache},
     )
-    return (out.last_hidden_state if hidden else out.logits)[:, -1, :], cache
+    return out[:, -1, :], cache
 
 
 def continue_from(
@@ -64,8 +86,8 @@ def continue_from(
 ) -> torch.Tensor:
     """Logits ``[rows, width, vocab]`` of ``ids`` continuing the sequences held in ``cache``; ``mask``
     covers the cached positions and the new ones. ``hidden``: as for ``prefill``, hidden states."""
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_kwarg: cache})
-    return out.last_hidden_state if hidden else out.logits
+    kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "use_cache": True}
+    return _forward(model, hidden, **kwargs, **{cache_kwarg: cache})
 
 
 class ReadOnlyLayer(DynamicLayer):
