@@ -98,3 +98,67 @@ def test_tool_files_are_found_next_to_the_job_file():
     spec = load_job(EXAMPLE / "recipe.yaml")
     assert spec.tools.functions["calculator"].function == f"{EXAMPLE / 'calculator.py'}:calculator"
     assert spec.tools.max_turns == 3
+
+
+@pytest.mark.slow
+def test_an_openai_job_with_a_tool_call_grader_trains_on_episodes(tmp_path):
+    """OpenAI's dialect: the rows' tools, graders reading sample.output_tools, the openrft.tools block."""
+    grader = {
+        "type": "multi",
+        "name": "used_and_right",
+        "calculate_output": "0.5 * tool + 0.5 * answer",
+        "graders": {
+            "tool": {
+                "type": "string_check",
+                "name": "tool",
+                "input": "{{sample.output_tools[0].function.name}}",
+                "reference": "calculator",
+                "operation": "eq",
+            },
+            "answer": {
+                "type": "string_check",
+                "name": "answer",
+                "input": "{{sample.output_text}}",
+                "reference": "{{item.reference_answer}}",
+                "operation": "eq",
+            },
+        },
+    }
+    job = {
+        "model": str(EXAMPLE / "model"),
+        "training_file": str(EXAMPLE / "train.jsonl"),
+        "validation_file": str(EXAMPLE / "validation.jsonl"),
+        "method": {
+            "type": "reinforcement",
+            "reinforcement": {"grader": grader, "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_samples": 4}},
+        },
+        "openrft": {
+            "max_train_examples": 8,
+            "eval_max_examples": 8,
+            "max_new_tokens": 112,
+            "max_length": 192,
+            "threads": 1,
+            "tensorboard": False,
+            "on_reward_error": "zero",  # an episode without a call has no output_tools[0]: an error, scored 0
+            "tools": {
+                "functions": {
+                    "calculator": {
+                        "type": "python",
+                        "function": f"{EXAMPLE / 'calculator.py'}:calculator",
+                        "sandboxed": False,
+                    }
+                }
+            },
+        },
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    summary = RFTJob(load_job(path), tmp_path / "run", show_progress=False).run()
+    assert summary["status"] == "succeeded"
+    steps = rows(tmp_path / "run")[1:]
+    row = steps[0]
+    # every episode that called the calculator is scored (its tool half is 1); one that did not has no
+    # output_tools[0]: an invalid_output error, counted, scored 0 by on_reward_error: zero
+    called = row["tools/episodes_with_calls"] * row["reward/samples"]
+    assert called > 0 and row["reward/scored"] == called and row["reward/tool/mean"] == 1.0
+    assert row["reward/errors/invalid_output"] == row["reward/samples"] - called
