@@ -128,3 +128,12 @@ def test_an_answer_past_the_output_limit_is_refused_and_the_worker_replaced():
     big, after = run(SandboxSpec(workers=1, output_limit_mb=1), [("big_answer", [2]), ("ok", [])])
     assert big.kind == "invalid_output" and big.limit == "output" and "output limit of 1 MB" in big.message
     assert after.ok and after.value == 1
+
+
+def test_what_is_not_enforced_without_cgroups_is_said(monkeypatch):
+    """Where the host offers no usable cgroups, the gaps ``openrft serve`` logs at startup name what is lost."""
+    require_bwrap()
+    monkeypatch.setattr(cgroups, "layout", lambda: (None, "cgroup v2 at /x does not delegate the memory controller"))
+    gaps = enforcement_gaps()
+    assert len(gaps) == 1 and "does not delegate the memory controller" in gaps[0]
+    assert "number of its processes are not limited" in gaps[0]
