@@ -111,7 +111,7 @@ class RolloutSpec(_Strict):
         0, ge=0, le=MAX_AGE_TOLERANCE, description="max policy age (updates) of a consumed rollout"
     )
     importance_weight_cap: float = Field(
-        2.0, gt=1, le=1e3, description="dual-clip bound c: with a negative advantage a ratio counts at most c"
+        2.0, gt=1, le=1e9, description="dual-clip bound c: with a negative advantage a ratio counts at most c"
     )
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     learner_sharding: Literal["none", "fsdp"] = Field(

@@ -80,7 +80,7 @@ class OpenRFTExtensions(Strict):
     eval_at_start: bool = True
     max_train_examples: Annotated[int, closed(1, MAX_EXAMPLES)] | None = None
     importance_weight_cap: float = Field(
-        2.0, gt=1, le=1e3, description="dual-clip bound of the ratio (verl's clip_ratio_c)"
+        2.0, gt=1, le=1e9, description="dual-clip bound of the ratio (verl's clip_ratio_c)"
     )
     ppo_mini_batches: Annotated[int, closed(1, MAX_PPO_MINI_BATCHES)] = Field(
         1, description="optimizer updates per step (verl's ppo_mini_batch_size)"
