@@ -9,18 +9,18 @@ import torch
 import torch.distributed as dist
 
 from openrft.runtime.sharded import ShardedWorker
-from tests.core.test_data_parallel import _samples
+from tests.core.test_sharded import batch
 
 
 def main(spec_dir: Path, out: Path) -> None:
     for mode in sorted(p.stem for p in spec_dir.glob("*.json")):
         worker = ShardedWorker((spec_dir / f"{mode}.json").read_text())
         worker.setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None)  # torchrun's group
-        results = {"metrics": [worker.step(_samples())[0]], "step1": worker.adapter_state()}
+        results = {"metrics": [worker.step(batch(mode))[0]], "step1": worker.adapter_state()}
         state = worker.state_dict()
         states = [None] * dist.get_world_size()
         dist.all_gather_object(states, state)
-        results["metrics"].append(worker.step(_samples())[0])
+        results["metrics"].append(worker.step(batch(mode))[0])
         results["step2"] = worker.adapter_state()
         files = worker.adapter_files()
         if dist.get_rank() == 0:

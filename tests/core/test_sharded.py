@@ -20,14 +20,17 @@ from tests.conftest import ROOT, small_recipe
 from tests.core.test_data_parallel import _samples
 
 MODES = ("lora", "full")
-RUNS = (*MODES, "lora-2-mini-batches")  # the last: algorithm.ppo_mini_batches 2, two updates a step
+# and: algorithm.ppo_mini_batches 3 (three updates a step); a batch of one sample (rank 1 has none)
+RUNS = (*MODES, "lora-3-mini-batches", "full-one-sample")
 pytestmark = pytest.mark.slow  # two torchrun processes train the demo model
 
 
 def sharded_spec(tmp_path, mode: str):
     spec = load_job(small_recipe(tmp_path, max_steps=2))  # kl_loss_coef 0.01: the reference runs too
     spec.lora.enabled = mode.startswith("lora")
-    spec.algorithm.ppo_mini_batches = 2 if mode.endswith("mini-batches") else 1
+    spec.algorithm.ppo_mini_batches = 3 if mode.endswith("mini-batches") else 1
+    if mode.endswith("mini-batches"):  # three updates in a step: at lr 2e-3 the later ones are chaotic (KL 60)
+        spec.optimizer.lr = 1e-4
     spec.algorithm.refit_freq = 1  # the second step's reference is a refit one (sharded alike)
     spec.rollout.learner_sharding = "fsdp"
     spec.runtime.threads = 1
@@ -37,6 +40,10 @@ def sharded_spec(tmp_path, mode: str):
     # the gradient, so comparing updates compares gradients, which agree to float32 noise.
     spec.optimizer.adam_eps = 1e-3
     return spec
+
+
+def batch(mode: str) -> list:
+    return _samples()[:1] if mode.endswith("one-sample") else _samples()
 
 
 def one_learner(spec) -> Learner:
@@ -85,18 +92,18 @@ def test_two_sharded_ranks_make_one_learners_update(two_ranks, tmp_path, mode):
     spec = sharded_spec(tmp_path, mode)
     learner = one_learner(spec)
     before = learner.policy.adapter_state()
-    metrics = learner.step(_samples())
+    metrics = learner.step(batch(mode))
     expected = learner.policy.adapter_state()
     got = two_ranks[mode]["step1"]
     assert sorted(got) == sorted(expected)
     assert relative_update_error(before, expected, got) <= 1e-5
     sharded = two_ranks[mode]["metrics"][0]
-    assert sharded["actor/trained_tokens"] == metrics["actor/trained_tokens"] == 40.0  # the global batch's
+    assert sharded["actor/trained_tokens"] == metrics["actor/trained_tokens"]  # the global batch's
     assert sharded.get("actor/updates") == metrics.get("actor/updates")
     for key in ("actor/grad_norm", "actor/entropy", "actor/kl", "actor/pg_loss", "actor/pg_clipfrac"):
         assert sharded[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
-    # the gradient norm was clipped to max_grad_norm 1.0 (it is larger): clipping used the global norm
-    assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
+    if mode in MODES:  # the gradient norm was clipped to max_grad_norm 1.0: clipping used the global norm
+        assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
 
 
 @pytest.mark.parametrize("mode", MODES)

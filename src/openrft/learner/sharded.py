@@ -181,8 +181,10 @@ class ShardedLearner(Learner):
         update per mini-batch, each normalised by that mini-batch's tokens over all ranks."""
         total_tokens = response_tokens(samples)
         minis = [m for m in mini_batches(samples, self.config.algorithm.ppo_mini_batches) if trained(m)]
-        with self.policy.gathered():  # forwards only: each rank records its own share's old log-probs
-            self.record_old_logp(self.share([s for mini in minis[1:] for s in mini]))
+        later = [s for mini in minis[1:] for s in mini]
+        if any(s.behaviour_logp is None for s in later):  # the same on every rank: the whole batch decides
+            with self.policy.gathered():  # forwards only: each rank records the old log-probs of its shares
+                self.record_old_logp([s for mini in minis[1:] for s in self.share(mini)])
         sums = dict.fromkeys(SUM_KEYS, 0.0)
         norms = []
         for mini in minis:
@@ -205,19 +207,32 @@ class ShardedLearner(Learner):
                 unit.set_requires_gradient_sync(False, recurse=False)
                 unit.set_reshard_after_backward(False, recurse=False)
             sums = self.accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
-            for unit in units:
+            for unit in units:  # the reducing pass frees each unit's gathered weights once its gradient is reduced
                 unit.set_requires_gradient_sync(True, recurse=False)
+                unit.set_reshard_after_backward(True, recurse=False)
             self._reduce_gradients()
         finally:
             self.policy.reshard()
         return sums
 
     def _reduce_gradients(self) -> None:
-        """One forward/backward with a zero loss, the same on every rank: FSDP's post-backward then
-        reduce-scatters every unit's accumulated gradient (and each rank has one, even with no samples)."""
-        token = torch.full((1, 1), self.config.pad_token_id, dtype=torch.long, device=self.device)
-        logits = self.model(input_ids=token).logits
-        (logits.float().sum() * 0.0).backward()
+        """One backward pass, the same on every rank, that only carries FSDP's post-backward hooks: each
+        unit then reduce-scatters its accumulated gradient. The weights take no gradient in it (their
+        ``requires_grad`` is off, a zero input embedding carries the pass), so it adds no full-size
+        gradient; a rank without samples sends zeros."""
+        trainable = [p for p in self.model.parameters() if p.requires_grad]  # the gathered ones, in a step
+        for param in trainable:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            param.requires_grad_(False)
+        try:
+            weight = self.model.get_input_embeddings().weight
+            embeds = torch.zeros((1, 1, weight.shape[1]), dtype=weight.dtype, device=weight.device, requires_grad=True)
+            logits = self.model(inputs_embeds=embeds).logits
+            (logits.float().sum() * 0.0).backward()
+        finally:
+            for param in trainable:
+                param.requires_grad_(True)
 
     def apply_update(self) -> float:
         """Clip by the global norm over all shards and step AdamW on this rank's shards."""
