@@ -12,7 +12,6 @@ import yaml
 from openrft.engine import RFTJob, StopAfter
 from openrft.engine.checkpoints import CheckpointManager
 from openrft.spec.dialects import load_job
-from openrft.spec.errors import SpecError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
 
@@ -88,10 +87,31 @@ def test_a_job_with_tools_resumes_from_a_checkpoint_exactly(tmp_path):
             assert a.get(key) == b.get(key), (a["step"], key)
 
 
-def test_tools_on_the_ray_runtime_are_refused_by_name(tmp_path):
-    with pytest.raises(SpecError) as caught:
-        load_job(tools_recipe(tmp_path, runtime="ray"))
-    assert "tools" in str(caught.value) and "ray" in str(caught.value)
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["sync", "off_policy_async"])
+def test_a_job_with_tools_runs_on_a_local_ray_cluster(tmp_path, strategy):
+    """The learner and generation replicas are Ray actors; each turn is sampled there, the tools run here."""
+    ray = pytest.importorskip("ray")
+    from openrft.runtime import runtime_for
+
+    src = str(Path(__file__).resolve().parents[2] / "src")  # the actors run this checkout's code
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        logging_level="ERROR",
+        runtime_env={"env_vars": {"PYTHONPATH": src}},
+    )
+    try:
+        spec = load_job(tools_recipe(tmp_path, strategy, runtime="ray"))
+        spec.training.total_steps = 2
+        summary = RFTJob(spec, tmp_path / "run", show_progress=False, runtime=runtime_for(spec)).run()
+    finally:
+        ray.shutdown()
+    assert summary["status"] == "succeeded" and summary["steps"] == 2
+    steps = rows(tmp_path / "run")[1:]
+    assert any(r["tools/calls/total"] > 0 and r["tools/masked_tokens/total"] > 0 for r in steps)
+    assert all(r["tools/failed_episodes"] == 0.0 for r in steps)
 
 
 def test_tool_files_are_found_next_to_the_job_file():

@@ -234,9 +234,4 @@ class JobSpec(_Strict):
                 f"algorithm.ppo_mini_batches ({self.algorithm.ppo_mini_batches}) is more than the prompts of a "
                 f"step ({self.training.prompts_per_step}): each mini-batch holds at least one whole group"
             )
-        if self.tools is not None and self.rollout.runtime == "ray":
-            raise ValueError(
-                "tools (multi-turn rollouts) run with rollout.runtime 'local' (in-process generation or "
-                "generator_base_url servers); the 'ray' runtime does not run tool episodes yet"
-            )
         return self

@@ -29,7 +29,7 @@ from openrft.rewards.remote import gather_all
 from openrft.rewards.types import RewardFailure
 from openrft.rewards.views import openai_item
 from openrft.rollout.prompts import chat_text
-from openrft.rollout.types import Completion, SamplingParams
+from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.rewards import SandboxSpec
 from openrft.spec.tools import ToolsSpec
 from openrft.tools.calls import parse_tool_calls, tool_names
@@ -371,23 +371,64 @@ def examples_by_prompt(examples: list[Example], prompt_ids: list[list[int]]) -> 
     return {tuple(ids): example for example, ids in zip(examples, prompt_ids)}
 
 
+class _ReplicaTurns(PolicyVersioned):
+    """One model turn of every episode as one call of a generation replica (a Ray actor), threading the
+    replica's random stream through the turns of a ``generate``."""
+
+    def __init__(self, replica: Any):
+        self.replica = replica
+        self.rng_state: Any = None
+        self.rng = None
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
+        groups, self.rng_state = self.replica.generate(prompts, params, self.rng_state)
+        return groups
+
+    def load_adapter(self, weights: Any, version: int) -> None:
+        self.replica.load_adapter(weights, version)
+
+
+class ToolReplica:
+    """A generation replica (``GenerationReplica``: a Ray actor) whose completions are tool episodes; the
+    turns are sampled on the replica, the tools run here."""
+
+    def __init__(self, replica: Any, make: Any):
+        self.replica, self.name = replica, replica.name
+        self.turns = _ReplicaTurns(replica)
+        self.episodes: ToolGenerator = make(self.turns)
+
+    def load_adapter(self, weights: Any, version: int) -> None:
+        self.replica.load_adapter(weights, version)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, rng_state: Any | None):
+        self.turns.rng_state = rng_state
+        return self.episodes.generate(prompts, params), self.turns.rng_state
+
+    def close(self) -> None:
+        self.replica.close()
+
+
 def tool_generators(spec, parts) -> tuple[ToolService, Any]:
-    """The job's ToolService and a function that wraps a generator (or an in-process replica's) in a
-    ToolGenerator. ``spec``: the JobSpec; ``parts``: its JobParts (tokenizer, datasets, prompts)."""
+    """The job's ToolService and a function that wraps a generator, an in-process replica's generator, or
+    a replica (a Ray actor) so that its completions are tool episodes. ``spec``: the JobSpec; ``parts``:
+    its JobParts (tokenizer, datasets, prompts)."""
     from openrft.engine.async_rollouts import GeneratorReplica
 
     datasets = parts.datasets
     examples = examples_by_prompt(datasets.train + datasets.validation, parts.train_prompts + parts.val_prompts)
     service = ToolService(spec.tools, spec.reward.sandbox)
 
+    def episodes(generator) -> ToolGenerator:
+        return ToolGenerator(
+            generator, service, parts.tokenizer, examples, parts.eos_ids, spec.sampling.reasoning_effort
+        )
+
     def wrap(generator):
         if isinstance(generator, GeneratorReplica):
             generator.generator = wrap(generator.generator)
             return generator
-        if not callable(getattr(generator, "generate", None)) or not hasattr(generator, "load_adapter"):
-            raise ToolTemplateError(f"tool episodes cannot run on the generation replica {generator!r}")
-        return ToolGenerator(
-            generator, service, parts.tokenizer, examples, parts.eos_ids, spec.sampling.reasoning_effort
-        )
+        if callable(getattr(generator, "generate", None)) and hasattr(generator, "name"):
+            return ToolReplica(generator, episodes)  # a GenerationReplica: generate(prompts, params, rng_state)
+        return episodes(generator)
 
     return service, wrap
