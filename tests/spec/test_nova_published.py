@@ -305,3 +305,13 @@ def test_a_handler_file_is_named_by_a_mapping_not_in_the_arn_field(tmp_path):
 def test_map_lambda_with_an_arn_needs_a_target(tmp_path, capsys):
     assert main(["spec", "validate", str(tmp_path / "x.yaml"), "--map-lambda", ARN]) == 2
     assert f"--map-lambda {ARN}: write ARN=TARGET" in capsys.readouterr().err
+
+
+def test_a_missing_training_dataset_is_reported_with_the_other_problems():
+    doc = _recipe()
+    del doc["run"]["data_s3_path"]
+    doc["training_config"]["trainer"]["kl_loss_coef"] = "lots"
+    with pytest.raises(SpecError) as info:
+        resolve(doc)
+    paths = [p.path for p in info.value.problems]
+    assert "run.data_s3_path" in paths and "training_config.trainer.kl_loss_coef" in paths

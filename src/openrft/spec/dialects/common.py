@@ -228,6 +228,8 @@ def training_prompts(
     cannot be read, records a problem at ``train_field`` if ``needed_for`` names what needs the count
     (else the count is optional) and returns None.
     """
+    if "data.train" not in b.values:
+        return None  # no training dataset: already a problem at its field
     data = DataSpec(**{path[5:]: v for path, v in b.values.items() if path.startswith("data.")})
     try:
         total = sizer(data.train)

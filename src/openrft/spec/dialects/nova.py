@@ -58,7 +58,7 @@ class NovaRun(Strict):
     name: str = "openrft-run"
     model_type: str | None = None
     model_name_or_path: str | None = None
-    data_s3_path: str
+    data_s3_path: str | None = None  # required: a problem of the resolver, so the others are reported too
     validation_data_s3_path: str | None = None
     output_s3_path: str | None = None
     replicas: int = Field(1, ge=1)
@@ -227,7 +227,10 @@ def _resolve(
     base_learning_rate(b, run.model_name_or_path or run.model_type or "", ext)  # informational: lr is set
     if run.model_type:
         b.user("metadata", {"model_type": run.model_type}, "run.model_type")
-    b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
+    if run.data_s3_path:
+        b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
+    else:
+        b.problem("run.data_s3_path", "is required: the training dataset (a local path or a URI)")
     if run.validation_data_s3_path:
         b.user(
             "data.validation", resolve_location(run.validation_data_s3_path, base_dir), "run.validation_data_s3_path"
