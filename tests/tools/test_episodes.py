@@ -171,6 +171,12 @@ def test_the_token_budget_ends_an_episode(tokenizer):
         ((completion,),) = episodes.run(budget=first + 5)  # the tool turn does not fit
     assert completion.finish_reason == "length" and len(completion.token_ids) == first + 5
     assert completion.loss_mask == [1] * first + [0] * 5
+    # max_length bounds prompt + episode the same way
+    prompt = len(episodes.prompts[0])
+    with Episodes(tokenizer, calculator_user, tools, [question(347, 29)]) as episodes:
+        params = SamplingParams(n=1, max_new_tokens=300, max_length=prompt + first + 5)
+        ((capped,),) = episodes.generator.generate(episodes.prompts, params)
+    assert capped.finish_reason == "length" and capped.token_ids == completion.token_ids
 
 
 class ToolServer(BaseHTTPRequestHandler):

@@ -212,7 +212,8 @@ class ToolGenerator:
             example = self.examples.get(tuple(prompt))
             if example is None:
                 raise KeyError("a prompt of this job's datasets was expected; this one is unknown")
-            row = [Episode(example, list(prompt), params.max_new_tokens) for _ in group]
+            budget = params.completion_limit(len(prompt))  # the whole episode: max_new_tokens, within max_length
+            row = [Episode(example, list(prompt), budget) for _ in group]
             for episode, completion in zip(row, group):
                 self._model_turn(episode, completion)
             episodes.append(row)
