@@ -87,14 +87,20 @@ def replacements(args: argparse.Namespace) -> dict[str, str]:
     return parse_mappings(getattr(args, "map", None))
 
 
-def run_explain(args: argparse.Namespace) -> int:
+def resolve_from_args(args: argparse.Namespace):
+    """The job file named on the command line, resolved with its mapping options and counted datasets."""
     from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
-    from openrft.spec.provenance import OPENRFT_DEFAULT, leaf_paths
 
-    resolution = resolve_job(
+    return resolve_job(
         args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args), replacements=replacements(args)
     )
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from openrft.spec.provenance import OPENRFT_DEFAULT, leaf_paths
+
+    resolution = resolve_from_args(args)
     if args.json:
         print(json.dumps(resolution.to_json(), indent=2))
         return 0
@@ -121,17 +127,8 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from openrft.data.loader import count_examples
-    from openrft.spec.dialects import resolve_job
-
     try:
-        resolution = resolve_job(
-            args.job,
-            args.dialect,
-            dataset_size=count_examples,
-            mappings=mappings(args),
-            replacements=replacements(args),
-        )
+        resolution = resolve_from_args(args)
     except SpecError as exc:
         raise with_location_problems(exc) from None
     report = check_job(resolution.spec)

@@ -6,7 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from openrft.cli.spec import add_mapping_options, mappings, replacements
+from openrft.cli.spec import add_mapping_options, resolve_from_args
 from openrft.errors import OpenRFTError
 
 
@@ -33,10 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     if is_follower():  # a torchrun rank > 0: a shard of the learner, driven by rank 0's job
         return follow()
-    from openrft.data.loader import count_examples
     from openrft.engine import RFTJob
     from openrft.runtime import runtime_for
-    from openrft.spec.dialects import resolve_job
     from openrft.spec.locations import is_remote, resolve_location
 
     if args.resume:
@@ -44,13 +42,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.job:
             raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
-        resolution = resolve_job(
-            args.job,
-            args.dialect,
-            dataset_size=count_examples,
-            mappings=mappings(args),
-            replacements=replacements(args),
-        )
+        resolution = resolve_from_args(args)
         for warning in resolution.warnings:
             print(f"warning: {warning}")
         spec = resolution.spec

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from openrft.algo.loss import entropy_from_logits, kl_k3, policy_loss_terms
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
@@ -200,7 +201,7 @@ class Learner:
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)  # sharded: the global norm
 
     def end_step(self) -> None:
         """After a step's updates: the learning-rate schedule and the policy version (the number of steps)

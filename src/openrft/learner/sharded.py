@@ -234,15 +234,6 @@ class ShardedLearner(Learner):
             for param in trainable:
                 param.requires_grad_(True)
 
-    def apply_update(self) -> float:
-        """Clip by the global norm over all shards and step AdamW on this rank's shards."""
-        params = self.policy.trainable_parameters()
-        max_norm = self.config.optimizer.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-
     # checkpoint state: torch.distributed.checkpoint files, reshardable ------------------------------
 
     def _dcp_state(self) -> dict:
