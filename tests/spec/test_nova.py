@@ -220,16 +220,6 @@ ARN_ERROR = (
 )
 
 
-@pytest.fixture(autouse=True)
-def no_aws_credentials(monkeypatch, tmp_path):
-    """No AWS credentials from this machine's environment, files or instance metadata."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 @pytest.mark.parametrize(
     ("rewards", "run", "field"),
     [

@@ -24,15 +24,6 @@ HANDLER = (
 )
 
 
-@pytest.fixture(autouse=True)
-def no_aws_credentials(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 def published(name: str, tmp_path: Path, data: Path = EXAMPLES / "train.jsonl") -> Path:
     """The fixture with its dataset location (the only edit the tests make) pointing at ``data``."""
     text = (PUBLISHED / name).read_text().replace("DATA_PATH", str(data))

@@ -35,6 +35,20 @@ class LearnerParts:
     adapter_state: Callable[[], Any]  # the current policy's weights, as the runtime broadcasts them
 
 
+class AdapterFilesWriter:
+    """What checkpoints save (``save_pretrained``): files made elsewhere (a learner actor's, or the gathered
+    sharded policy's: PEFT, or Hugging Face for full fine-tuning), written here."""
+
+    def __init__(self, files: Callable[[], dict[str, bytes]]):
+        self.files = files
+
+    def save_pretrained(self, directory: str) -> None:
+        for name, data in self.files().items():
+            path = Path(directory) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+
 class Runtime(Protocol):
     name: str
     loads_model_locally: bool  # whether the job's process needs the model itself

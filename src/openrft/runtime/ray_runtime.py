@@ -30,7 +30,13 @@ from typing import Any
 import torch
 
 from openrft.engine.async_rollouts import GenerationReplica
-from openrft.engine.local_runtime import LearnerParts, learner_config, remote_replicas, replica_seed
+from openrft.engine.local_runtime import (
+    AdapterFilesWriter,
+    LearnerParts,
+    learner_config,
+    remote_replicas,
+    replica_seed,
+)
 from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
 from openrft.learner.learner import SUM_KEYS, add_sums, mini_batches, response_tokens, step_metrics, trained
@@ -223,21 +229,6 @@ class RayLearner:
         self.version = self._ray.get([a.load_state_dict.remote(ref) for a in self.actors])[0]
 
 
-class RayAdapterWriter:
-    """What checkpoints save (``save_pretrained``): the learner's adapter files, written here."""
-
-    def __init__(self, actor):
-        self.actor = actor
-
-    def save_pretrained(self, directory: str) -> None:
-        import ray
-
-        for name, data in ray.get(self.actor.adapter_files.remote()).items():
-            path = Path(directory) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-
-
 class RayEvalGenerator(PolicyVersioned):
     """Evaluation on the learner actor (always with a seed); ``rng`` only keeps the checkpoint format."""
 
@@ -373,7 +364,7 @@ class RayRuntime:
         actor = self._learners[0]
         return LearnerParts(
             RayLearner(self._learners),
-            RayAdapterWriter(actor),
+            AdapterFilesWriter(lambda: ray.get(actor.adapter_files.remote())),
             RayEvalGenerator(actor),
             lambda: actor.adapter_state.remote(),
         )

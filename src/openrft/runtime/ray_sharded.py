@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from openrft.engine.local_runtime import LearnerParts
+from openrft.engine.local_runtime import AdapterFilesWriter, LearnerParts
 from openrft.errors import OpenRFTError
-from openrft.runtime.sharded import ShardedAdapterWriter, ShardedEvalGenerator, ShardedWorker, merge_states
+from openrft.runtime.sharded import ShardedEvalGenerator, ShardedWorker, merge_states
 
 DEATH_GRACE_S = 10.0
 """How long a failed call waits for the other ranks' results, to name a rank that died."""
@@ -116,5 +116,7 @@ def build_sharded_learner(runtime, spec) -> tuple[LearnerParts, list]:
         ray.remote(ShardedWorker).options(**runtime._options(i)).remote(spec_json) for i in range(spec.rollout.replicas)
     ]
     learner = RayShardedLearner(actors)
-    parts = LearnerParts(learner, ShardedAdapterWriter(learner), ShardedEvalGenerator(learner), learner.adapter_state)
+    parts = LearnerParts(
+        learner, AdapterFilesWriter(learner.adapter_files), ShardedEvalGenerator(learner), learner.adapter_state
+    )
     return parts, actors

@@ -141,20 +141,6 @@ def merge_states(states: list[dict]) -> dict:
     return merged
 
 
-class ShardedAdapterWriter:
-    """What checkpoints save: the gathered policy's files (PEFT, or Hugging Face for full fine-tuning), from a
-    Ray or torchrun learner proxy."""
-
-    def __init__(self, learner):
-        self.learner = learner
-
-    def save_pretrained(self, directory: str) -> None:
-        for name, data in self.learner.adapter_files().items():
-            path = Path(directory) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-
-
 class ShardedEvalGenerator(PolicyVersioned):
     """Generation on rank 0 with the gathered parameters (every rank takes part in the gathering)."""
 

@@ -14,12 +14,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from openrft.engine.local_runtime import LearnerParts, remote_replicas
+from openrft.engine.local_runtime import AdapterFilesWriter, LearnerParts, remote_replicas
 from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
 from openrft.runtime.sharded import (
     COLLECTIVE_TIMEOUT,
-    ShardedAdapterWriter,
     ShardedEvalGenerator,
     ShardedWorker,
     merge_states,
@@ -125,7 +124,7 @@ class TorchrunRuntime:
 
     def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
         self._learner = learner = TorchrunLearner(spec)
-        writer, evaluation = ShardedAdapterWriter(learner), ShardedEvalGenerator(learner)
+        writer, evaluation = AdapterFilesWriter(learner.adapter_files), ShardedEvalGenerator(learner)
         return LearnerParts(learner, writer, evaluation, learner.adapter_state)
 
     def generation_replicas(self, spec: JobSpec, parts: JobParts, learner: LearnerParts, run_dir: Path) -> list:
