@@ -3,13 +3,8 @@ remote generator (the vLLM subset of the API): adapters load by name and change 
 returned log-probs are the model's."""
 
 import shutil
-import socket
-import subprocess
-import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 
 import httpx
 import openai
@@ -24,14 +19,9 @@ from openrft.rollout.remote import GenerationServerError, RemoteGenerator, lora_
 from openrft.rollout.sampling import scaled_log_probs
 from openrft.rollout.types import SamplingParams
 from openrft.spec.job import LoraSpec
+from tests.server.serve_model import serve_model
 
 PROMPT = [{"role": "user", "content": "What is 95-73?"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -54,39 +44,9 @@ def adapter(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(adapter, tmp_path_factory):
-    port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    command = [
-        str(Path(sys.executable).parent / "openrft"),
-        "serve-model",
-        "openrft-demo",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--adapter",
-        f"startup={adapter[0]}",
-        "--threads",
-        "1",
-    ]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"serve-model exited with {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.5)
-    else:
-        process.terminate()
-        pytest.fail(f"serve-model did not start within 180 s: {log.read_text()[-2000:]}")
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    with serve_model("openrft-demo", log, "--adapter", f"startup={adapter[0]}") as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,60 +4,19 @@ subset of the API): each turn is a token-id completion request, tools run in the
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import httpx
 import pytest
 
 from openrft.engine import RFTJob
 from openrft.spec.dialects import load_job
+from tests.server.serve_model import serve_model
 from tests.tools.test_train_tools import EXAMPLE, rows, tools_recipe
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def tool_model_server(tmp_path):
-    port = _free_port()
-    log = tmp_path / "server.log"
-    command = [
-        str(Path(sys.executable).parent / "openrft"),
-        "serve-model",
-        str(EXAMPLE / "model"),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--threads",
-        "1",
-    ]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    try:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"serve-model exited with {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"serve-model did not start within 180 s: {log.read_text()[-2000:]}")
+    with serve_model(str(EXAMPLE / "model"), tmp_path / "server.log") as url:
         yield f"{url}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.mark.slow
