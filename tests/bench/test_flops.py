@@ -2,7 +2,9 @@
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
+
+from tests.tiny_models import tiny_qwen2_config
 
 from benchmarks.flops import (
     DecoderShape,
@@ -60,16 +62,7 @@ def test_learner_step_flops_by_hand():
 
 
 def test_linear_and_head_flops_match_torch_flop_counter():
-    config = Qwen2Config(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=24,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
+    config = tiny_qwen2_config(40, 64, intermediate_size=24, tie_word_embeddings=True)
     model = Qwen2ForCausalLM(config).eval()
     shape = DecoderShape.from_config(config)
     assert (shape.head_dim, shape.kv_heads) == (4, 2)

@@ -4,7 +4,9 @@ bonus and the KL term."""
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
+
+from tests.tiny_models import tiny_qwen2
 
 from openrft.algo.loss import entropy_from_logits
 from openrft.learner import Learner, Policy
@@ -68,17 +70,7 @@ def test_frozen_head_gets_no_gradient_and_no_grad_mode_saves_nothing():
 
 def _model(tied: bool) -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=tied,
-    )
-    return Qwen2ForCausalLM(config)
+    return tiny_qwen2(VOCAB, 128, tie_word_embeddings=tied)
 
 
 def _samples() -> list[TrainSample]:

@@ -2,7 +2,9 @@
 shared prompt cache (learner/checkpointing.py) give the learner's log-probs and gradients unchanged."""
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
+
+from tests.tiny_models import tiny_qwen2
 
 import openrft.attention as attention
 from openrft.learner.batch import TrainSample, collate
@@ -13,17 +15,7 @@ from openrft.rollout.kv import freeze, prefill
 
 def _model() -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        attention_dropout=0.0,
-    )
-    return Qwen2ForCausalLM(config)
+    return tiny_qwen2(64, 128, attention_dropout=0.0)
 
 
 def _batch():

@@ -2,7 +2,7 @@
 running every sample's whole sequence."""
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from tests.tiny_models import tiny_qwen2
 
 from openrft.learner.batch import TrainSample, collate, padded_cost, plan_micro_batches
 from openrft.learner.learner import response_logits, token_logp
@@ -56,17 +56,7 @@ def test_collate_layout():
 
 def test_same_logprobs_and_gradients_as_whole_sequences():
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    model = Qwen2ForCausalLM(config)
+    model = tiny_qwen2(32, 64, tie_word_embeddings=True)
     samples = _samples()
     weights = torch.randn(len(samples), 5)
 
