@@ -115,6 +115,10 @@ def _resolve_dialect(
     file_resolver: FileResolver | None,
     sizer: DatasetSizer,
 ) -> Resolution:
+    if dialect == "nova" and isinstance(document, dict) and is_bedrock_request(document):  # Bedrock's request
+        from openrft.spec.dialects.bedrock import parse_bedrock
+
+        return parse_bedrock(document, base_dir, source, sizer)
     if dialect == "nova":
         from openrft.spec.dialects.nova import parse_recipe
 

@@ -190,14 +190,11 @@ class NovaRecipe(Strict):
 def parse_recipe(
     raw: Any, base_dir: Path | None = None, source: str | None = None, dataset_size: DatasetSizer = count_examples
 ) -> Resolution:
-    """Validate a recipe (already loaded from YAML) and resolve it. A Bedrock request goes to bedrock.py.
+    """Validate a recipe (already loaded from YAML) and resolve it. (Bedrock's request for a Nova job is
+    read by ``bedrock.parse_bedrock``; ``spec.dialects`` sends it there.)
 
     The recipe is first read as its launchers read it (``interpolation``): OmegaConf ``${...}`` resolved,
     blank values unset."""
-    from openrft.spec.dialects.bedrock import is_bedrock_request, parse_bedrock
-
-    if isinstance(raw, dict) and is_bedrock_request(raw):
-        return parse_bedrock(raw, base_dir, source, dataset_size)
     if not isinstance(raw, dict):
         problem = FieldProblem("<root>", "a Nova recipe is a YAML mapping with run and training_config")
         raise SpecError([problem], source)
