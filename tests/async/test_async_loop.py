@@ -8,11 +8,12 @@ import torch
 
 from openrft.data.sampler import EpochSampler
 from openrft.engine import RFTJob, StopAfter
-from openrft.engine.async_rollouts import AsyncRolloutSource, GeneratorReplica
+from openrft.engine.async_rollouts import AsyncRolloutSource
 from openrft.engine.checkpoints import CheckpointManager
 from openrft.engine.setup import build_parts
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.local import TransformersGenerator
+from openrft.rollout.replicas import GeneratorReplica
 from openrft.rollout.types import SamplingParams
 from openrft.spec.dialects import load_job
 from openrft.spec.rewards import RewardSpec

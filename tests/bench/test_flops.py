@@ -4,8 +4,6 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2ForCausalLM
 
-from tests.tiny_models import tiny_qwen2_config
-
 from benchmarks.flops import (
     DecoderShape,
     PassCount,
@@ -17,6 +15,7 @@ from benchmarks.flops import (
     shared_prefix_count,
 )
 from openrft.learner.batch import TrainSample
+from tests.tiny_models import tiny_qwen2_config
 
 # hidden 8, MLP 16, 2 layers, 2 heads of 4, 1 KV head, vocab 10
 TINY = DecoderShape(hidden=8, intermediate=16, layers=2, heads=2, kv_heads=1, head_dim=4, vocab=10)

@@ -6,14 +6,13 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
-from tests.tiny_models import tiny_qwen2
-
 from openrft.algo.loss import entropy_from_logits
 from openrft.learner import Learner, Policy
 from openrft.learner.batch import TrainSample, collate
 from openrft.learner.learner import LearnerConfig, token_logp
 from openrft.learner.logprobs import ChunkedHeadLogp, head_logp_entropy, unwrap
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
+from tests.tiny_models import tiny_qwen2
 
 VOCAB = 300
 

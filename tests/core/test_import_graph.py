@@ -39,7 +39,7 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The same arrows between the top-level parts (``openrft.rewards``, ``openrft.outbound``...). The root
+    """The same arrows between the top-level parts (``openrft.rewards``, ``openrft.calls.outbound``...). The root
     package is left out: every module is inside it, and its one import is the lazy ``openrft.Client``."""
 
     def part(module: str) -> str:
@@ -91,3 +91,16 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_module_imports_itself_through_others():
     assert cycles(import_graph()) == []
+
+
+def test_the_packages_arrows_go_one_way():
+    assert cycles(package_graph(import_graph())) == []
+
+
+def test_rewards_and_tools_share_only_the_calls_layer():
+    """Rewards and tools both call the outside through ``openrft.calls``; neither imports the other, and
+    tools (run inside rollouts) do not reach up into the engine."""
+    packages = package_graph(import_graph())
+    assert "openrft.tools" not in packages["openrft.rewards"]
+    assert not {"openrft.rewards", "openrft.engine"} & packages["openrft.tools"]
+    assert packages["openrft.calls"] <= {"openrft.errors", "openrft.spec"}

@@ -4,13 +4,12 @@ shared prompt cache (learner/checkpointing.py) give the learner's log-probs and 
 import torch
 from transformers import Qwen2ForCausalLM
 
-from tests.tiny_models import tiny_qwen2
-
 import openrft.attention as attention
 from openrft.learner.batch import TrainSample, collate
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.learner import response_logits, token_logp
 from openrft.rollout.kv import freeze, prefill
+from tests.tiny_models import tiny_qwen2
 
 
 def _model() -> Qwen2ForCausalLM:

@@ -2,10 +2,10 @@
 running every sample's whole sequence."""
 
 import torch
-from tests.tiny_models import tiny_qwen2
 
 from openrft.learner.batch import TrainSample, collate, padded_cost, plan_micro_batches
 from openrft.learner.learner import response_logits, token_logp
+from tests.tiny_models import tiny_qwen2
 
 
 def _samples():

@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from openrft.outbound import redirect_refusal
+from openrft.calls.outbound import redirect_refusal
 from tests.rewards.helpers import FAST_REMOTE, scores
 
 

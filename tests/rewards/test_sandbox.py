@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from openrft.rewards.sandbox import SandboxPool
+from openrft.calls.sandbox import SandboxPool
 from openrft.spec.rewards import SandboxSpec
 from tests.rewards.helpers import ROOT, require_bwrap, score
 
@@ -162,7 +162,7 @@ def test_python_grader_errors_by_kind_and_weak_isolation_is_flagged():
 
 
 def test_strict_isolation_refuses_to_run_without_bubblewrap(monkeypatch):
-    from openrft.rewards.sandbox import mechanism
+    from openrft.calls.sandbox import mechanism
     from openrft.spec.errors import SpecError
 
     monkeypatch.setattr(mechanism, "bwrap_path", lambda: None)

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from openrft.rewards.sandbox import SandboxPool, cgroups
-from openrft.rewards.sandbox.mechanism import enforcement_gaps
+from openrft.calls.sandbox import SandboxPool, cgroups
+from openrft.calls.sandbox.mechanism import enforcement_gaps
 from openrft.spec.rewards import SandboxSpec
 from tests.rewards.helpers import require_bwrap
 

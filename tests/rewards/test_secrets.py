@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from openrft.calls.sandbox import SandboxPool
 from openrft.cli import main
-from openrft.rewards.sandbox import SandboxPool
 from openrft.spec.rewards import SandboxSpec
 from tests.rewards.helpers import SECRET_PROBE, SECRETS, require_bwrap
 

@@ -10,7 +10,7 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from openrft.outbound import refusal
+from openrft.calls.outbound import refusal
 from tests.rewards.helpers import SECRET_PROBE, SECRETS, require_bwrap
 from tests.service.svc_helpers import TRAIN, VALIDATION, Service, small_dataset, tiny_recipe, upload, wait_status
 

@@ -14,6 +14,7 @@ import pytest
 from openrft.data.records import Example
 from openrft.engine.rollouts import reward_samples
 from openrft.rewards import build_reward
+from openrft.rewards.episodes import EpisodeReward
 from openrft.rewards.views import nova_entry
 from openrft.rollout.prompts import chat_text
 from openrft.rollout.types import SamplingParams
@@ -21,7 +22,6 @@ from openrft.spec.rewards import RewardSpec, SandboxSpec
 from openrft.spec.tools import ToolsSpec
 from openrft.tools.episodes import ToolGenerator, ToolService, examples_by_prompt, template_arguments
 from openrft.tools.metrics import tool_metrics
-from openrft.tools.reward import EpisodeReward
 from tests.rewards.helpers import require_bwrap
 from tests.tools.scripted import (
     ROOT,

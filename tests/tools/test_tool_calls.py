@@ -10,7 +10,7 @@ from openrft.models import load_tokenizer
 from openrft.rewards import RewardSample
 from openrft.rewards.views import nova_entry, openai_sample
 from openrft.rollout.prompts import render_prompt
-from openrft.tools.calls import parse_tool_calls
+from openrft.rollout.tool_calls import parse_tool_calls
 from tests.rewards.helpers import scores
 from tests.tools.templates import HERMES, LLAMA3
 

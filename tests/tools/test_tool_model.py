@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openrft.rollout.prompts import render_prompt
-from openrft.tools.calls import parse_tool_calls
+from openrft.rollout.tool_calls import parse_tool_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_tool_model.py"

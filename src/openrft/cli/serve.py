@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             f"refusing to serve on {args.host} without an API key: create one with "
             "`openrft keys create` (or bind to 127.0.0.1)"
         )
-    from openrft.rewards.sandbox.mechanism import enforcement_gaps
+    from openrft.calls.sandbox.mechanism import enforcement_gaps
 
     for gap in enforcement_gaps():
         logging.getLogger("openrft.sandbox").warning("not enforced: %s", gap)

@@ -21,6 +21,15 @@ class Example:
     tools: list[dict[str, Any]] | None = None
     line: int | None = None
 
+    def row(self) -> dict[str, Any]:
+        """The dataset line as a dict: every field, ``messages`` and ``tools`` included (OpenAI graders'
+        ``item``, what an environment is reset with)."""
+        row = dict(self.fields)
+        row.setdefault("messages", self.messages)
+        if self.tools is not None:
+            row.setdefault("tools", self.tools)
+        return row
+
     @property
     def reference_answer(self) -> Any:
         """``reference_answer`` (messages format), else Vertex's ``references`` map."""

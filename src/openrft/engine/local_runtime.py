@@ -20,10 +20,11 @@ from typing import Any, Protocol
 
 import torch
 
-from openrft.engine.async_rollouts import REPLICA_SEED_STRIDE, GenerationReplica, GeneratorReplica
+from openrft.engine.async_rollouts import REPLICA_SEED_STRIDE, GenerationReplica
 from openrft.engine.setup import JobParts
 from openrft.learner import Learner, LearnerConfig, Policy
 from openrft.rollout.local import TransformersGenerator
+from openrft.rollout.replicas import GeneratorReplica
 from openrft.spec.job import JobSpec
 
 

@@ -21,11 +21,11 @@ from openrft.models import (
     pick_dtype,
     resolve_model_path,
 )
+from openrft.rewards.episodes import EpisodeReward
 from openrft.rewards.factory import build_reward
 from openrft.rewards.types import RewardFunction
 from openrft.rollout.prompts import render_prompt
 from openrft.spec.job import JobSpec
-from openrft.tools.reward import EpisodeReward
 
 
 @dataclass

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from openrft.calls.endpoints import Timer
 from openrft.errors import RewardError
 from openrft.rewards.capture import captured_stdout
 from openrft.rewards.context import RewardContext
 from openrft.rewards.nova import parse_result_entry
-from openrft.rewards.remote import Timer
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample
 from openrft.rewards.views import nova_entry
 
@@ -89,7 +89,7 @@ def outcomes_from(result: Any, samples: list[RewardSample], what: str) -> list[R
         try:
             outcomes.append(parse_result_entry(entry, what))
         except RewardFailure as failure:
-            outcomes.append(failure.outcome())
+            outcomes.append(RewardOutcome.of_failure(failure))
     return outcomes
 
 
@@ -115,7 +115,7 @@ class CallableFunction:
         try:
             result = await (self._sandboxed(batch, printed) if self.sandboxed else self._in_process(batch, printed))
         except RewardFailure as failure:
-            outcomes = [failure.outcome() for _ in samples]
+            outcomes = [RewardOutcome.of_failure(failure) for _ in samples]
         else:
             outcomes = outcomes_from(result, samples, self.target)
         for outcome in outcomes:

@@ -4,7 +4,7 @@
 buffer of the capture whose context it runs in (a ``ContextVar``: it follows ``asyncio`` tasks and
 ``asyncio.to_thread``), and every other write to the real stdout. So two rewards running at once in
 different threads each get their own output, and the program's own prints are untouched.
-(Sandboxed code is captured by its worker: ``sandbox/worker.py``.)
+(Sandboxed code is captured by its worker: ``calls/sandbox/worker.py``.)
 """
 
 from __future__ import annotations

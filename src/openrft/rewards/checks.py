@@ -85,7 +85,7 @@ def is_reward_script(source: str, result: str = "reward", entry: str = "evaluate
 def _sandbox(spec: RewardSpec, path: str) -> list[FieldProblem]:
     if spec.sandbox.isolation == "weak":
         return []
-    from openrft.rewards.sandbox.mechanism import strict_unavailable
+    from openrft.calls.sandbox.mechanism import strict_unavailable
 
     reason = strict_unavailable()
     return [FieldProblem(path, f"runs user code, but {reason}")] if reason else []

@@ -10,10 +10,9 @@ import asyncio
 
 import httpx
 
-from openrft.outbound import redirect_refusal
+from openrft.calls.endpoints import RemoteEndpoint, outbound_client
+from openrft.calls.sandbox import SandboxPool
 from openrft.rewards.judge import JUDGE_TIMEOUT_S, ChatJudge, judge_api_key, require_base_url
-from openrft.rewards.remote import RemoteEndpoint
-from openrft.rewards.sandbox import SandboxPool
 from openrft.spec.rewards import RewardSpec
 
 
@@ -29,9 +28,7 @@ class RewardContext:
     def client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-            hooks = {"response": [_refuse_inward_redirects]}
-            self._client = httpx.AsyncClient(limits=limits, follow_redirects=True, event_hooks=hooks)
+            self._client = outbound_client()
             self._client_loop = loop
         return self._client
 
@@ -72,17 +69,3 @@ class _LazyClient:
 
     async def post(self, *args, **kwargs) -> httpx.Response:
         return await self.context.client().post(*args, **kwargs)
-
-
-class RedirectRefused(httpx.TransportError):
-    """A redirect the outbound policy does not follow (``openrft.outbound.redirect_refusal``)."""
-
-
-async def _refuse_inward_redirects(response: httpx.Response) -> None:
-    if not response.has_redirect_location:
-        return
-    source = str(response.request.url)
-    target = str(response.request.url.join(response.headers["location"]))
-    reason = await asyncio.to_thread(redirect_refusal, source, target)
-    if reason:
-        raise RedirectRefused(f"{source} {reason}", request=response.request)

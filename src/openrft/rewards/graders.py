@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from openrft.calls.endpoints import Timer, gather_all
 from openrft.rewards.context import RewardContext
 from openrft.rewards.formula import FormulaRuntimeError, compile_formula
 from openrft.rewards.judge import label_response_format, parse_label, parse_score, score_response_format
-from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.similarity import similarity
 from openrft.rewards.templates import NamespaceResolver, parse_json_output, render
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
-from openrft.rewards.views import openai_item, openai_sample
+from openrft.rewards.views import openai_sample
 from openrft.spec.rewards import (
     LabelModelGrader,
     MultiGrader,
@@ -45,7 +45,7 @@ OPENAI_NAMESPACES = ("item", "sample.output_text", "sample.output_json", "sample
 def resolver(sample: RewardSample) -> NamespaceResolver:
     return NamespaceResolver(
         {
-            "item": openai_item(sample.example),
+            "item": sample.example.row(),
             "sample.output_text": sample.output_text,
             "sample.output_tools": sample.output_tools,
         },
@@ -94,7 +94,7 @@ class GraderFunction:
             else:
                 value = await self._grade(sample)
         except RewardFailure as failure:
-            return failure.outcome(latency_s=timer.elapsed)
+            return RewardOutcome.of_failure(failure, latency_s=timer.elapsed)
         metrics = {"sandbox_weak": 1.0} if isinstance(self.grader, PythonGrader) and self.pool.weak else {}
         return RewardOutcome(score=value, metrics=metrics, latency_s=timer.elapsed, stdout=printed)
 
@@ -102,7 +102,7 @@ class GraderFunction:
         """``grade(sample, item)`` in the sandbox; the score and what the code printed."""
         grader = self.grader
         time_limit = self.context.spec.sandbox.time_limit_s or PYTHON_GRADER_TIME_LIMIT_S
-        args = [openai_sample(sample), openai_item(sample.example)]
+        args = [openai_sample(sample), sample.example.row()]
         result = await self.pool.call(grader.source, "grade", args, time_limit)
         if not result.ok:
             raise RewardFailure(result.kind, f"grade(): {result.message}", result.stdout)  # type: ignore[arg-type]

@@ -18,8 +18,8 @@ import os
 import re
 from typing import Any
 
+from openrft.calls.endpoints import RemoteEndpoint
 from openrft.errors import RewardError
-from openrft.rewards.remote import RemoteEndpoint
 from openrft.rewards.types import RewardFailure
 from openrft.spec.rewards import JudgeSpec
 

@@ -2,7 +2,7 @@
 
 Both take the Lambda's event (a list of samples, ``views.nova_entry``) and return what the handler
 returned; ``nova.NovaLambdaFunction`` batches and matches the results. The HTTP transport is
-``remote.RemoteEndpoint.post_json``.
+``calls.endpoints.RemoteEndpoint.post_json``.
 
 A handler file runs unchanged: ``lambda_handler(event, context)`` is called in the sandbox with a
 context object like AWS's (``aws_request_id``, ``function_name``, ``invoked_function_arn``,
@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from openrft.calls.sandbox import SandboxPool
 from openrft.errors import RewardError
-from openrft.rewards.sandbox import SandboxPool
 from openrft.rewards.types import RewardFailure
 
 SHIM_ENTRY = "__openrft_lambda_entry__"

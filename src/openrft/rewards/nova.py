@@ -13,7 +13,7 @@ import asyncio
 import json
 from typing import Any, Protocol
 
-from openrft.rewards.remote import RemoteEndpoint, Timer, gather_all
+from openrft.calls.endpoints import RemoteEndpoint, Timer, gather_all
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
 from openrft.rewards.views import nova_entry
 
@@ -74,7 +74,7 @@ def match_entries(sent: list[dict[str, Any]], answer: Any, what: str) -> list[Re
                 )
             outcomes.append(parse_result_entry(result, what))
         except RewardFailure as failure:
-            outcomes.append(failure.outcome())
+            outcomes.append(RewardOutcome.of_failure(failure))
     return outcomes
 
 
@@ -125,7 +125,7 @@ class NovaLambdaFunction:
                 answer = unwrap_answer(await self.invoker.invoke(sent))
                 outcomes = match_entries(sent, answer, self.invoker.label)
             except RewardFailure as failure:
-                outcomes = [failure.outcome() for _ in batch]
+                outcomes = [RewardOutcome.of_failure(failure) for _ in batch]
         for outcome in outcomes:
             outcome.latency_s = timer.elapsed
         return outcomes

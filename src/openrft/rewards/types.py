@@ -1,28 +1,23 @@
 """The reward protocol: a batch of samples in, one outcome per sample out (async).
 
-Error kinds, the same for every reward kind:
-
-- ``parse_error``: text that had to be parsed could not be: the completion as JSON where a grader
-  asks for ``sample.output_json``, or an LLM judge's reply that holds no score or label.
-- ``timeout``: the reward did not answer within its limit (remote calls after their retries,
-  sandboxed user code).
-- ``runtime_error``: user code raised, ran out of memory, or died; a formula divided by zero.
-- ``server_error``: a remote endpoint failed (connection, HTTP status) after its retries.
-- ``invalid_output``: the reward answered something that is not a score (not a number, NaN,
-  missing entries), or the example lacks a field the reward needs.
+A failed sample has an error kind, the same for every reward kind: those of any call to the outside
+(``openrft.calls.failures``: ``parse_error``, ``timeout``, ``runtime_error``, ``server_error``,
+``invalid_output``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from openrft.calls.failures import ERROR_KINDS as ERROR_KINDS  # re-exported: the kinds a reward fails with
+from openrft.calls.failures import CallFailure, ErrorKind
 from openrft.data.records import Example
-from openrft.tools.calls import parse_tool_calls, tool_names
+from openrft.rollout.tool_calls import parse_tool_calls, tool_names
 
-ErrorKind = Literal["parse_error", "timeout", "runtime_error", "server_error", "invalid_output"]
-ERROR_KINDS: tuple[ErrorKind, ...] = ("parse_error", "timeout", "runtime_error", "server_error", "invalid_output")
+RewardFailure = CallFailure
+"""Raised inside reward code for one sample; ``RewardOutcome.of_failure`` makes it a failed outcome of its kind."""
 
 
 @dataclass
@@ -92,21 +87,12 @@ class RewardOutcome:
     def failure(cls, kind: ErrorKind, message: str, **extra: Any) -> RewardOutcome:
         return cls(score=None, error_kind=kind, error_message=message, **extra)
 
-
-class RewardFailure(Exception):
-    """Raised inside reward code for one sample; turned into a failed outcome of its kind."""
-
-    def __init__(self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.stdout = stdout
-        self.status = status  # the HTTP status of a remote endpoint's refusal, when there was one
-
-    def outcome(self, **extra: Any) -> RewardOutcome:
-        if self.stdout:
-            extra.setdefault("stdout", self.stdout)
-        return RewardOutcome.failure(self.kind, self.message, **extra)
+    @classmethod
+    def of_failure(cls, failure: CallFailure, **extra: Any) -> RewardOutcome:
+        """The failed outcome of a call that raised ``failure`` (with what its user code printed)."""
+        if failure.stdout:
+            extra.setdefault("stdout", failure.stdout)
+        return cls.failure(failure.kind, failure.message, **extra)
 
 
 def joined_stdout(parts: dict[str, RewardOutcome]) -> str:
@@ -155,7 +141,7 @@ def checked(outcome: RewardOutcome, what: str) -> RewardOutcome:
             for key, value in table.items():
                 table[key] = as_score(value, f"{what} {name} {key}")
     except RewardFailure as failure:
-        return failure.outcome(latency_s=outcome.latency_s)
+        return RewardOutcome.of_failure(failure, latency_s=outcome.latency_s)
     return outcome
 
 

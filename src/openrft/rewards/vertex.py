@@ -32,10 +32,10 @@ import json
 import re
 from typing import Any
 
+from openrft.calls.endpoints import Timer, gather_all
 from openrft.rewards.checks import is_reward_script
 from openrft.rewards.context import RewardContext
 from openrft.rewards.judge import parse_score
-from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.templates import NamespaceResolver, render
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
 from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
@@ -145,7 +145,7 @@ class VertexSingleFunction:
             else:
                 value, extra = await self._scorer(sample, parsed)
         except RewardFailure as failure:
-            return failure.outcome(metrics=metrics, latency_s=timer.elapsed)
+            return RewardOutcome.of_failure(failure, metrics=metrics, latency_s=timer.elapsed)
         metrics.update(extra)
         if self.context.spec.sandbox.isolation == "weak" and self.config.codeExecutionRewardScorer is not None:
             metrics["sandbox_weak"] = 1.0

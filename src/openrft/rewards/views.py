@@ -3,7 +3,7 @@
 - Nova Lambda input entry: the dataset line with ``id`` and ``messages`` (prompt + the rollout's
   messages: the assistant's answer, its ``tool_calls`` and the tool results of a multi-turn rollout);
   its other fields (``reference_answer`` ...) both at the top level and under ``metadata``.
-- OpenAI: ``item`` is the dataset line (every field, ``messages`` included); ``sample`` holds
+- OpenAI: ``item`` is the dataset line (``Example.row()``: every field, ``messages`` included); ``sample`` holds
   ``output_text``, ``output_json`` (``None`` when the output is not JSON) and ``output_tools`` (the tool
   calls parsed from the output, OpenAI's shape; ``RewardSample.output_tools``).
 - Vertex: the example in Vertex's dataset shape (``contents``, ``systemInstruction``,
@@ -35,14 +35,6 @@ def nova_entry(sample: RewardSample) -> dict[str, Any]:
         metadata.update(row["metadata"])
     messages = [*example.messages, *sample.output_messages]
     return {"id": example.id, "messages": messages, **row, "metadata": metadata}
-
-
-def openai_item(example: Example) -> dict[str, Any]:
-    item = dict(example.fields)
-    item.setdefault("messages", example.messages)
-    if example.tools is not None:
-        item.setdefault("tools", example.tools)
-    return item
 
 
 def output_json_or_none(text: str) -> Any:

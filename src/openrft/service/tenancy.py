@@ -6,7 +6,7 @@ Two rules, applied by every route that takes a job or a grader:
   ``python_paths``), in-process ``callable`` rewards, which environment variable's secret is sent
   (``api_key_env``), where judges are called (``judge.base_url``) and the Ray cluster are settings of
   the operator: a tenant that sends them gets 403. Sandbox limits a tenant may lower, not raise past
-  the service's caps (400 naming the cap). URLs a tenant names follow ``openrft.outbound``'s policy.
+  the service's caps (400 naming the cap). URLs a tenant names follow ``openrft.calls.outbound``'s policy.
 - **Every resource a request names belongs to the caller.** File ids, jobs, fine-tuned models
   (``ft:...:ftjob-ID``) and checkpoints (``ftckpt-...``) are looked up with the caller's tenant; another
   tenant's is reported exactly as one that does not exist.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from openrft.outbound import refusal
+from openrft.calls.outbound import refusal
 from openrft.service.auth import LOCAL_OWNER
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import ApiError

@@ -108,7 +108,7 @@ class CodeExecutionRewardScorer(_Strict):
 
     ``example`` is the dataset line as a ReinforcementTuningExample (camelCase keys); ``response`` the
     parsed response as a Content object, ``{"role": "model", "parts": [{"text": ...}]}``, which also
-    behaves as the parsed text itself (see ``rewards/sandbox/worker.py``)."""
+    behaves as the parsed text itself (see ``calls/sandbox/worker.py``)."""
 
     pythonCodeSnippet: str = Field(min_length=1)
 

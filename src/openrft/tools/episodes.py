@@ -23,16 +23,16 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from openrft.calls.endpoints import gather_all
+from openrft.calls.failures import CallFailure
 from openrft.data.records import Example
 from openrft.errors import OpenRFTError
-from openrft.rewards.remote import gather_all
-from openrft.rewards.types import RewardFailure
-from openrft.rewards.views import openai_item
 from openrft.rollout.prompts import chat_text
+from openrft.rollout.replicas import GeneratorReplica
+from openrft.rollout.tool_calls import parse_tool_calls, tool_names
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.rewards import SandboxSpec
 from openrft.spec.tools import ToolsSpec
-from openrft.tools.calls import parse_tool_calls, tool_names
 from openrft.tools.runners import CallContext, ToolBox, ToolResult
 
 T = TypeVar("T")
@@ -278,8 +278,8 @@ class ToolGenerator:
 
         async def start(episode: Episode) -> None:
             try:
-                episode.environment = await factory.start({"id": episode.example.id, **openai_item(episode.example)})
-            except RewardFailure as failure:
+                episode.environment = await factory.start({"id": episode.example.id, **episode.example.row()})
+            except CallFailure as failure:
                 episode.failure = (failure.kind, failure.message)
                 episode.finish_reason = "tool_error"
                 episode.pending = []
@@ -296,7 +296,7 @@ class ToolGenerator:
                 return
             try:
                 episode.environment_reward = await factory.final_reward(episode.environment)
-            except RewardFailure as failure:
+            except CallFailure as failure:
                 episode.failure = (failure.kind, failure.message)
 
         await gather_all(finish(e) for e in episodes)
@@ -413,8 +413,6 @@ def tool_generators(spec, parts) -> tuple[ToolService, Any]:
     """The job's ToolService and a function that wraps a generator, an in-process replica's generator, or
     a replica (a Ray actor) so that its completions are tool episodes. ``spec``: the JobSpec; ``parts``:
     its JobParts (tokenizer, datasets, prompts)."""
-    from openrft.engine.async_rollouts import GeneratorReplica
-
     datasets = parts.datasets
     examples = examples_by_prompt(datasets.train + datasets.validation, parts.train_prompts + parts.val_prompts)
     service = ToolService(spec.tools, spec.reward.sandbox)

@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 import httpx
 
+from openrft.calls.endpoints import RemoteEndpoint, Timer
+from openrft.calls.failures import CallFailure
+from openrft.calls.sandbox import SandboxPool
 from openrft.errors import OpenRFTError
-from openrft.rewards.remote import RemoteEndpoint, Timer
-from openrft.rewards.sandbox import SandboxPool
-from openrft.rewards.types import RewardFailure
 from openrft.spec.rewards import SandboxSpec
 from openrft.spec.tools import EnvironmentSpec, HttpToolSpec, PythonToolSpec, ToolsSpec
 
@@ -68,7 +68,7 @@ def as_content(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _failure(exc: RewardFailure) -> ToolResult:
+def _failure(exc: CallFailure) -> ToolResult:
     return ToolResult(content=exc.message, error_kind=exc.kind, fatal=True)
 
 
@@ -88,7 +88,7 @@ class HttpTool:
         }
         try:
             answer = await self.endpoint.post_json(body)
-        except RewardFailure as exc:
+        except CallFailure as exc:
             return _failure(exc)
         if isinstance(answer, dict) and isinstance(answer.get("error"), str):
             return ToolResult(content=f"error: {answer['error']}", error_kind="tool_error")
@@ -180,15 +180,15 @@ class EnvironmentFactory:
             )
 
     async def start(self, row: dict[str, Any]) -> Any:
-        """A new environment, reset with the dataset row (raises RewardFailure when it cannot start)."""
+        """A new environment, reset with the dataset row (raises CallFailure when it cannot start)."""
         try:
             environment = self.cls(self.spec.config)
             if callable(getattr(environment, "reset", None)):
                 await _in_thread(environment.reset, (row,), {}, self.spec.timeout_s)
         except TimeoutError:
-            raise RewardFailure("timeout", f"environment reset ran past {self.spec.timeout_s:g} s") from None
+            raise CallFailure("timeout", f"environment reset ran past {self.spec.timeout_s:g} s") from None
         except Exception as exc:
-            raise RewardFailure("runtime_error", f"environment reset: {type(exc).__name__}: {exc}") from None
+            raise CallFailure("runtime_error", f"environment reset: {type(exc).__name__}: {exc}") from None
         return environment
 
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
@@ -209,13 +209,13 @@ class EnvironmentFactory:
         try:
             value = await _in_thread(reward, (), {}, self.spec.timeout_s)
         except TimeoutError:
-            raise RewardFailure("timeout", f"environment reward ran past {self.spec.timeout_s:g} s") from None
+            raise CallFailure("timeout", f"environment reward ran past {self.spec.timeout_s:g} s") from None
         except Exception as exc:
-            raise RewardFailure("runtime_error", f"environment reward: {type(exc).__name__}: {exc}") from None
+            raise CallFailure("runtime_error", f"environment reward: {type(exc).__name__}: {exc}") from None
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            raise RewardFailure("invalid_output", f"environment reward returned {value!r}, not a number")
+            raise CallFailure("invalid_output", f"environment reward returned {value!r}, not a number")
         return float(value)
 
 

@@ -1,4 +1,5 @@
-"""HTTP calls of rewards: per-attempt timeouts, retries with backoff, and a circuit breaker.
+"""HTTP calls to the outside (reward endpoints, judges, tools): per-attempt timeouts, retries with backoff,
+and a circuit breaker.
 
 Transient failures (connection refused/reset/dropped, a timeout, HTTP 408, 429 or 5xx) are retried
 with exponential backoff and jitter. A call that still fails is a ``timeout`` (its last attempt
@@ -21,8 +22,9 @@ from typing import Any, TypeVar
 
 import httpx
 
+from openrft.calls.failures import CallFailure
+from openrft.calls.outbound import redirect_refusal
 from openrft.errors import RewardError
-from openrft.rewards.types import RewardFailure
 from openrft.spec.rewards import RemoteCallSpec
 
 T = TypeVar("T")
@@ -63,11 +65,11 @@ class RemoteEndpoint:
         return delay * (0.5 + random.random() / 2)
 
     async def post_json(self, payload: Any) -> Any:
-        """The decoded JSON answer, or RewardFailure; EndpointDown when the circuit opens."""
+        """The decoded JSON answer, or CallFailure; EndpointDown when the circuit opens."""
         if self._down:
             raise EndpointDown(self._down)
         self.calls += 1
-        failure: RewardFailure | None = None
+        failure: CallFailure | None = None
         for attempt in range(self.spec.max_retries + 1):
             if attempt:
                 self.retries += 1
@@ -89,16 +91,16 @@ class RemoteEndpoint:
                 raise EndpointDown(self._down)
         raise failure
 
-    async def _attempt(self, payload: Any) -> tuple[RewardFailure | None, bool, Any]:
+    async def _attempt(self, payload: Any) -> tuple[CallFailure | None, bool, Any]:
         try:
             response = await self.client.post(self.url, json=payload, headers=self.headers, timeout=self.timeout_s)
         except httpx.TimeoutException:
-            return RewardFailure("timeout", f"{self.label} did not answer within {self.timeout_s:g} s"), True, None
+            return CallFailure("timeout", f"{self.label} did not answer within {self.timeout_s:g} s"), True, None
         except httpx.TransportError as exc:
-            return RewardFailure("server_error", f"{self.label}: {type(exc).__name__}: {exc}"), True, None
+            return CallFailure("server_error", f"{self.label}: {type(exc).__name__}: {exc}"), True, None
         if response.status_code >= 400:
             text = response.text[:200]
-            failure = RewardFailure(
+            failure = CallFailure(
                 "server_error",
                 f"{self.label} answered HTTP {response.status_code}: {text}",
                 status=response.status_code,
@@ -109,7 +111,7 @@ class RemoteEndpoint:
         except ValueError:
             snippet = response.text[:120]
             return (
-                RewardFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"),
+                CallFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"),
                 False,
                 None,
             )
@@ -147,3 +149,25 @@ class Timer:
     @property
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+
+def outbound_client() -> httpx.AsyncClient:
+    """An HTTP client that follows only the redirects the outbound policy allows (``outbound.redirect_refusal``);
+    make it inside the event loop that uses it."""
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+    hooks = {"response": [_refuse_inward_redirects]}
+    return httpx.AsyncClient(limits=limits, follow_redirects=True, event_hooks=hooks)
+
+
+class RedirectRefused(httpx.TransportError):
+    """A redirect the outbound policy does not follow (``openrft.calls.outbound.redirect_refusal``)."""
+
+
+async def _refuse_inward_redirects(response: httpx.Response) -> None:
+    if not response.has_redirect_location:
+        return
+    source = str(response.request.url)
+    target = str(response.request.url.join(response.headers["location"]))
+    reason = await asyncio.to_thread(redirect_refusal, source, target)
+    if reason:
+        raise RedirectRefused(f"{source} {reason}", request=response.request)

@@ -20,9 +20,9 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from openrft.calls.sandbox import cgroups, mechanism
+from openrft.calls.sandbox.cgroups import Cgroup
 from openrft.errors import RewardError
-from openrft.rewards.sandbox import cgroups, mechanism
-from openrft.rewards.sandbox.cgroups import Cgroup
 from openrft.spec.rewards import SandboxSpec
 
 START_TIMEOUT_S = 60.0

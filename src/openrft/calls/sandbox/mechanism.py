@@ -197,7 +197,7 @@ def strict_unavailable() -> str | None:
 
 def enforcement_gaps() -> list[str]:
     """What the sandbox cannot enforce on this host, in words for the service's startup log and docs."""
-    from openrft.rewards.sandbox import cgroups
+    from openrft.calls.sandbox import cgroups
 
     gaps = []
     reason = strict_unavailable()
