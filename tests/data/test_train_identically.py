@@ -14,7 +14,7 @@ from openrft.data.loader import load_dataset
 from openrft.data.vertex_format import to_vertex_record
 from openrft.engine.setup import load_datasets
 from openrft.models import REGISTERED_MODELS, load_tokenizer
-from openrft.rewards.presets import reference_text
+from openrft.rewards.kinds.preset import reference_text
 from openrft.rollout.prompts import render_prompt
 from openrft.spec.job import JobSpec
 

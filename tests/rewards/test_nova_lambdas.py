@@ -247,7 +247,7 @@ def test_rewards_test_takes_a_published_lambda_file(tmp_path, capsys):
 
 
 def test_metric_types_are_read_in_either_case():
-    from openrft.rewards.nova import parse_result_entry
+    from openrft.rewards.kinds.nova_lambda import parse_result_entry
     from openrft.rewards.types import RewardFailure
 
     entry = {

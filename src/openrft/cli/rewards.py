@@ -47,7 +47,9 @@ def _example(path: str):
 
 def run_test(args: argparse.Namespace) -> int:
     from openrft.rewards.config_files import load_reward_spec
-    from openrft.rewards.validation import openai_run_view, outcome_json, score_once, vertex_validate_view
+    from openrft.rewards.kinds.openai_graders import run_view
+    from openrft.rewards.kinds.vertex import validate_view
+    from openrft.rewards.validation import outcome_json, score_once
 
     spec = load_reward_spec(args.config)
     example = _example(args.example)
@@ -60,8 +62,8 @@ def run_test(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     **outcome_json(outcome),
-                    "vertex": vertex_validate_view(spec, outcome),
-                    "openai": openai_run_view(spec, outcome),
+                    "vertex": validate_view(spec, outcome),
+                    "openai": run_view(spec, outcome),
                 }
             )
         )

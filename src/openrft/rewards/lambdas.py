@@ -1,7 +1,7 @@
 """Where a Nova/Bedrock reward Lambda runs: a published handler file in the sandbox, or AWS Lambda itself.
 
 Both take the Lambda's event (a list of samples, ``views.nova_entry``) and return what the handler
-returned; ``nova.NovaLambdaFunction`` batches and matches the results. The HTTP transport is
+returned; ``kinds.nova_lambda.NovaLambdaFunction`` batches and matches the results. The HTTP transport is
 ``calls.endpoints.RemoteEndpoint.post_json``.
 
 A handler file runs unchanged: ``lambda_handler(event, context)`` is called in the sandbox with a
@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from openrft.calls.sandbox import SandboxPool
-from openrft.errors import RewardError
 from openrft.rewards.types import RewardFailure
 
 SHIM_ENTRY = "__openrft_lambda_entry__"
@@ -66,14 +65,11 @@ def context_fields(function_name: str, time_limit_s: float, memory_limit_mb: int
 
 
 class HandlerInvoker:
-    """A ``path.py:lambda_handler`` file, invoked in the sandbox pool."""
+    """A ``path.py:lambda_handler`` file (``source``: its text, read by the caller), invoked in the sandbox pool."""
 
-    def __init__(self, target: str, pool: SandboxPool, time_limit_s: float):
+    def __init__(self, target: str, source: str, pool: SandboxPool, time_limit_s: float):
         path, self.handler = split_handler(target)
-        try:
-            self.source = path.read_text(encoding="utf-8") + CONTEXT_SHIM
-        except OSError as exc:
-            raise RewardError(f"reward Lambda {target}: cannot read {path}: {exc.strerror}") from None
+        self.source = source + CONTEXT_SHIM
         self.function_name = path.stem
         self.label = f"reward Lambda {path.name}:{self.handler}"
         self.pool = pool

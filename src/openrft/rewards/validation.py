@@ -1,6 +1,7 @@
 """Try a reward on one example, and check a reward configuration: the logic behind
 ``openrft rewards test|validate`` and the service calls that mirror them (Vertex's reward
-validation call, OpenAI's ``graders/run`` and ``graders/validate``).
+validation call, OpenAI's ``graders/run`` and ``graders/validate``). Their answers' shapes are the
+kinds' (``kinds.openai_graders.run_view``, ``kinds.vertex.validate_view``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from typing import Any
 from openrft.data.records import Example
 from openrft.data.validation import parse_record
 from openrft.errors import OpenRFTError
-from openrft.rewards.checks import check_reward
-from openrft.rewards.factory import build_reward
+from openrft.rewards.registry import ManagedReward, build_reward
 from openrft.rewards.types import RewardOutcome, RewardSample, checked
-from openrft.spec.errors import FieldProblem
-from openrft.spec.rewards import OpenAIGraderReward, RewardSpec, VertexReward
+from openrft.spec.errors import FieldProblem, SpecError
+from openrft.spec.rewards import RewardSpec
 
 
 def example_from_line(obj: Any, source: str = "example") -> Example:
@@ -40,7 +40,11 @@ def example_from_line(obj: Any, source: str = "example") -> Example:
 
 
 def score_once(spec: RewardSpec, example: Example, response: str, step: int = 0) -> RewardOutcome:
-    reward = build_reward(spec)
+    return score_with(build_reward(spec), example, response, step)
+
+
+def score_with(reward: ManagedReward, example: Example, response: str, step: int = 0) -> RewardOutcome:
+    """Score one response with a built reward, then close it."""
 
     async def go() -> RewardOutcome:
         try:
@@ -56,8 +60,14 @@ def score_once(spec: RewardSpec, example: Example, response: str, step: int = 0)
 
 
 def validate(spec: RewardSpec) -> list[FieldProblem]:
-    """Problems a configuration has beyond its shape (the shape was checked when ``spec`` was made)."""
-    return check_reward(spec)
+    """Problems a configuration has beyond its shape (the shape was checked when ``spec`` was made): those its
+    kind finds as it builds the reward, which is then closed unused."""
+    try:
+        reward = build_reward(spec)
+    except SpecError as exc:
+        return exc.problems
+    asyncio.run(reward.aclose())
+    return []
 
 
 def outcome_json(outcome: RewardOutcome) -> dict[str, Any]:
@@ -69,54 +79,4 @@ def outcome_json(outcome: RewardOutcome) -> dict[str, Any]:
         "error_message": outcome.error_message,
         "latency_s": outcome.latency_s,
         "stdout": outcome.stdout,
-    }
-
-
-def vertex_validate_view(spec: RewardSpec, outcome: RewardOutcome) -> dict[str, Any]:
-    """The shape of Vertex's reward validation answer: overallReward, error, rewardInfoDetails."""
-    details: dict[str, Any] = {
-        name: {"reward": value, "userRequestedAuxInfo": ""} for name, value in outcome.sub_scores.items()
-    }
-    config = spec.function
-    if isinstance(config, VertexReward) and config.single is not None and outcome.ok:
-        details[config.single.rewardName or "reward"] = {"reward": outcome.score, "userRequestedAuxInfo": ""}
-    error = None if outcome.ok else f"{outcome.error_kind}: {outcome.error_message}"
-    return {"overallReward": outcome.score, "error": error, "rewardInfoDetails": details}
-
-
-def openai_run_view(spec: RewardSpec, outcome: RewardOutcome) -> dict[str, Any]:
-    """The shape of OpenAI's ``graders/run`` answer (reward, metadata.errors flags, sub_rewards)."""
-    grader = spec.function.grader if isinstance(spec.function, OpenAIGraderReward) else None
-    grader_type = getattr(grader, "type", spec.function.type)
-    model_grader = grader_type in ("score_model", "label_model")
-    kind = outcome.error_kind
-    errors = {
-        "formula_parse_error": False,
-        "sample_parse_error": kind == "parse_error" and not model_grader,
-        "truncated_observation_error": False,
-        "unresponsive_reward_error": kind == "timeout",
-        "invalid_variable_error": kind == "invalid_output",
-        "other_error": kind == "runtime_error" and grader_type not in ("python", "multi"),
-        "python_grader_server_error": kind == "server_error" and grader_type == "python",
-        "python_grader_server_error_type": None,
-        "python_grader_runtime_error": kind == "runtime_error" and grader_type in ("python", "multi"),
-        "python_grader_runtime_error_details": outcome.error_message if kind == "runtime_error" else None,
-        "model_grader_server_error": kind == "server_error" and model_grader,
-        "model_grader_refusal_error": False,
-        "model_grader_parse_error": kind == "parse_error" and model_grader,
-        "model_grader_server_error_details": outcome.error_message if kind == "server_error" else None,
-    }
-    return {
-        "reward": outcome.score if outcome.ok else 0.0,
-        "metadata": {
-            "name": getattr(grader, "name", spec.function.type),
-            "type": grader_type,
-            "errors": errors,
-            "execution_time": outcome.latency_s,
-            "scores": outcome.sub_scores,
-            "token_usage": None,
-            "sampled_model_name": None,
-        },
-        "sub_rewards": outcome.sub_scores,
-        "model_grader_token_usage_per_model": {},
     }

@@ -1,21 +1,20 @@
 """OpenAI ``graders/run`` and ``graders/validate``, and Vertex's reward validation call: the logic is the
-rewards package's (``openrft.rewards.validation``); this module maps requests and errors."""
+rewards package's (the grader's kind builds and scores it, ``openrft.rewards.validation`` runs it once);
+this module maps requests and errors."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from openrft.data.records import Example
 from openrft.data.validation import check_messages
 from openrft.errors import OpenRFTError
 from openrft.rewards.config_files import reward_spec_from_document
-from openrft.rewards.validation import (
-    example_from_line,
-    openai_run_view,
-    score_once,
-    validate,
-    vertex_validate_view,
-)
+from openrft.rewards.kinds.openai_graders import run_view
+from openrft.rewards.kinds.vertex import validate_view
+from openrft.rewards.registry import ManagedReward, build_reward
+from openrft.rewards.validation import example_from_line, score_with
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import ApiError, check_request_document, from_spec_error
 from openrft.service.tenancy import raise_problems, reward_problems
@@ -23,9 +22,12 @@ from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import RewardSpec
 
 
-def _checked_spec(document: dict[str, Any], prefix: str, tenant: ServiceConfig | None) -> RewardSpec:
-    """The reward spec of a grader or reward config, or a 400 naming the user's field paths. With
-    ``tenant`` (the service's config), a tenant's request: operator settings are refused (403)."""
+def _checked_reward(
+    document: dict[str, Any], prefix: str, tenant: ServiceConfig | None
+) -> tuple[RewardSpec, ManagedReward]:
+    """The reward spec of a grader or reward config and its reward, built (once), or a 400 naming the user's
+    field paths. With ``tenant`` (the service's config), a tenant's request: operator settings are refused
+    (403) before anything is built. The caller closes the reward."""
     check_request_document(document, prefix)
     try:
         spec = reward_spec_from_document(document)
@@ -37,12 +39,9 @@ def _checked_spec(document: dict[str, Any], prefix: str, tenant: ServiceConfig |
             reward_problems(spec, tenant, f"{prefix}.function" if nested else prefix, prefix), "invalid_grader"
         )
     try:
-        problems = validate(spec)
+        return spec, build_reward(spec)
     except SpecError as exc:
         raise from_spec_error(_prefixed(exc.problems, prefix), "invalid_grader") from None
-    if problems:
-        raise from_spec_error(_prefixed(problems, prefix), "invalid_grader")
-    return spec
 
 
 def _prefixed(problems: list[FieldProblem], prefix: str) -> SpecError:
@@ -68,24 +67,30 @@ def _item_example(item: Any, reference_answer: Any) -> Example:
 def run(
     grader: dict[str, Any], model_sample: str, item: Any, reference_answer: Any, tenant: ServiceConfig | None
 ) -> dict[str, Any]:
-    spec = _checked_spec(grader, "grader", tenant)
-    check_request_document(item, "item")
-    outcome = score_once(spec, _item_example(item, reference_answer), model_sample)
-    return openai_run_view(spec, outcome)
+    spec, reward = _checked_reward(grader, "grader", tenant)
+    try:
+        check_request_document(item, "item")
+        example = _item_example(item, reference_answer)
+    except BaseException:
+        asyncio.run(reward.aclose())
+        raise
+    return run_view(spec, score_with(reward, example, model_sample))
 
 
 def validate_grader(grader: dict[str, Any], tenant: ServiceConfig | None) -> dict[str, Any]:
-    _checked_spec(grader, "grader", tenant)
+    _spec, reward = _checked_reward(grader, "grader", tenant)
+    asyncio.run(reward.aclose())
     return {"grader": grader}
 
 
 def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -> dict[str, Any]:
     key = "singleRewardConfig" if "singleRewardConfig" in body else "compositeRewardConfig"
-    spec = _checked_spec({key: body[key]}, key, tenant)
+    spec, reward = _checked_reward({key: body[key]}, key, tenant)
     try:
         example = example_from_line(body["example"], "example")
     except OpenRFTError as exc:
+        asyncio.run(reward.aclose())
         raise ApiError(400, str(exc), "invalid_example", "example") from None
     parts = body["sampleResponse"].get("parts") or []
     response = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return vertex_validate_view(spec, score_once(spec, example, response))
+    return validate_view(spec, score_with(reward, example, response))

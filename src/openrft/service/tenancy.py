@@ -21,12 +21,13 @@ import re
 from typing import Any
 
 from openrft.calls.outbound import refusal
+from openrft.rewards.registry import needs_of
 from openrft.service.auth import LOCAL_OWNER
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import ApiError
 from openrft.service.store import NotFound, Store
 from openrft.spec.job import JobSpec
-from openrft.spec.rewards import CallableReward, NovaLambdaReward, RewardSpec, SingleRewardConfig, VertexReward
+from openrft.spec.rewards import RewardSpec
 from openrft.spec.tools import PythonToolSpec, ToolsSpec
 
 FORBIDDEN = 403
@@ -63,43 +64,19 @@ def url_problem(url: str | None, field: str, config: ServiceConfig) -> Problem |
     return None if reason is None else (INVALID, field, reason, url)
 
 
-def _reward_urls(spec: RewardSpec) -> list[tuple[str, str]]:
-    """(URL, where inside the reward) of every HTTP endpoint the reward calls."""
-    function = spec.function
-    if isinstance(function, NovaLambdaReward):
-        return [(function.endpoint, "endpoint")] if function.transport == "http" else []
-    if isinstance(function, VertexReward):
-        singles: list[tuple[SingleRewardConfig, str]] = []
-        if function.single is not None:
-            singles.append((function.single, ""))
-        if function.composite is not None:
-            singles += [
-                (w.rewardConfig, f"weightedRewardConfigs[{i}].rewardConfig.")
-                for i, w in enumerate(function.composite.weightedRewardConfigs)
-            ]
-        return [
-            (s.cloudRunRewardScorer.cloudRunUri, f"{where}cloudRunRewardScorer.cloudRunUri")
-            for s, where in singles
-            if s.cloudRunRewardScorer is not None
-        ]
-    return []
-
-
 def reward_problems(spec: RewardSpec, config: ServiceConfig, field: str, options_field: str | None) -> list[Problem]:
     """Operator settings and URLs in a tenant's reward. ``field`` is where the reward function sits in
     the request; ``options_field`` where its ``sandbox``/``remote``/``judge`` options sit (None: the
     request has no place for them)."""
     problems: list[Problem] = []
-    function = spec.function
-    if isinstance(function, CallableReward):
-        problems.append(_operator_only(f"{field}.target", function.target, "a Python callable run by the service"))
-    if isinstance(function, NovaLambdaReward) and function.transport == "handler":
-        message = "is a handler file on the server; give an http(s) endpoint"
-        problems.append((INVALID, f"{field}.endpoint", message, function.endpoint))
-    if isinstance(function, NovaLambdaReward) and function.transport == "aws":
-        what = "invoking an AWS Lambda with the service's credentials"
-        problems.append(_operator_only(f"{field}.endpoint", function.endpoint, what))
-    for url, where in _reward_urls(spec):
+    needs = needs_of(spec.function)  # what the reward's kind reaches outside itself
+    for where, value, what in needs.privileges:
+        problems.append(_operator_only(f"{field}.{where}", value, what))
+    for where, path in needs.files:
+        problems.append(
+            (INVALID, f"{field}.{where}", "is a handler file on the server; give an http(s) endpoint", path)
+        )
+    for where, url in needs.endpoints:
         problem = url_problem(url, f"{field}.{where}", config)
         if problem:
             problems.append(problem)

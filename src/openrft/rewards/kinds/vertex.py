@@ -33,18 +33,27 @@ import re
 from typing import Any
 
 from openrft.calls.endpoints import Timer, gather_all
-from openrft.rewards.checks import is_reward_script
+from openrft.rewards.checks import check_source, check_template, is_reward_script, judge_problems, sandbox_problems
 from openrft.rewards.context import RewardContext
 from openrft.rewards.judge import parse_score
+from openrft.rewards.kinds import REWARD_ROOT, Needs
 from openrft.rewards.templates import NamespaceResolver, render
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
 from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
+from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import (
     CompositeRewardConfig,
     ParseResponseConfig,
+    RewardSpec,
     SingleRewardConfig,
     StringMatchExpression,
+    StringMatchRewardScorer,
+    VertexReward,
 )
+
+CONFIG = VertexReward
+MATCH_NAMESPACES = ("references",)
+AUTORATER_NAMESPACES = ("prompt", "response", "system_instruction", "references")
 
 CODE_EXECUTION_TIME_LIMIT_S = 100.0
 CLOUD_RUN_TIMEOUT_S = 300.0
@@ -112,23 +121,94 @@ def json_value(parsed: str, key: str) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def build(
+    config: VertexReward, spec: RewardSpec, context: RewardContext
+) -> VertexSingleFunction | VertexCompositeFunction:
+    problems: list[FieldProblem] = []
+    function: VertexSingleFunction | VertexCompositeFunction
+    if config.composite is not None:
+        function = VertexCompositeFunction(config.composite, context, f"{REWARD_ROOT}.composite", problems)
+    else:
+        assert config.single is not None
+        function = VertexSingleFunction(config.single, context, f"{REWARD_ROOT}.single", problems)
+    if problems:
+        raise SpecError(problems, "the reward configuration")
+    return function
+
+
+def _singles(config: VertexReward) -> list[tuple[SingleRewardConfig, str]]:
+    """Each single reward config and its path in the user's request (a composite's are nested)."""
+    if config.single is not None:
+        return [(config.single, "")]
+    assert config.composite is not None
+    return [
+        (w.rewardConfig, f"weightedRewardConfigs[{i}].rewardConfig.")
+        for i, w in enumerate(config.composite.weightedRewardConfigs)
+    ]
+
+
+def needs(config: VertexReward) -> Needs:
+    """Cloud Run scorers call their URLs; code execution runs in the sandbox; autoraters use the operator's judge."""
+    return Needs(
+        endpoints=[
+            (f"{where}cloudRunRewardScorer.cloudRunUri", single.cloudRunRewardScorer.cloudRunUri)
+            for single, where in _singles(config)
+            if single.cloudRunRewardScorer is not None
+        ]
+    )
+
+
+def _match_problems(scorer: StringMatchRewardScorer, path: str) -> list[FieldProblem]:
+    if scorer.stringMatchExpression is not None:
+        where = f"{path}.stringMatchRewardScorer.stringMatchExpression.expression"
+        return check_template(scorer.stringMatchExpression.expression, MATCH_NAMESPACES, where)
+    assert scorer.jsonMatchExpression is not None
+    where = f"{path}.stringMatchRewardScorer.jsonMatchExpression.valueStringMatchExpression.expression"
+    return check_template(scorer.jsonMatchExpression.valueStringMatchExpression.expression, MATCH_NAMESPACES, where)
+
+
 class VertexSingleFunction:
+    """One scorer. Built with the problems of its configuration appended to ``problems`` (at ``path``)."""
+
     requires_reference = False
 
-    def __init__(self, config: SingleRewardConfig, context: RewardContext):
+    def __init__(self, config: SingleRewardConfig, context: RewardContext, path: str, problems: list[FieldProblem]):
         self.config = config
         self.context = context
         self.name = config.rewardName or next(s for s in config.SCORERS if getattr(config, s) is not None)
+        spec = context.spec
+        if config.stringMatchRewardScorer is not None:
+            problems += _match_problems(config.stringMatchRewardScorer, path)
         if config.codeExecutionRewardScorer is not None:
-            self.pool = context.pool()
-            self.script = is_reward_script(config.codeExecutionRewardScorer.pythonCodeSnippet)
+            where = f"{path}.codeExecutionRewardScorer.pythonCodeSnippet"
+            snippet = config.codeExecutionRewardScorer.pythonCodeSnippet
+            self.script = is_reward_script(snippet)
+            if not self.script:
+                problems += [
+                    p
+                    if "defines no top-level" not in p.message
+                    else FieldProblem(p.path, p.message + " (nor sets reward)")
+                    for p in check_source(snippet, "evaluate", 2, where)
+                ]
+            unavailable = sandbox_problems(spec, where)
+            problems += unavailable
+            if not unavailable:
+                self.pool = context.pool()
         if config.cloudRunRewardScorer is not None:
             self.cloud_run = context.endpoint(
                 config.cloudRunRewardScorer.cloudRunUri, CLOUD_RUN_TIMEOUT_S, f"Cloud Run reward {self.name}"
             )
-            self.cloud_run_slots = asyncio.Semaphore(context.spec.remote.max_concurrency)
+            self.cloud_run_slots = asyncio.Semaphore(spec.remote.max_concurrency)
         if config.autoraterScorer is not None:
-            self.judge = context.judge()
+            scorer, where = config.autoraterScorer, f"{path}.autoraterScorer"
+            problems += check_template(scorer.autoraterPrompt, AUTORATER_NAMESPACES, f"{where}.autoraterPrompt")
+            if scorer.exactMatchScorer is not None:
+                expression = scorer.exactMatchScorer.expression
+                problems += check_template(expression, MATCH_NAMESPACES, f"{where}.exactMatchScorer.expression")
+            no_judge = judge_problems(spec, where)
+            problems += no_judge
+            if not no_judge:
+                self.judge = context.judge()
 
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         return await gather_all(self._score_one(s) for s in samples)
@@ -273,10 +353,11 @@ class VertexCompositeFunction:
     name = "vertex_composite"
     requires_reference = False
 
-    def __init__(self, config: CompositeRewardConfig, context: RewardContext):
+    def __init__(self, config: CompositeRewardConfig, context: RewardContext, path: str, problems: list[FieldProblem]):
         self.parts = []
         for i, weighted in enumerate(config.weightedRewardConfigs):
-            function = VertexSingleFunction(weighted.rewardConfig, context)
+            where = f"{path}.weightedRewardConfigs[{i}].rewardConfig"
+            function = VertexSingleFunction(weighted.rewardConfig, context, where, problems)
             if not weighted.rewardConfig.rewardName:
                 function.name = f"reward_{i}"
             self.parts.append((function, weighted.weight))
@@ -309,3 +390,15 @@ class VertexCompositeFunction:
 
     async def aclose(self) -> None:
         return None
+
+
+def validate_view(spec: RewardSpec, outcome: RewardOutcome) -> dict[str, Any]:
+    """The shape of Vertex's reward validation answer (overallReward, error, rewardInfoDetails), for any reward."""
+    details: dict[str, Any] = {
+        name: {"reward": value, "userRequestedAuxInfo": ""} for name, value in outcome.sub_scores.items()
+    }
+    config = spec.function
+    if isinstance(config, VertexReward) and config.single is not None and outcome.ok:
+        details[config.single.rewardName or "reward"] = {"reward": outcome.score, "userRequestedAuxInfo": ""}
+    error = None if outcome.ok else f"{outcome.error_kind}: {outcome.error_message}"
+    return {"overallReward": outcome.score, "error": error, "rewardInfoDetails": details}

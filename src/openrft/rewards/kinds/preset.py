@@ -16,7 +16,12 @@ import math
 import re
 from typing import Any
 
-from openrft.rewards.types import RewardOutcome, RewardSample
+from openrft.rewards.context import RewardContext
+from openrft.rewards.kinds import Needs
+from openrft.rewards.types import RewardFunction, RewardOutcome, RewardSample
+from openrft.spec.rewards import PresetReward, RewardSpec
+
+CONFIG = PresetReward
 
 _WS = re.compile(r"\s+")
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
@@ -92,3 +97,11 @@ class NumericMatch(_Preset):
 
 
 PRESETS = {"exact_match": ExactMatch, "numeric_match": NumericMatch}
+
+
+def build(config: PresetReward, spec: RewardSpec, context: RewardContext) -> RewardFunction:
+    return PRESETS[config.name]()
+
+
+def needs(config: PresetReward) -> Needs:
+    return Needs()

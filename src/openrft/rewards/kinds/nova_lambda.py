@@ -14,8 +14,16 @@ import json
 from typing import Any, Protocol
 
 from openrft.calls.endpoints import RemoteEndpoint, Timer, gather_all
+from openrft.rewards.checks import check_source, sandbox_problems
+from openrft.rewards.context import RewardContext
+from openrft.rewards.kinds import REWARD_ROOT, Needs
+from openrft.rewards.lambdas import AwsLambdaInvoker, HandlerInvoker, split_handler
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
 from openrft.rewards.views import nova_entry
+from openrft.spec.errors import FieldProblem, SpecError
+from openrft.spec.rewards import NovaLambdaReward, RewardSpec
+
+CONFIG = NovaLambdaReward
 
 NOVA_TIMEOUT_S = 900.0  # the service allows 15 minutes per invocation
 
@@ -132,3 +140,40 @@ class NovaLambdaFunction:
 
     async def aclose(self) -> None:
         return None
+
+
+def build(config: NovaLambdaReward, spec: RewardSpec, context: RewardContext) -> NovaLambdaFunction:
+    """Over HTTP, to a handler file in the sandbox (read and checked here, once), or to AWS Lambda."""
+    invoker: Invoker
+    if config.transport == "handler":
+        invoker = _handler(config.endpoint, spec, context)
+    elif config.transport == "aws":
+        invoker = AwsLambdaInvoker(config.endpoint, spec.remote.timeout_s or NOVA_TIMEOUT_S)
+    else:
+        invoker = HttpInvoker(context.endpoint(config.endpoint, NOVA_TIMEOUT_S, "Nova reward endpoint"))
+    return NovaLambdaFunction(invoker, config.batch_size, config.concurrency_limit)
+
+
+def _handler(target: str, spec: RewardSpec, context: RewardContext) -> HandlerInvoker:
+    """A Lambda handler file: it reads, compiles and defines ``handler(event, context)``; the sandbox runs."""
+    path, handler = split_handler(target)
+    where = f"{REWARD_ROOT}.endpoint"
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        problem = FieldProblem(where, f"cannot be read: {exc.strerror}", str(path))
+        raise SpecError([problem], "the reward configuration") from None
+    problems = check_source(source, handler, 2, where) + sandbox_problems(spec, where)
+    if problems:
+        raise SpecError(problems, "the reward configuration")
+    return HandlerInvoker(target, source, context.pool(), spec.sandbox.time_limit_s or NOVA_TIMEOUT_S)
+
+
+def needs(config: NovaLambdaReward) -> Needs:
+    if config.transport == "handler":
+        return Needs(files=[("endpoint", config.endpoint)])
+    if config.transport == "aws":
+        return Needs(
+            privileges=[("endpoint", config.endpoint, "invoking an AWS Lambda with the service's credentials")]
+        )
+    return Needs(endpoints=[("endpoint", config.endpoint)])

@@ -22,21 +22,28 @@ from __future__ import annotations
 from typing import Any
 
 from openrft.calls.endpoints import Timer, gather_all
+from openrft.rewards.checks import check_source, check_template, judge_problems, sandbox_problems
 from openrft.rewards.context import RewardContext
-from openrft.rewards.formula import FormulaRuntimeError, compile_formula
+from openrft.rewards.formula import FormulaError, FormulaRuntimeError, compile_formula
 from openrft.rewards.judge import label_response_format, parse_label, parse_score, score_response_format
+from openrft.rewards.kinds import REWARD_ROOT, Needs
 from openrft.rewards.similarity import similarity
 from openrft.rewards.templates import NamespaceResolver, parse_json_output, render
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
 from openrft.rewards.views import openai_sample
+from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import (
     LabelModelGrader,
     MultiGrader,
+    OpenAIGraderReward,
     PythonGrader,
+    RewardSpec,
     ScoreModelGrader,
     StringCheckGrader,
     TextSimilarityGrader,
 )
+
+CONFIG = OpenAIGraderReward
 
 PYTHON_GRADER_TIME_LIMIT_S = 120.0
 OPENAI_NAMESPACES = ("item", "sample.output_text", "sample.output_json", "sample.output_tools")
@@ -63,22 +70,53 @@ def string_check(grader: StringCheckGrader, text: str, reference: str) -> float:
     return float(reference.casefold() in text.casefold())
 
 
+def build(config: OpenAIGraderReward, spec: RewardSpec, context: RewardContext) -> GraderFunction:
+    problems: list[FieldProblem] = []
+    function = GraderFunction(config.grader, context, f"{REWARD_ROOT}.grader", problems)
+    if problems:
+        raise SpecError(problems, "the reward configuration")
+    return function
+
+
+def needs(config: OpenAIGraderReward) -> Needs:
+    return Needs()  # python graders run in the sandbox; judges are the operator's (reward.judge)
+
+
 class GraderFunction:
-    """One grader (any type) as a RewardFunction."""
+    """One grader (any type) as a RewardFunction. Built with the problems of its configuration appended
+    to ``problems`` (each at its path under ``path``); a grader with problems is never scored."""
 
     requires_reference = False
 
-    def __init__(self, grader: Any, context: RewardContext):
+    def __init__(self, grader: Any, context: RewardContext, path: str, problems: list[FieldProblem]):
         self.grader = grader
         self.context = context
         self.name = grader.name
-        if isinstance(grader, MultiGrader):
-            self.parts = {key: GraderFunction(sub, context) for key, sub in grader.graders.items()}
-            self.formula = compile_formula(grader.calculate_output, set(grader.graders))
-        if isinstance(grader, PythonGrader):
-            self.pool = context.pool()
-        if isinstance(grader, ScoreModelGrader | LabelModelGrader):
-            self.judge = context.judge()
+        spec = context.spec
+        if isinstance(grader, StringCheckGrader | TextSimilarityGrader):
+            problems += check_template(grader.input, OPENAI_NAMESPACES, f"{path}.input")
+            problems += check_template(grader.reference, OPENAI_NAMESPACES, f"{path}.reference")
+        elif isinstance(grader, PythonGrader):
+            unavailable = sandbox_problems(spec, f"{path}.source")
+            problems += check_source(grader.source, "grade", 2, f"{path}.source") + unavailable
+            if not unavailable:
+                self.pool = context.pool()
+        elif isinstance(grader, ScoreModelGrader | LabelModelGrader):
+            for i, message in enumerate(grader.input):
+                problems += check_template(message.text(), OPENAI_NAMESPACES, f"{path}.input[{i}].content")
+            no_judge = judge_problems(spec, path)
+            problems += no_judge
+            if not no_judge:
+                self.judge = context.judge()
+        elif isinstance(grader, MultiGrader):
+            self.parts = {
+                key: GraderFunction(sub, context, f"{path}.graders.{key}", problems)
+                for key, sub in grader.graders.items()
+            }
+            try:
+                self.formula = compile_formula(grader.calculate_output, set(grader.graders))
+            except FormulaError as exc:
+                problems.append(FieldProblem(f"{path}.calculate_output", str(exc), grader.calculate_output))
 
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         if isinstance(self.grader, MultiGrader):
@@ -191,3 +229,42 @@ class GraderFunction:
 
     async def aclose(self) -> None:
         return None
+
+
+def run_view(spec: RewardSpec, outcome: RewardOutcome) -> dict[str, Any]:
+    """The shape of OpenAI's ``graders/run`` answer (reward, metadata.errors flags, sub_rewards), for any reward
+    (``openrft rewards test --json`` shows every reward in it)."""
+    grader = spec.function.grader if isinstance(spec.function, OpenAIGraderReward) else None
+    grader_type = getattr(grader, "type", spec.function.type)
+    model_grader = grader_type in ("score_model", "label_model")
+    kind = outcome.error_kind
+    errors = {
+        "formula_parse_error": False,
+        "sample_parse_error": kind == "parse_error" and not model_grader,
+        "truncated_observation_error": False,
+        "unresponsive_reward_error": kind == "timeout",
+        "invalid_variable_error": kind == "invalid_output",
+        "other_error": kind == "runtime_error" and grader_type not in ("python", "multi"),
+        "python_grader_server_error": kind == "server_error" and grader_type == "python",
+        "python_grader_server_error_type": None,
+        "python_grader_runtime_error": kind == "runtime_error" and grader_type in ("python", "multi"),
+        "python_grader_runtime_error_details": outcome.error_message if kind == "runtime_error" else None,
+        "model_grader_server_error": kind == "server_error" and model_grader,
+        "model_grader_refusal_error": False,
+        "model_grader_parse_error": kind == "parse_error" and model_grader,
+        "model_grader_server_error_details": outcome.error_message if kind == "server_error" else None,
+    }
+    return {
+        "reward": outcome.score if outcome.ok else 0.0,
+        "metadata": {
+            "name": getattr(grader, "name", spec.function.type),
+            "type": grader_type,
+            "errors": errors,
+            "execution_time": outcome.latency_s,
+            "scores": outcome.sub_scores,
+            "token_usage": None,
+            "sampled_model_name": None,
+        },
+        "sub_rewards": outcome.sub_scores,
+        "model_grader_token_usage_per_model": {},
+    }

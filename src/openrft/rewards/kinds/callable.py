@@ -24,10 +24,16 @@ from typing import Any
 from openrft.calls.endpoints import Timer
 from openrft.errors import RewardError
 from openrft.rewards.capture import captured_stdout
+from openrft.rewards.checks import check_source, sandbox_problems
 from openrft.rewards.context import RewardContext
-from openrft.rewards.nova import parse_result_entry
+from openrft.rewards.kinds import REWARD_ROOT, Needs
+from openrft.rewards.kinds.nova_lambda import parse_result_entry
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample
 from openrft.rewards.views import nova_entry
+from openrft.spec.errors import FieldProblem, SpecError
+from openrft.spec.rewards import CallableReward, RewardSpec
+
+CONFIG = CallableReward
 
 CALLABLE_TIME_LIMIT_S = 120.0
 
@@ -93,20 +99,41 @@ def outcomes_from(result: Any, samples: list[RewardSample], what: str) -> list[R
     return outcomes
 
 
+def build(config: CallableReward, spec: RewardSpec, context: RewardContext) -> CallableFunction:
+    """In-process: the function imported; sandboxed: its module's source read (once) and checked."""
+    where = f"{REWARD_ROOT}.target"
+    try:
+        if not config.sandboxed:
+            return CallableFunction(config.target, load_function(config.target), context)
+        source = module_source(config.target)
+    except RewardError as exc:
+        raise SpecError([FieldProblem(where, str(exc))], "the reward configuration") from None
+    entry = resolve_target(config.target)[1]
+    problems = check_source(source, entry, 1, where) + sandbox_problems(spec, where)
+    if problems:
+        raise SpecError(problems, "the reward configuration")
+    return CallableFunction(config.target, None, context, (source, entry))
+
+
+def needs(config: CallableReward) -> Needs:
+    return Needs(privileges=[("target", config.target, "a Python callable run by the service")])
+
+
 class CallableFunction:
+    """``function`` run in-process, or ``sandboxed`` = (module source, function name) run in the sandbox."""
+
     requires_reference = False
 
-    def __init__(self, target: str, sandboxed: bool, context: RewardContext):
+    def __init__(self, target: str, function: Any, context: RewardContext, sandboxed: tuple[str, str] | None = None):
         self.name = target
         self.target = target
         self.time_limit_s = context.spec.sandbox.time_limit_s or CALLABLE_TIME_LIMIT_S
-        self.sandboxed = sandboxed
-        if sandboxed:
-            self.source = module_source(target)
-            self.entry = resolve_target(target)[1]
+        self.sandboxed = sandboxed is not None
+        if sandboxed is not None:
+            self.source, self.entry = sandboxed
             self.pool = context.pool()
         else:
-            self.function = load_function(target)
+            self.function = function
 
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         timer = Timer()
