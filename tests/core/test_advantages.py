@@ -1,4 +1,4 @@
-"""Group advantages against hand-computed values (CONTRACTS.md §4)."""
+"""Group advantages against hand-computed values (docs/contracts.md §4)."""
 
 import math
 

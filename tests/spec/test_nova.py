@@ -1,4 +1,4 @@
-"""The Nova recipe (CONTRACTS.md §1, seed 002) and Bedrock's request for the same job."""
+"""The Nova recipe (docs/contracts.md §1) and Bedrock's request for the same job."""
 
 from __future__ import annotations
 

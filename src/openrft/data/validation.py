@@ -1,4 +1,4 @@
-"""One dataset line -> an Example, or the list of what is wrong with it (CONTRACTS.md §1 rules)."""
+"""One dataset line -> an Example, or the list of what is wrong with it (docs/contracts.md §1 rules)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One line of a Vertex AI tuning dataset -> an Example in the messages format (CONTRACTS.md §2).
+"""One line of a Vertex AI tuning dataset -> an Example in the messages format (docs/contracts.md §2).
 
 ``{"systemInstruction": {"parts": [{"text": ...}]}, "contents": [{"role": "user", "parts": [...]}],
 "references": {"ground_truth_answer": "391"}}`` becomes the messages a system/user/assistant chat

@@ -1,6 +1,6 @@
 """What the reward functions of one job share: an HTTP client, the sandbox pool, the LLM judge.
 
-Built once per RewardSpec by the factory and closed with the top-level reward function. Each
+Built once per RewardSpec by the registry and closed with the top-level reward function. Each
 piece is made on first use, inside the event loop that uses it (the RewardRunner's).
 """
 

@@ -1,4 +1,4 @@
-"""A step's engine metrics (Nova names) -> the ``data`` of an OpenAI metrics event (CONTRACTS.md §3)."""
+"""A step's engine metrics (Nova names) -> the ``data`` of an OpenAI metrics event (docs/contracts.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OpenAI fine-tuning routes (CONTRACTS.md §3): jobs, events, checkpoints, controls, graders."""
+"""OpenAI fine-tuning routes (docs/contracts.md §3): jobs, events, checkpoints, controls, graders."""
 
 from __future__ import annotations
 

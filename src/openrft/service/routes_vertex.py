@@ -1,4 +1,4 @@
-"""Vertex-style tuning-job routes (CONTRACTS.md §2) over the same store: create, list, get, ``:cancel``,
+"""Vertex-style tuning-job routes (docs/contracts.md §2) over the same store: create, list, get, ``:cancel``,
 and ``tuningJobs:validateReinforcementTuningReward``. Served under ``/v1`` (and ``/v1beta1``)."""
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class LoraSpec(_Strict):
 
 
 class AlgorithmSpec(_Strict):
-    """The GRPO-family objective (CONTRACTS.md §4)."""
+    """The GRPO-family objective (docs/contracts.md §4)."""
 
     clip_ratio_low: float = Field(0.2, ge=0, le=1)
     clip_ratio_high: float = Field(0.2, ge=0, le=10)

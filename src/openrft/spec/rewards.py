@@ -1,6 +1,6 @@
 """Reward configurations as the job spec holds them. The ``rewards`` package builds functions from these.
 
-Each kind keeps the exact configuration shape of the service it comes from (CONTRACTS.md): Vertex
+Each kind keeps the exact configuration shape of the service it comes from (docs/contracts.md): Vertex
 configs in Vertex's camelCase JSON, OpenAI graders in OpenAI's schema with its ``type``
 discriminator, the Nova Lambda contract with its batch and concurrency settings. The dialects
 construct them from the user's raw dicts (``VertexReward(single={...})``,

@@ -1,4 +1,4 @@
-"""Bedrock's request for a Nova RFT job (CreateModelCustomizationJob, CONTRACTS.md §1) -> JobSpec.
+"""Bedrock's request for a Nova RFT job (CreateModelCustomizationJob, docs/contracts.md §1) -> JobSpec.
 
 The same training as a Nova recipe, written with Bedrock's ``hyperParameters`` (``batchSize`` counts
 samples, like the recipe's ``global_batch_size``) and ``graderConfig.lambdaGrader``. Both shapes are

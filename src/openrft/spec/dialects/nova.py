@@ -1,6 +1,6 @@
 """The Amazon Nova RFT recipe (YAML) -> JobSpec.
 
-The recipe's own fields are modelled as Nova documents them (CONTRACTS.md §1, seed document 002);
+The recipe's own fields are modelled as Nova documents them (docs/contracts.md §1);
 OpenRFT's own knobs live in one extra top-level block, ``openrft:``, so that a recipe stays readable
 as a Nova recipe. Bedrock's request for the same job (``hyperParameters``, ``graderConfig``) is read
 by ``spec.dialects.bedrock``. Errors name the YAML path, e.g.

@@ -1,4 +1,4 @@
-"""An OpenAI fine-tuning job body with ``method.type: reinforcement`` (CONTRACTS.md §3) -> JobSpec.
+"""An OpenAI fine-tuning job body with ``method.type: reinforcement`` (docs/contracts.md §3) -> JobSpec.
 
 Every hyperparameter may be ``"auto"``; what each resolves to is documented in
 docs/hyperparameters.md (the Vertex rules where OpenAI publishes none, so that the dialects agree).

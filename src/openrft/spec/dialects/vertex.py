@@ -1,6 +1,6 @@
-"""The Vertex AI ``tuningJobs`` request with a ``reinforcementTuningSpec`` (CONTRACTS.md §2) -> JobSpec.
+"""The Vertex AI ``tuningJobs`` request with a ``reinforcementTuningSpec`` (docs/contracts.md §2) -> JobSpec.
 
-Defaults and limits are Vertex's (seed document 000): the step count derives from ``epochCount`` and
+Defaults and limits are Vertex's (docs/contracts.md §2): the step count derives from ``epochCount`` and
 the number of prompts in the training set, and the whole run is capped at 500 steps. How each field
 becomes a canonical one is in docs/hyperparameters.md. Errors name the request's own field path.
 """
