@@ -21,9 +21,12 @@ ERROR_KINDS: tuple[ErrorKind, ...] = ("parse_error", "timeout", "runtime_error",
 class CallFailure(Exception):
     """Raised for one call (one sample's reward, one tool call); the caller records it as a failure of its kind."""
 
-    def __init__(self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None):
+    def __init__(
+        self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None, limit: str | None = None
+    ):
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.stdout = stdout
         self.status = status  # the HTTP status of a remote endpoint's refusal, when there was one
+        self.limit = limit  # the input cap this failure hit, named

@@ -78,6 +78,8 @@ class RewardOutcome:
     latency_s: float | None = None
     stdout: str = ""
     """What user reward code printed while scoring this sample (kept apart from OpenRFT's own output)."""
+    limit: str | None = None
+    """The input cap a failure hit (``rewards/input_limits.py``): ``graders/run`` answers 400 naming it."""
 
     @property
     def ok(self) -> bool:
@@ -92,6 +94,8 @@ class RewardOutcome:
         """The failed outcome of a call that raised ``failure`` (with what its user code printed)."""
         if failure.stdout:
             extra.setdefault("stdout", failure.stdout)
+        if failure.limit:
+            extra.setdefault("limit", failure.limit)
         return cls.failure(failure.kind, failure.message, **extra)
 
 

@@ -14,6 +14,7 @@ from openrft.rewards.config_files import reward_spec_from_document
 from openrft.rewards.kinds.openai_graders import run_view
 from openrft.rewards.kinds.vertex import validate_view
 from openrft.rewards.registry import ManagedReward, build_reward
+from openrft.rewards.types import RewardOutcome
 from openrft.rewards.validation import example_from_line, score_with
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import ApiError, check_request_document, from_spec_error
@@ -74,7 +75,15 @@ def run(
     except BaseException:
         asyncio.run(reward.aclose())
         raise
-    return run_view(spec, score_with(reward, example, model_sample))
+    outcome = score_with(reward, example, model_sample)
+    _refuse_over_limit(outcome, "model_sample")
+    return run_view(spec, outcome)
+
+
+def _refuse_over_limit(outcome: RewardOutcome, param: str) -> None:
+    """A grader input past a cap (rewards/input_limits.py) is the request's fault: 400 naming the cap."""
+    if outcome.limit:
+        raise ApiError(400, outcome.error_message or outcome.limit, "input_too_large", param)
 
 
 def validate_grader(grader: dict[str, Any], tenant: ServiceConfig | None) -> dict[str, Any]:
@@ -93,4 +102,6 @@ def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -
         raise ApiError(400, str(exc), "invalid_example", "example") from None
     parts = body["sampleResponse"].get("parts") or []
     response = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return validate_view(spec, score_with(reward, example, response))
+    outcome = score_with(reward, example, response)
+    _refuse_over_limit(outcome, "sampleResponse")
+    return validate_view(spec, outcome)
