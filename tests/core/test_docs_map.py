@@ -21,12 +21,12 @@ def _texts() -> list[Path]:
 
 
 def cited_missing(files: list[Path]) -> list[str]:
-    """``file: cited`` for every document path a file cites that the repository does not have."""
+    """``file name: cited`` for every document path a file cites that the repository does not have."""
     missing = []
     for path in files:
         for cited in set(CITED.findall(path.read_text(encoding="utf-8", errors="replace"))):
             if not (ROOT / cited).exists() and not list(ROOT.glob(f"*/{cited}")):
-                missing.append(f"{path.relative_to(ROOT)}: {cited}")
+                missing.append(f"{path.name}: {cited}")
     return sorted(missing)
 
 

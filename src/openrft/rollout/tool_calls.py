@@ -7,7 +7,7 @@
   separated by ``;``). Llama 3.2/4 "pythonic": ``[name(key=value, ...), ...]``.
 - Mistral: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` or ``[TOOL_CALLS]name[ARGS]{...}``.
 - gpt-oss harmony: ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>``
-  (``openrft.tools.harmony``; read from the text with its special tokens kept).
+  (``openrft.rollout.harmony``; read from the text with its special tokens kept).
 
 Markup that names no tag (bare JSON, pythonic) counts as a call only when every name in it is a tool the row
 offers, so an answer that merely is JSON is not taken for a call. Calls come out in OpenAI's shape,
@@ -24,7 +24,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from openrft.tools.harmony import is_harmony, parse_harmony
+from openrft.rollout.harmony import is_harmony, parse_harmony
 
 HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 QWEN_XML_FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|\Z)", re.DOTALL)

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from openrft.calls.endpoints import gather_all
 from openrft.calls.failures import CallFailure
 from openrft.data.records import Example
+from openrft.rollout.harmony import MARKERS as HARMONY_MARKERS
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.replicas import GeneratorReplica
 from openrft.rollout.tool_calls import MISTRAL_TAG, PYTHON_TAG, parse_tool_calls, tool_names
@@ -40,7 +41,6 @@ from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.rewards import SandboxSpec
 from openrft.spec.tools import ToolsSpec
 from openrft.tools.continuation import ToolTemplateError, call_id, continuation_ids
-from openrft.tools.harmony import MARKERS as HARMONY_MARKERS
 from openrft.tools.runners import CallContext, ToolBox, ToolResult
 
 T = TypeVar("T")
