@@ -1,6 +1,6 @@
 """Checks the reward kinds run as they build, beyond a configuration's shape: what pydantic cannot see.
 
-Template variables name known namespaces, user code compiles and defines its entry point with the
+User code compiles and defines its entry point with the
 right arguments, LLM judges have an endpoint, the sandbox can run. Each problem names its path under
 ``reward.function`` (the kind passes it).
 """
@@ -10,20 +10,8 @@ from __future__ import annotations
 import ast
 
 from openrft.rewards.judge import judge_base_url
-from openrft.rewards.templates import unknown_namespaces
 from openrft.spec.errors import FieldProblem
 from openrft.spec.rewards import RewardSpec
-
-
-def check_template(template: str, namespaces: tuple[str, ...], path: str) -> list[FieldProblem]:
-    bad = unknown_namespaces(template, namespaces)
-    if not bad:
-        return []
-    names = ", ".join("{{" + b + "}}" for b in bad)
-    allowed = ", ".join(
-        "{{" + n + (".…" if n in ("item", "references", "sample.output_json") else "") + "}}" for n in namespaces
-    )
-    return [FieldProblem(path, f"uses {names}; allowed here: {allowed}")]
 
 
 def check_source(source: str, entry: str, arity: int, path: str) -> list[FieldProblem]:

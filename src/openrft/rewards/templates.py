@@ -15,6 +15,7 @@ from typing import Any
 
 from openrft.rewards.input_limits import MAX_RENDERED_CHARS, too_large
 from openrft.rewards.types import RewardFailure
+from openrft.spec.errors import FieldProblem
 
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _MISSING = object()
@@ -116,3 +117,15 @@ def unknown_namespaces(template: str, namespaces: tuple[str, ...]) -> list[str]:
         ):
             bad.append(path)
     return bad
+
+
+def check_template(template: str, namespaces: tuple[str, ...], path: str) -> list[FieldProblem]:
+    """The problem of a template that names a namespace other than ``namespaces``, at ``path``."""
+    bad = unknown_namespaces(template, namespaces)
+    if not bad:
+        return []
+    names = ", ".join("{{" + b + "}}" for b in bad)
+    allowed = ", ".join(
+        "{{" + n + (".…" if n in ("item", "references", "sample.output_json") else "") + "}}" for n in namespaces
+    )
+    return [FieldProblem(path, f"uses {names}; allowed here: {allowed}")]

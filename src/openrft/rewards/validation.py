@@ -7,14 +7,13 @@ kinds' (``kinds.openai_graders.run_view``, ``kinds.vertex.validate_view``).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from openrft.data.records import Example
 from openrft.data.validation import parse_record
 from openrft.errors import OpenRFTError
-from openrft.rewards.registry import ManagedReward, build_reward
-from openrft.rewards.types import RewardOutcome, RewardSample, checked
+from openrft.rewards.registry import build_reward
+from openrft.rewards.types import RewardOutcome
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import RewardSpec
 
@@ -40,23 +39,7 @@ def example_from_line(obj: Any, source: str = "example") -> Example:
 
 
 def score_once(spec: RewardSpec, example: Example, response: str, step: int = 0) -> RewardOutcome:
-    return score_with(build_reward(spec), example, response, step)
-
-
-def score_with(reward: ManagedReward, example: Example, response: str, step: int = 0) -> RewardOutcome:
-    """Score one response with a built reward, then close it."""
-
-    async def go() -> RewardOutcome:
-        try:
-            started = time.perf_counter()
-            outcome = checked((await reward.score([RewardSample(example, response, step=step)]))[0], reward.name)
-            if outcome.latency_s is None:
-                outcome.latency_s = time.perf_counter() - started
-            return outcome
-        finally:
-            await reward.aclose()
-
-    return asyncio.run(go())
+    return build_reward(spec).score_one(example, response, step)
 
 
 def validate(spec: RewardSpec) -> list[FieldProblem]:

@@ -15,7 +15,7 @@ from openrft.rewards.kinds.openai_graders import run_view
 from openrft.rewards.kinds.vertex import validate_view
 from openrft.rewards.registry import ManagedReward, build_reward
 from openrft.rewards.types import RewardOutcome
-from openrft.rewards.validation import example_from_line, score_with
+from openrft.rewards.validation import example_from_line
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import ApiError, check_request_document, from_spec_error
 from openrft.service.tenancy import raise_problems, reward_problems
@@ -75,7 +75,7 @@ def run(
     except BaseException:
         asyncio.run(reward.aclose())
         raise
-    outcome = score_with(reward, example, model_sample)
+    outcome = reward.score_one(example, model_sample)
     _refuse_over_limit(outcome, "model_sample")
     return run_view(spec, outcome)
 
@@ -102,6 +102,6 @@ def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -
         raise ApiError(400, str(exc), "invalid_example", "example") from None
     parts = body["sampleResponse"].get("parts") or []
     response = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-    outcome = score_with(reward, example, response)
+    outcome = reward.score_one(example, response)
     _refuse_over_limit(outcome, "sampleResponse")
     return validate_view(spec, outcome)

@@ -25,9 +25,9 @@ from openrft.calls.endpoints import Timer
 from openrft.errors import RewardError
 from openrft.rewards.capture import captured_stdout
 from openrft.rewards.checks import check_source, sandbox_problems
-from openrft.rewards.context import RewardContext
 from openrft.rewards.kinds import REWARD_ROOT, Needs
 from openrft.rewards.kinds.nova_lambda import parse_result_entry
+from openrft.rewards.registry import RewardContext
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample
 from openrft.rewards.views import nova_entry
 from openrft.spec.errors import FieldProblem, SpecError

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from openrft.calls.endpoints import RemoteEndpoint, Timer, gather_all
 from openrft.rewards.checks import check_source, sandbox_problems
-from openrft.rewards.context import RewardContext
 from openrft.rewards.kinds import REWARD_ROOT, Needs
 from openrft.rewards.lambdas import AwsLambdaInvoker, HandlerInvoker, split_handler
+from openrft.rewards.registry import RewardContext
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
 from openrft.rewards.views import nova_entry
 from openrft.spec.errors import FieldProblem, SpecError

@@ -22,13 +22,13 @@ from __future__ import annotations
 from typing import Any
 
 from openrft.calls.endpoints import Timer, gather_all
-from openrft.rewards.checks import check_source, check_template, judge_problems, sandbox_problems
-from openrft.rewards.context import RewardContext
+from openrft.rewards.checks import check_source, judge_problems, sandbox_problems
 from openrft.rewards.formula import FormulaError, FormulaRuntimeError, compile_formula
 from openrft.rewards.judge import label_response_format, parse_label, parse_score, score_response_format
 from openrft.rewards.kinds import REWARD_ROOT, Needs
+from openrft.rewards.registry import RewardContext
 from openrft.rewards.similarity import similarity
-from openrft.rewards.templates import NamespaceResolver, parse_json_output, render
+from openrft.rewards.templates import NamespaceResolver, check_template, parse_json_output, render
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
 from openrft.rewards.views import openai_sample
 from openrft.spec.errors import FieldProblem, SpecError

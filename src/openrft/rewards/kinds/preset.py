@@ -16,8 +16,8 @@ import math
 import re
 from typing import Any
 
-from openrft.rewards.context import RewardContext
 from openrft.rewards.kinds import Needs
+from openrft.rewards.registry import RewardContext
 from openrft.rewards.types import RewardFunction, RewardOutcome, RewardSample
 from openrft.spec.rewards import PresetReward, RewardSpec
 

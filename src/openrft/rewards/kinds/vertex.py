@@ -33,12 +33,12 @@ import re
 from typing import Any
 
 from openrft.calls.endpoints import Timer, gather_all
-from openrft.rewards.checks import check_source, check_template, is_reward_script, judge_problems, sandbox_problems
-from openrft.rewards.context import RewardContext
+from openrft.rewards.checks import check_source, is_reward_script, judge_problems, sandbox_problems
 from openrft.rewards.input_limits import regex_matches
 from openrft.rewards.judge import parse_score
 from openrft.rewards.kinds import REWARD_ROOT, Needs
-from openrft.rewards.templates import NamespaceResolver, render
+from openrft.rewards.registry import RewardContext
+from openrft.rewards.templates import NamespaceResolver, check_template, render
 from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
 from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
 from openrft.spec.errors import FieldProblem, SpecError
