@@ -215,7 +215,7 @@ class VertexSingleFunction:
         try:
             parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
         except RewardFailure as failure:
-            return failure.outcome(latency_s=timer.elapsed)
+            return RewardOutcome.of_failure(failure, latency_s=timer.elapsed)
         metrics = {"parse_failed": 0.0 if found else 1.0}
         try:
             printed = ""
