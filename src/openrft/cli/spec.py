@@ -28,6 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
         q.add_argument("--json", action="store_true", help="print JSON")
         add_mapping_options(q)
+    for q in (explain, validate):
+        q.add_argument(
+            "--output",
+            "-o",
+            metavar="DIR",
+            help="the run directory of openrft train --output: takes precedence over the job's output location",
+        )
     explain.add_argument("--all", action="store_true", help="also list values left at OpenRFT's defaults")
     explain.set_defaults(handler=run_explain)
     validate.set_defaults(handler=run_validate)
@@ -88,13 +95,33 @@ def replacements(args: argparse.Namespace) -> dict[str, str]:
 
 
 def resolve_from_args(args: argparse.Namespace):
-    """The job file named on the command line, resolved with its mapping options and counted datasets."""
+    """The job file named on the command line, resolved with its mapping options and counted datasets; a local
+    ``--output`` replaces the job's output location (``output_precedence``)."""
     from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
 
-    return resolve_job(
+    resolution = resolve_job(
         args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args), replacements=replacements(args)
     )
+    if getattr(args, "output", None):
+        output_precedence(resolution, args.output)
+    return resolution
+
+
+def output_precedence(resolution, output: str) -> None:
+    """``--output DIR`` is where the run is written, whatever output location the job names (a Bedrock
+    request's required ``outputDataConfig.s3Uri``, a recipe's ``output_s3_path``): nothing goes to that
+    location, and ``spec explain`` says which one was set aside."""
+    from openrft.spec.provenance import Source
+
+    spec = resolution.spec
+    previous, source = spec.output_dir, resolution.provenance.get("output_dir")
+    spec.output_dir = str(Path(output).expanduser().resolve())
+    note = "--output takes precedence"
+    if previous:
+        where = f"{source.field} " if source and source.field else ""
+        note += f" over {where}{previous!r} (nothing is written there; train --staging DIR uploads to it)"
+    resolution.provenance["output_dir"] = Source("user", "--output", note)
 
 
 def run_explain(args: argparse.Namespace) -> int:

@@ -83,6 +83,8 @@ class RewardOutcome:
     latency_s: float | None = None
     stdout: str = ""
     """What user reward code printed while scoring this sample (kept apart from OpenRFT's own output)."""
+    warnings: list[str] = field(default_factory=list)
+    """Malformed optional parts of the reward's answer that were dropped (the score kept); counted per step."""
 
     @property
     def ok(self) -> bool:

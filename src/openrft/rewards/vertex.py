@@ -112,6 +112,18 @@ def json_value(parsed: str, key: str) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def cloud_run_reward(body: Any, label: str, warnings: list[str]) -> float:
+    """A Cloud Run scorer's answer ``{reward, user_requested_aux_info}``: ``reward`` is required (a number);
+    the optional aux info, when it is not a string, is dropped with a warning and the reward kept."""
+    if not isinstance(body, dict) or "reward" not in body:
+        raise RewardFailure("invalid_output", f"{label} answered {str(body)[:100]} without reward")
+    reward = as_score(body["reward"], label)
+    aux = body.get("user_requested_aux_info")
+    if aux is not None and not isinstance(aux, str):
+        warnings.append(f"{label} user_requested_aux_info is {type(aux).__name__}, not a string; dropped")
+    return reward
+
+
 class VertexSingleFunction:
     requires_reference = False
 
@@ -137,19 +149,22 @@ class VertexSingleFunction:
         timer = Timer()
         parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
         metrics = {"parse_failed": 0.0 if found else 1.0}
+        warnings: list[str] = []
         try:
             printed = ""
             if self.config.codeExecutionRewardScorer is not None:
                 value, printed = await self._code_execution(sample, parsed)
                 extra: dict[str, float] = {}
             else:
-                value, extra = await self._scorer(sample, parsed)
+                value, extra = await self._scorer(sample, parsed, warnings)
         except RewardFailure as failure:
             return failure.outcome(metrics=metrics, latency_s=timer.elapsed)
         metrics.update(extra)
         if self.context.spec.sandbox.isolation == "weak" and self.config.codeExecutionRewardScorer is not None:
             metrics["sandbox_weak"] = 1.0
-        return RewardOutcome(score=clip(value), metrics=metrics, latency_s=timer.elapsed, stdout=printed)
+        outcome = RewardOutcome(score=clip(value), metrics=metrics, latency_s=timer.elapsed, stdout=printed)
+        outcome.warnings = warnings
+        return outcome
 
     async def _code_execution(self, sample: RewardSample, parsed: str) -> tuple[float, str]:
         """``evaluate(example, response)`` in the sandbox: ``example`` a ReinforcementTuningExample,
@@ -181,7 +196,7 @@ class VertexSingleFunction:
             failure.stdout = result.stdout
             raise
 
-    async def _scorer(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
+    async def _scorer(self, sample: RewardSample, parsed: str, warnings: list[str]) -> tuple[float, dict[str, float]]:
         config = self.config
         if config.stringMatchRewardScorer is not None:
             scorer = config.stringMatchRewardScorer
@@ -202,11 +217,7 @@ class VertexSingleFunction:
             }
             async with self.cloud_run_slots:
                 body = await self.cloud_run.post_json(payload)
-            if not isinstance(body, dict) or "reward" not in body:
-                raise RewardFailure(
-                    "invalid_output", f"{self.cloud_run.label} answered {str(body)[:100]} without reward"
-                )
-            return as_score(body["reward"], self.cloud_run.label), {}
+            return cloud_run_reward(body, self.cloud_run.label, warnings), {}
         return await self._autorater(sample, parsed)
 
     async def _autorater(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
@@ -303,8 +314,14 @@ class VertexCompositeFunction:
                     stdout=printed,
                 )
         total = sum(w * sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
+        warnings = [f"{f.name}: {w}" for (f, _), o in zip(self.parts, outcomes) for w in o.warnings]
         return RewardOutcome(
-            score=clip(total), sub_scores=sub_scores, metrics=metrics, latency_s=latency, stdout=printed
+            score=clip(total),
+            sub_scores=sub_scores,
+            metrics=metrics,
+            latency_s=latency,
+            stdout=printed,
+            warnings=warnings,
         )
 
     async def aclose(self) -> None:

@@ -161,7 +161,7 @@ def _resolve(
         )
     tracking_from_metadata(b, tags, "jobTags")
     b.model(request.baseModelIdentifier, base_dir, "baseModelIdentifier")
-    base_learning_rate(b, request.baseModelIdentifier, request.openrft)  # informational: learningRate is set
+    base_learning_rate(b, request.openrft)  # informational: learningRate is set
     training = request.trainingDataConfig
     if training.s3Uri is None:
         why = "invocation logs are read only by Bedrock" if training.invocationLogsConfig else "it is required"

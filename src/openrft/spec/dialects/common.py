@@ -34,6 +34,7 @@ from openrft.spec.job import (
 from openrft.spec.locations import is_remote
 from openrft.spec.provenance import OPENRFT_DEFAULT
 from openrft.spec.tools import ToolsSpec
+from openrft.textlines import LinesUnreadable, text_lines
 
 DatasetSizer = Callable[[str], int]
 """Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
@@ -186,14 +187,27 @@ def tracking_from_metadata(b: SpecBuilder, values: dict[str, str], field: str) -
             b.user(f"tracking.{name}", values[name], f"{field}.{name}")
 
 
-def base_learning_rate(b: SpecBuilder, model: str, ext: OpenRFTExtensions) -> float:
-    """``model.base_learning_rate``: the extension's, else the model's known rate, else ModelSpec's default."""
+def base_learning_rate(b: SpecBuilder, ext: OpenRFTExtensions, service_rule: str | None = None) -> float:
+    """``model.base_learning_rate``: the extension's, else the known rate of the model that trains, else
+    ModelSpec's default. The model that trains is the job's model after ``--map-model``/``openrft.model_map``:
+    a mapping substitutes the name and nothing else, so a mapped job resolves as the same job written with
+    the local model. ``service_rule`` says what the service's own rule for its cloud model would be."""
     if ext.base_learning_rate is not None:
         return b.user("model.base_learning_rate", ext.base_learning_rate, "openrft.base_learning_rate")
+    model = b.values.get("model.name_or_path", "")
+    whose = f"the base rate of {model}"
+    if b.mapped_model is not None:
+        whose += f", the model the job's {b.mapped_model!r} is mapped to"
+        if service_rule:
+            whose += f" ({service_rule})"
     if model in BASE_LEARNING_RATES:
-        return b.default("model.base_learning_rate", BASE_LEARNING_RATES[model], None, f"base rate of {model}")
-    rate = ModelSpec.model_fields["base_learning_rate"].default
-    return b.default("model.base_learning_rate", rate, None, "OpenRFT's base rate for models without a known one")
+        rate, note = BASE_LEARNING_RATES[model], whose
+    else:
+        rate = ModelSpec.model_fields["base_learning_rate"].default
+        note = f"OpenRFT's base rate for models without a known one ({model or 'no model'})"
+        if b.mapped_model is not None:
+            note += f", applied to the model the job's {b.mapped_model!r} is mapped to"
+    return b.default("model.base_learning_rate", rate, None, f"{note}; openrft.base_learning_rate sets another")
 
 
 # Dataset sizes ----------------------------------------------------------------------------------
@@ -210,8 +224,12 @@ def count_examples(location: str) -> int:
     path = Path(location)
     if not path.is_file():
         raise DatasetUnreadable("does not exist or is not a file")
-    with path.open(encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
+    try:
+        return sum(1 for line in text_lines(path.read_bytes()) if line.strip())
+    except LinesUnreadable as exc:
+        raise DatasetUnreadable(f"line {exc.line}: {exc.reason}" if exc.line else exc.reason) from None
+    except OSError as exc:
+        raise DatasetUnreadable(f"cannot be read ({exc.strerror})") from None
 
 
 def training_prompts(
@@ -235,6 +253,9 @@ def training_prompts(
         total = sizer(data.train)
     except DatasetUnreadable as exc:
         if needed_for is None:
+            return None
+        if not is_remote(data.train) and Path(data.train).is_file():  # there, but not readable as text
+            b.problem(train_field, f"{exc}, and {needed_for} needs its number of prompts", data.train)
             return None
         hint = f", {alternative}" if alternative else ""
         b.problem(
