@@ -74,6 +74,14 @@ def test_explain_names_the_model_whose_rate_applied_and_the_option_that_changes_
     assert "openrft.base_learning_rate sets another" in line
 
 
+def test_explain_names_the_cloud_model_whose_bedrock_limits_applied(capsys, tmp_path):
+    job = next(j for j in JOBS if j.file == "bedrock_customization_job.json")
+    assert main(["spec", "explain", str(job.path), *job.cli_options(), "--output", str(tmp_path), "--all"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "data.train_examples_limit" in x)
+    assert "Bedrock's limit of 20K prompts for arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-2-lite" in line
+    assert "kept for the model it is mapped to" in line
+
+
 def test_the_base_rate_option_still_wins_over_the_mapped_models(tmp_path):
     job = next(j for j in JOBS if j.file == "openai_cookbook_score_model.json")
     document, _ = apply_mappings(read_document(job.path), job.replace)

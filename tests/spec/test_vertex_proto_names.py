@@ -101,3 +101,17 @@ def test_a_field_in_both_spellings_is_a_problem(tmp_path):
     both["base_model"] = "other"
     with pytest.raises(SpecError, match="baseModel: is also given as base_model: write it once"):
         resolve_document(both, base_dir=tmp_path)
+
+
+def test_rewards_test_reads_a_reward_config_in_proto_names(tmp_path, capsys):
+    config = tmp_path / "reward.json"
+    config.write_text(json.dumps(PROTO["reinforcement_tuning_spec"]["single_reward_config"]))
+    line = tmp_path / "line.json"
+    line.write_text(
+        json.dumps({"contents": [{"role": "user", "parts": [{"text": "2+3?"}]}], "references": {"answer": "5"}})
+    )
+    assert main(["rewards", "test", str(config), "--example", str(line), "--response", "it is 5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == 1.0
+    config.write_text(json.dumps(PROTO))  # the whole request
+    assert main(["rewards", "test", str(config), "--example", str(line), "--response", "it is 4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == 0.0

@@ -167,7 +167,13 @@ def _resolve(
         why = "invocation logs are read only by Bedrock" if training.invocationLogsConfig else "it is required"
         b.problem("trainingDataConfig.s3Uri", f"is not given ({why}): give the training JSONL file")
     b.user("data.train", resolve_location(training.s3Uri or "<missing>", base_dir), "trainingDataConfig.s3Uri")
-    b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", "Bedrock's limit of 20K prompts")
+    limit = "Bedrock's limit of 20K prompts"
+    if b.mapped_model is not None:  # Bedrock's limits are its rules for its Nova models
+        limit += (
+            f" for {request.baseModelIdentifier}, kept for the model it is mapped to (the hyperParameters ranges "
+            "too); openrft.max_train_examples caps the examples read"
+        )
+    b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", limit)
     validators = request.validationDataConfig.validators if request.validationDataConfig else []
     if len(validators) > 1:
         b.warn("validationDataConfig.validators", f"lists {len(validators)} files; OpenRFT validates on the first")
