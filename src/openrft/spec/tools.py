@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from openrft.spec.rewards import RemoteCallSpec
+from openrft.spec.rewards import MAX_CALL_CONCURRENCY, MAX_CALL_TIMEOUT_S, RemoteCallSpec
 
 MALFORMED_CALL_MESSAGE = (
     "error: the tool call could not be read ({error}); write each call in the format the instructions show"
@@ -40,7 +40,7 @@ class PythonToolSpec(_Strict):
     type: Literal["python"]
     function: str = Field(description="file.py:function (relative to the job file) or package.module:function")
     sandboxed: bool = Field(True, description="run in the reward sandbox (a single-file module); False = in-process")
-    timeout_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(30.0, gt=0, le=MAX_CALL_TIMEOUT_S)
 
 
 ToolRunnerSpec = Annotated[HttpToolSpec | PythonToolSpec, Field(discriminator="type")]
@@ -50,7 +50,7 @@ class EnvironmentSpec(_Strict):
     module: str = Field(description="env.py (relative to the job file) or package.module")
     class_name: str = "Environment"
     config: dict[str, Any] = Field(default_factory=dict, description="passed to the class: Environment(config)")
-    timeout_s: float = Field(30.0, gt=0, description="per reset / step / reward call")
+    timeout_s: float = Field(30.0, gt=0, le=MAX_CALL_TIMEOUT_S, description="per reset / step / reward call")
 
 
 class McpServerSpec(_Strict):
@@ -64,7 +64,7 @@ class McpServerSpec(_Strict):
     session: Literal["shared", "episode"] = Field(
         "shared", description="one session for every call, or one per episode (a stateful server)"
     )
-    timeout_s: float = Field(30.0, gt=0, description="per call")
+    timeout_s: float = Field(30.0, gt=0, le=MAX_CALL_TIMEOUT_S, description="per call")
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSpec:
@@ -84,7 +84,7 @@ class ToolsSpec(_Strict):
     mcp_servers: dict[str, McpServerSpec] = Field(
         default_factory=dict, description="MCP servers by name: their tools run there (docs/tools.md)"
     )
-    max_concurrency: int = Field(64, ge=1, description="tool calls in flight at once")
+    max_concurrency: int = Field(64, ge=1, le=MAX_CALL_CONCURRENCY, description="tool calls in flight at once")
     max_calls_per_turn: int = Field(
         16, ge=1, le=999, description="calls run per model turn; the rest are answered with an error message"
     )

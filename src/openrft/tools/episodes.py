@@ -44,6 +44,8 @@ from openrft.tools.harmony import MARKERS as HARMONY_MARKERS
 from openrft.tools.runners import CallContext, ToolBox, ToolResult
 
 T = TypeVar("T")
+MAX_CHARS_PER_TOKEN = 16
+"""A bound on the characters of one token, for cutting tool content to a token budget before tokenizing it."""
 CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"|to=functions\.([^\s<]+)|\[TOOL_CALLS\]\s*(\w+)')
 
 
@@ -451,7 +453,15 @@ class ToolGenerator:
             if result.done and not episode.done:
                 episode.stats.environment_done = True
                 episode.finish_reason = "stop"  # the environment ended the episode: no further model turn
-            episode.turns.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": result.content})
+            content = self._within_budget(result.content, episode.remaining)
+            episode.turns.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": content})
+
+    def _within_budget(self, content: str, remaining: int) -> str:
+        """A tool's content cut to the episode's remaining tokens: what does not fit is never templated or
+        tokenized whole (a first cut at ``MAX_CHARS_PER_TOKEN`` characters a token keeps that cheap)."""
+        head = content[: max(remaining, 1) * MAX_CHARS_PER_TOKEN]
+        ids = self.tokenizer(head, add_special_tokens=False)["input_ids"]
+        return head if len(ids) <= remaining else self.tokenizer.decode(ids[: max(remaining, 0)])
 
     def _tool_turn(self, episode: Episode) -> None:
         """Append the tool messages' tokens (masked) and the start of the model's next turn."""

@@ -89,12 +89,24 @@ def _failure(exc: RewardFailure) -> ToolResult:
     return ToolResult(content=exc.message, error_kind=exc.kind, fatal=True)
 
 
+TOOL_RESPONSE_BYTES = 1 << 20
+"""The most of an HTTP tool's answer read (a 32 MB answer took a job process to 3.5 GB)."""
+
+
 class HttpTool:
     """``POST url {name, arguments, call_id, example_id, episode_id, turn, messages}`` -> ``{"content": str}``
     or ``{"error": str}``."""
 
     def __init__(self, name: str, spec: HttpToolSpec, client: httpx.AsyncClient):
-        self.endpoint = RemoteEndpoint(spec.url, spec.remote, 30.0, f"tool {name}", client, kind="endpoint of")
+        self.endpoint = RemoteEndpoint(
+            spec.url,
+            spec.remote,
+            30.0,
+            f"tool {name}",
+            client,
+            kind="endpoint of",
+            max_response_bytes=TOOL_RESPONSE_BYTES,
+        )
 
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
         body = {
