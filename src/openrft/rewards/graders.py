@@ -180,6 +180,7 @@ class GraderFunction:
                         latency_s=timer.elapsed,
                         stdout=printed,
                         explanations=explanations,
+                        limit=outcome.limit,
                     )
                 )
                 continue
