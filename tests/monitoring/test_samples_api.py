@@ -1,6 +1,6 @@
-"""Recorded samples outside the training loop: the job store (SQLite), the paged API route with its filters and
-orders, tenants, the size cap, the dashboard's samples and comparison routes, ``openrft jobs samples`` on a
-run directory and ``openrft plot`` with several runs."""
+"""Recorded samples outside the training loop: the job store (SQLite and PostgreSQL), the paged API route with
+its filters and orders, tenants, the size cap, the dashboard's samples and comparison routes, ``openrft jobs
+samples`` on a run directory and ``openrft plot`` with several runs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from openrft.service.store import Store
 from openrft.service.store.models import Job
 from openrft.service.store.samples import SampleFilter
 from tests.monitoring.test_dashboard_api import ROWS
+from tests.service.conftest import database_url  # noqa: F401 (the fixture: SQLite, and PostgreSQL when CI has one)
 
 
 def _group(example_id: str, scores: list[float | None], version: int = 0) -> RolloutGroup:
@@ -43,7 +44,7 @@ def records(kind: str, step: int) -> list[dict]:
 def _job(owner: str, name: str, lr: float) -> Job:
     spec = {"name": name, "optimizer": {"lr": lr}, "data": {"train": "/srv/data/train.jsonl"}, "metadata": {"k": 1}}
     return Job(
-        id=f"ftjob-{owner}-{name}",
+        id=f"ftjob-{name}-{owner[-8:]}",
         owner=owner,
         api="nova",
         status="succeeded",
@@ -56,8 +57,8 @@ def _job(owner: str, name: str, lr: float) -> Job:
 
 
 @pytest.fixture
-def served(tmp_path):
-    store = Store.open(f"sqlite:///{tmp_path / 'openrft.db'}")
+def served(tmp_path, database_url):  # noqa: F811
+    store = Store.open(database_url)
     (key_a, secret_a), (_, secret_b) = store.create_key("a"), store.create_key("b")
     job = store.create_job(_job(key_a.id, "first", 1e-3))
     other = store.create_job(_job(key_a.id, "second", 2e-3))
