@@ -24,7 +24,7 @@ from openrft.engine.async_rollouts import REPLICA_SEED_STRIDE, GenerationReplica
 from openrft.engine.setup import JobParts
 from openrft.learner import Learner, LearnerConfig, Policy
 from openrft.rollout.local import TransformersGenerator
-from openrft.spec.job import JobSpec
+from openrft.spec.job import JobSpec, RolloutCorrectionSpec
 
 
 @dataclass
@@ -72,7 +72,17 @@ def learner_config(spec: JobSpec, pad_token_id: int) -> LearnerConfig:
         pad_token_id=pad_token_id,
         importance_weight_cap=spec.rollout.importance_weight_cap,
         activation_checkpointing=spec.training.activation_checkpointing,
+        top_k=spec.sampling.top_k,
+        top_p=spec.sampling.top_p,
+        min_p=spec.sampling.min_p,
+        correction=correction_config(spec),
     )
+
+
+def correction_config(spec: JobSpec) -> RolloutCorrectionSpec | None:
+    """The rollout correction with its mode resolved (``auto`` -> tis or off), None when off."""
+    mode = spec.rollout.correction_mode
+    return None if mode == "off" else spec.rollout.correction.model_copy(update={"mode": mode})
 
 
 def shared_base_copy(model: torch.nn.Module) -> torch.nn.Module:
