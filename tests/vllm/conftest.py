@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -54,12 +53,15 @@ class ServerProcess:
 
 
 @pytest.fixture
-def own_server(tmp_path) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path / "vllm-server")
-    try:
-        yield server
-    finally:
-        server.stop()
+def shared_server_process(vllm_server) -> ServerProcess:
+    """The session's server as a process to kill and restart (its state directory: VLLM_STATE_DIR, set by
+    scripts/test_vllm.sh, which stops whatever server the pid file names at the end)."""
+    state = os.environ.get("VLLM_STATE_DIR")
+    if not state:
+        raise RuntimeError("VLLM_STATE_DIR is not set: run these tests with `make test-vllm`")
+    server = ServerProcess(ROOT / state)
+    server.url = vllm_server
+    return server
 
 
 def vllm_recipe(tmp_path: Path, url: str, strategy: str = "sync", **trainer) -> Path:

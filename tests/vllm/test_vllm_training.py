@@ -59,15 +59,18 @@ class KillServerAt(JobControl):
         return "continue"
 
 
-def test_a_killed_server_fails_the_step_by_name_and_the_job_resumes(own_server, tmp_path):
-    url = own_server.start()
+def test_a_killed_server_fails_the_step_by_name_and_the_job_resumes(shared_server_process, tmp_path):
+    """The session's server is killed (this test runs last) and restarted at the same address."""
+    server = shared_server_process
+    url = server.url
     spec = load_job(vllm_recipe(tmp_path, url, "sync", max_steps=3))
+    spec.name = f"vllm-killed-{uuid.uuid4().hex[:8]}"
     run_dir = tmp_path / "run"
     with pytest.raises(GenerationServerError) as failure:
-        RFTJob(spec, run_dir, show_progress=False, control=KillServerAt(2, own_server.pid)).run()
+        RFTJob(spec, run_dir, show_progress=False, control=KillServerAt(2, server.pid)).run()
     assert "step 2" in str(failure.value) and url in str(failure.value)
-    own_server.stop()
-    own_server.start(int(url.rsplit(":", 1)[1]))  # the same address: the run's spec names it
+    assert (run_dir / "checkpoints").exists()
+    server.start(int(url.rsplit(":", 1)[1]))  # the same address: the run's spec names it
     summary = RFTJob.from_run_dir(run_dir, show_progress=False).run()
     assert summary["status"] == "succeeded" and summary["steps"] == 3
     steps = [m["step"] for m in _metrics(run_dir) if "actor/pg_loss" in m]

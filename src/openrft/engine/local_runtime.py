@@ -117,6 +117,22 @@ def remote_replicas(spec: JobSpec, parts: JobParts, run_dir: Path) -> list[Gener
     ]
 
 
+def colocated_vllm(spec: JobSpec, parts: JobParts, run_dir: Path):
+    """vLLM's ``LLM`` engine in this process (``rollout.engine: vllm``); refused by name without vLLM."""
+    from openrft.models import resolve_model_path
+    from openrft.rollout.vllm_local import VllmGenerator
+
+    return VllmGenerator(
+        str(resolve_model_path(spec.model.name_or_path)),
+        adapter_dir=run_dir / "served_adapters" / "vllm",
+        lora=spec.lora,
+        eos_token_ids=parts.eos_ids,
+        max_model_len=spec.sampling.max_length,
+        dtype="bfloat16" if torch.cuda.is_available() else "float32",
+        seed=spec.training.seed,
+    )
+
+
 class LocalRuntime:
     """The learner in this process; generation replicas as threads (or clients of remote servers)."""
 
@@ -137,6 +153,8 @@ class LocalRuntime:
     ) -> list[GenerationReplica]:
         if spec.rollout.generator_base_url:
             return remote_replicas(spec, parts, run_dir)
+        if spec.rollout.generation_engine == "vllm":
+            return [GeneratorReplica(colocated_vllm(spec, parts, run_dir), "vllm")]
         replicas: list[GenerationReplica] = []
         for i in range(spec.rollout.generation_replicas):
             model = shared_base_copy(learner.model)
