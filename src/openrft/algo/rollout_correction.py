@@ -76,6 +76,7 @@ def correction_weights(
         raise ValueError(f"the rollout-correction cap must be above 1, got {cap}")
     trainer_logp, engine_logp = trainer_logp.detach().float(), engine_logp.detach().float()
     trained = mask.bool()
+    # a missing engine log-prob has log-ratio 0: weight 1 at token level, the row's weight at sequence level
     log_ratio, compared = engine_log_ratio(trainer_logp, engine_logp, trained)
     token_ratio = torch.exp(log_ratio)
     if level == "sequence":
@@ -94,8 +95,6 @@ def correction_weights(
         weights = torch.ones_like(ratio)
     else:
         raise ValueError(f"unknown rollout-correction mode {mode!r}: allowed are 'off', 'tis', 'mis'")
-    if level == "token":  # a missing engine log-prob is neutral: weight 1 (sequence level: the row's mean)
-        weights = torch.where(compared | ~trained, weights, torch.ones_like(weights))
     weights = weights * trained
     compared_f = compared.double()
     lr = log_ratio.double()
