@@ -226,6 +226,8 @@ def check_job(spec) -> dict[str, Any]:
                 except DatasetError as exc:
                     problems += [str(p) for p in exc.problems]
             prompts_checked = True
+            if spec.tools is not None:
+                problems += [f"model: {p}" for p in tool_template_problems(spec, tokenizer, train + validation)]
     except OpenRFTError as exc:
         problems.append(f"model: {exc}")
     if is_object_store(spec.output_dir):
@@ -240,6 +242,21 @@ def check_job(spec) -> dict[str, Any]:
         "validation_examples": len(validation),
         "prompts_checked": prompts_checked,
     }
+
+
+def tool_template_problems(spec, tokenizer, examples) -> list[str]:
+    """A two-turn tool episode rendered with the job's model template (the first row that offers tools)."""
+    from openrft.engine.setup import load_generation_config
+    from openrft.models import eos_token_ids
+    from openrft.tools.continuation import template_problems
+
+    row = next((e for e in examples if e.tools), None)
+    if row is None:
+        return []
+    ends = [
+        tokenizer.decode([i], skip_special_tokens=False) for i in eos_token_ids(tokenizer, load_generation_config(spec))
+    ]
+    return template_problems(tokenizer, row.messages, row.tools, spec.sampling.reasoning_effort, ends)
 
 
 def _summary(job: str, resolution) -> str:

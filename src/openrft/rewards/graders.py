@@ -165,6 +165,7 @@ class GraderFunction:
                         metrics=metrics,
                         latency_s=timer.elapsed,
                         stdout=printed,
+                        limit=outcome.limit,
                     )
                 )
                 continue

@@ -44,8 +44,10 @@ class RemoteEndpoint:
         label: str,
         client: httpx.AsyncClient,
         headers: dict[str, str] | None = None,
+        kind: str = "reward endpoint",
     ):
         self.url = url
+        self.kind = kind
         self.spec = spec
         self.timeout_s = spec.timeout_s or default_timeout_s
         self.label = label
@@ -54,6 +56,7 @@ class RemoteEndpoint:
         if spec.api_key_env and os.environ.get(spec.api_key_env):
             self.headers.setdefault("Authorization", f"Bearer {os.environ[spec.api_key_env]}")
         self.consecutive_failures = 0
+        self.failing_keys: set[str] = set()  # the inputs of the failures in a row (``post_json``'s key)
         self.calls = 0
         self.retries = 0
         self._down: str | None = None
@@ -62,8 +65,12 @@ class RemoteEndpoint:
         delay = min(self.spec.backoff_max_s, self.spec.backoff_initial_s * 2**attempt)
         return delay * (0.5 + random.random() / 2)
 
-    async def post_json(self, payload: Any) -> Any:
-        """The decoded JSON answer, or RewardFailure; EndpointDown when the circuit opens."""
+    async def post_json(self, payload: Any, key: str | None = None) -> Any:
+        """The decoded JSON answer, or RewardFailure; EndpointDown when the circuit opens.
+
+        ``key`` names the call's input (a tool call's dataset row): with keys, the circuit opens only when the
+        failures in a row come from at least ``min(circuit_failures, 3)`` different inputs, so one input that
+        always fails is that input's error, not an endpoint down for everyone."""
         if self._down:
             raise EndpointDown(self._down)
         self.calls += 1
@@ -75,16 +82,22 @@ class RemoteEndpoint:
             failure, retry, body = await self._attempt(payload)
             if failure is None:
                 self.consecutive_failures = 0
+                self.failing_keys.clear()
                 return body
             if not retry:
                 break
         assert failure is not None
         if failure.kind in ("timeout", "server_error"):
             self.consecutive_failures += 1
-            if self.consecutive_failures >= self.spec.circuit_failures:
+            if key is not None:
+                self.failing_keys.add(key)
+            spread = key is None or len(self.failing_keys) >= min(self.spec.circuit_failures, 3)
+            if self.consecutive_failures >= self.spec.circuit_failures and spread:
+                inputs = f" for {len(self.failing_keys)} different inputs" if key is not None else ""
                 self._down = (
-                    f"reward endpoint {self.label} {self.url} is down: {self.consecutive_failures} calls in a row "
-                    f"failed after {self.spec.max_retries} retries each; last: {failure.kind}: {failure.message}"
+                    f"{self.kind} {self.label} {self.url} is down: {self.consecutive_failures} calls in a row "
+                    f"failed{inputs} after {self.spec.max_retries} retries each; last: {failure.kind}: "
+                    f"{failure.message}"
                 )
                 raise EndpointDown(self._down)
         raise failure

@@ -83,6 +83,8 @@ class RewardOutcome:
     latency_s: float | None = None
     stdout: str = ""
     """What user reward code printed while scoring this sample (kept apart from OpenRFT's own output)."""
+    limit: str | None = None
+    """The input cap a failure hit (``rewards/input_limits.py``): ``graders/run`` answers 400 naming it."""
 
     @property
     def ok(self) -> bool:
@@ -96,16 +98,21 @@ class RewardOutcome:
 class RewardFailure(Exception):
     """Raised inside reward code for one sample; turned into a failed outcome of its kind."""
 
-    def __init__(self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None):
+    def __init__(
+        self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None, limit: str | None = None
+    ):
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.stdout = stdout
         self.status = status  # the HTTP status of a remote endpoint's refusal, when there was one
+        self.limit = limit  # the input cap this failure hit, named
 
     def outcome(self, **extra: Any) -> RewardOutcome:
         if self.stdout:
             extra.setdefault("stdout", self.stdout)
+        if self.limit:
+            extra.setdefault("limit", self.limit)
         return RewardOutcome.failure(self.kind, self.message, **extra)
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from openrft.rewards.checks import is_reward_script
 from openrft.rewards.context import RewardContext
+from openrft.rewards.input_limits import regex_matches
 from openrft.rewards.judge import parse_score
 from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.templates import NamespaceResolver, render
@@ -59,7 +60,7 @@ def parse_response(config: ParseResponseConfig | None, text: str) -> tuple[str, 
     """The parsed response and whether parsing found something."""
     if config is None or config.parseType != "REGEX_EXTRACT":
         return text, True
-    matches = list(re.finditer(config.regexExtractExpression or "", text))
+    matches = regex_matches(config.regexExtractExpression or "", text, "regexExtractExpression")
     if not matches:
         return "", False
     last = matches[-1]
@@ -94,11 +95,7 @@ def string_match(match: StringMatchExpression, parsed: str, sample: RewardSample
         return parsed == expression
     if match.matchOperation == "PARTIAL_MATCH":
         return expression in parsed
-    try:
-        return re.search(expression, parsed) is not None
-    except re.error as exc:
-        message = f"REGEX_CONTAINS expression {expression!r} is not a regex: {exc}"
-        raise RewardFailure("invalid_output", message) from None
+    return bool(regex_matches(expression, parsed, "REGEX_CONTAINS expression"))
 
 
 def json_value(parsed: str, key: str) -> str | None:
@@ -135,7 +132,10 @@ class VertexSingleFunction:
 
     async def _score_one(self, sample: RewardSample) -> RewardOutcome:
         timer = Timer()
-        parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
+        try:
+            parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
+        except RewardFailure as failure:
+            return failure.outcome(latency_s=timer.elapsed)
         metrics = {"parse_failed": 0.0 if found else 1.0}
         try:
             printed = ""

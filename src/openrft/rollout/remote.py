@@ -29,6 +29,7 @@ it is refused unless sampling is plain (temperature 1, no truncation).
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -131,6 +132,7 @@ class RemoteGenerator(PolicyVersioned):
     ):
         root = base_url.rstrip("/")
         self.base_url = root if root.endswith("/v1") else f"{root}/v1"
+        api_key = api_key or os.environ.get("OPENRFT_GENERATOR_API_KEY")  # openrft serve-model --api-key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
         self.adapter_dir, self.lora, self.base_model = Path(adapter_dir), lora, base_model

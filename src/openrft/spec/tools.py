@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from openrft.spec.rewards import RemoteCallSpec
 
+MALFORMED_CALL_MESSAGE = (
+    "error: the tool call could not be read ({error}); write each call in the format the instructions show"
+)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -58,6 +62,22 @@ class ToolsSpec(_Strict):
     functions: dict[str, ToolRunnerSpec] = Field(default_factory=dict)
     environment: EnvironmentSpec | None = None
     max_concurrency: int = Field(64, ge=1, description="tool calls in flight at once")
+    max_calls_per_turn: int = Field(
+        16, ge=1, le=999, description="calls run per model turn; the rest are answered with an error message"
+    )
+    max_output_chars: int | None = Field(
+        16384, ge=16, description="a tool message longer than this is cut, with a note saying so (null: never)"
+    )
+    malformed_call_message: str | None = Field(
+        MALFORMED_CALL_MESSAGE,
+        description="the tool message that answers a call block that cannot be read ({error}: what was wrong); "
+        "null: such a turn is the episode's answer",
+    )
+    turn_rewards: Literal["ignore", "sum"] = Field(
+        "ignore",
+        description="per-turn rewards an environment's step returns: ignored, or added to the episode's reward "
+        "(the sample's return over its turns)",
+    )
 
     def relative_to(self, base_dir: Path) -> ToolsSpec:
         """File paths (``file.py:fn``, ``env.py``) made absolute against the job file's directory."""
