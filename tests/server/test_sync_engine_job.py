@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 import yaml
 
@@ -28,12 +29,12 @@ def _spec(tmp_path, url):
 
 def test_a_sync_job_samples_from_the_server(tmp_path):
     log = tmp_path / "server.log"
-    with serve_model("openrft-demo", log) as url:
+    with serve_model("openrft-demo", log, "--allow-load-from", str(tmp_path)) as url:
         summary = RFTJob(_spec(tmp_path, url), tmp_path / "run", show_progress=False).run()
+        served = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]}
     assert summary["status"] == "succeeded"
-    served = log.read_text()
-    assert served.count("POST /v1/completions") >= 2 + 2  # two steps, after the log-prob mode's two probes
-    assert "POST /v1/load_lora_adapter" in served
+    assert "test-run-r0-v1" in served  # step 2 sampled with the adapter of the policy after step 1
+    assert "test-run-r0-v0" not in served  # step 1's, unloaded
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in steps if "actor/pg_loss" in m]
     assert len(steps) == 2
