@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: venv demo test lint format clean-demo demo-model bench bench-quick bench-gpu vllm-venv test-vllm
+.PHONY: venv demo calculator test lint format clean-demo demo-model bench bench-quick bench-gpu vllm-venv test-vllm
 
 venv: $(STAMP)
 
@@ -26,6 +26,11 @@ $(STAMP): $(BASE_STAMP)
 
 demo: $(BASE_STAMP)
 	$(VENV)/bin/openrft train examples/arithmetic/recipe.yaml --output runs/demo --overwrite
+
+# The tools example: its calculator runs in the strict reward sandbox, which needs bubblewrap.
+calculator: $(BASE_STAMP)
+	@command -v bwrap >/dev/null 2>&1 || { echo "examples/calculator runs its tool in the strict sandbox, which needs bubblewrap: apt-get install bubblewrap (or add 'sandbox_isolation: weak' to the recipe's openrft block: no isolation)"; exit 1; }
+	$(VENV)/bin/openrft train examples/calculator/recipe.yaml --output runs/calculator --overwrite
 
 test: lint
 	$(VENV)/bin/pytest -q

@@ -39,6 +39,8 @@ from openrft.spec.tools import ToolsSpec
 DatasetSizer = Callable[[str], int]
 """Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
 
+MAX_SAMPLE_PROMPTS = 100_000
+
 BASE_LEARNING_RATES: dict[str, float] = {"openrft-demo": 2e-4}
 """Base learning rates of known models (what Vertex/OpenAI multipliers scale); others get ModelSpec's."""
 
@@ -95,6 +97,9 @@ class OpenRFTExtensions(Strict):
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
     tensorboard: bool = True
+    sample_prompts_per_step: Annotated[int, closed(0, MAX_SAMPLE_PROMPTS)] = 2
+    eval_samples: bool = True
+    samples_max_mb: float = Field(256.0, gt=0, le=1e6)
     base_learning_rate: float | None = Field(None, gt=0, le=1, description="what a learning-rate multiplier scales")
     max_length: Annotated[int, closed(2, MAX_LENGTH)] | None = Field(None, description="prompt + response tokens")
     max_new_tokens: Annotated[int, closed(1, MAX_NEW_TOKENS)] | None = None
@@ -114,6 +119,9 @@ class OpenRFTExtensions(Strict):
         default_factory=dict, description="a cloud-only model name or ARN -> a local path or Hugging Face id"
     )
     tools: ToolsSpec | None = None
+    sandbox_isolation: Literal["strict", "weak"] = Field(
+        "strict", description="the reward and tool sandbox: strict needs bubblewrap; weak is a plain subprocess"
+    )
 
 
 EXTENSION_TARGETS = {
@@ -143,10 +151,14 @@ EXTENSION_TARGETS = {
     "device": "runtime.device",
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
+    "sample_prompts_per_step": "tracking.sample_prompts_per_step",
+    "eval_samples": "tracking.eval_samples",
+    "samples_max_mb": "tracking.samples_max_mb",
     "replicas": "rollout.replicas",
     "learner_sharding": "rollout.learner_sharding",
     "generation_replicas": "rollout.generation_replicas",
     "tools": "tools",
+    "sandbox_isolation": "reward.sandbox.isolation",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
 apply themselves (they combine with dialect fields), rollout_strategy and age_tolerance go together

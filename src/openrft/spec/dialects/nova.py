@@ -92,8 +92,8 @@ class NovaGenerator(Strict):
 
 class NovaApiEndpoint(Strict):
     lambda_arn: str | None = None
-    lambda_concurrency_limit: int = Field(12, ge=1)
-    lambda_batch_size: int = Field(128, ge=1)
+    lambda_concurrency_limit: int = Field(12, ge=1, le=1000)  # AWS Lambda's default account concurrency
+    lambda_batch_size: int = Field(128, ge=1, le=4096)
 
 
 class NovaRewards(Strict):
