@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The CPU build of torch; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test lint format clean-demo demo-model bench bench-quick bench-gpu
+.PHONY: venv demo calculator test lint format clean-demo demo-model bench bench-quick bench-gpu
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ $(STAMP): $(BASE_STAMP)
 
 demo: $(BASE_STAMP)
 	$(VENV)/bin/openrft train examples/arithmetic/recipe.yaml --output runs/demo --overwrite
+
+# The tools example: its calculator runs in the strict reward sandbox, which needs bubblewrap.
+calculator: $(BASE_STAMP)
+	@command -v bwrap >/dev/null 2>&1 || { echo "examples/calculator runs its tool in the strict sandbox, which needs bubblewrap: apt-get install bubblewrap (or add 'sandbox_isolation: weak' to the recipe's openrft block: no isolation)"; exit 1; }
+	$(VENV)/bin/openrft train examples/calculator/recipe.yaml --output runs/calculator --overwrite
 
 test: lint
 	$(VENV)/bin/pytest -q

@@ -115,6 +115,9 @@ class OpenRFTExtensions(Strict):
         default_factory=dict, description="a cloud-only model name or ARN -> a local path or Hugging Face id"
     )
     tools: ToolsSpec | None = None
+    sandbox_isolation: Literal["strict", "weak"] = Field(
+        "strict", description="the reward and tool sandbox: strict needs bubblewrap; weak is a plain subprocess"
+    )
 
 
 EXTENSION_TARGETS = {
@@ -148,6 +151,7 @@ EXTENSION_TARGETS = {
     "learner_sharding": "rollout.learner_sharding",
     "generation_replicas": "rollout.generation_replicas",
     "tools": "tools",
+    "sandbox_isolation": "reward.sandbox.isolation",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
 apply themselves (they combine with dialect fields), rollout_strategy and age_tolerance go together
