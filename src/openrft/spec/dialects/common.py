@@ -30,6 +30,7 @@ from openrft.spec.job import (
     MAX_THREADS,
     DataSpec,
     ModelSpec,
+    RolloutCorrectionSpec,
 )
 from openrft.spec.locations import is_remote
 from openrft.spec.provenance import OPENRFT_DEFAULT
@@ -91,6 +92,9 @@ class OpenRFTExtensions(Strict):
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     generator_base_url: str | None = None
+    generation_engine: Literal["auto", "local", "server", "vllm"] = "auto"
+    rollout_correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
+    min_p: float = Field(0.0, ge=0, lt=1)
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
     tensorboard: bool = True
@@ -142,6 +146,9 @@ EXTENSION_TARGETS = {
     "runtime": "rollout.runtime",
     "ray_address": "rollout.ray_address",
     "generator_base_url": "rollout.generator_base_url",
+    "generation_engine": "rollout.engine",
+    "rollout_correction": "rollout.correction",
+    "min_p": "sampling.min_p",
     "device": "runtime.device",
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
