@@ -33,7 +33,12 @@ def is_disk_full(exc: BaseException) -> bool:
 def append_line(path: Path, line: str) -> None:
     """Append ``line`` (a newline added) in one write; if the write fails part-way (a full disk), the file
     is cut back to its size before, so no reader ever sees half a line."""
-    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    append_lines(path, [line])
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    """``append_line`` for several lines: all of them or none."""
+    data = "".join(line.rstrip("\n") + "\n" for line in lines).encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         before = os.fstat(fd).st_size

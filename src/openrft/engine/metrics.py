@@ -1,4 +1,5 @@
-"""One place that writes metrics: ``metrics.jsonl``, TensorBoard, and any listeners (events, MLflow)."""
+"""One place that writes metrics and recorded samples: ``metrics.jsonl``, ``samples.jsonl``, TensorBoard, and any
+listeners (events, MLflow, the service's store)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from openrft.disk_full import append_line, trim_torn_tail
+from openrft.engine.samples import SampleListener, SampleLog, samples_markdown
 
 MetricsListener = Callable[[int, dict[str, float]], None]
 
@@ -33,18 +36,35 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 class MetricsSink:
-    def __init__(self, run_dir: Path, tensorboard: bool = True):
+    def __init__(self, run_dir: Path, tensorboard: bool = True, samples: SampleLog | None = None):
         self.path = run_dir / "metrics.jsonl"
         self.path.touch()
+        self.samples = samples
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         self._listeners: list[MetricsListener] = []
+        self._sample_listeners: list[SampleListener] = []
 
     def add_listener(self, listener: MetricsListener) -> None:
         self._listeners.append(listener)
+
+    def add_sample_listener(self, listener: SampleListener) -> None:
+        self._sample_listeners.append(listener)
+
+    def emit_samples(self, kind: str, step: int, records: list[dict[str, Any]]) -> None:
+        """Recorded samples (``engine/samples.py``): to ``samples.jsonl``, TensorBoard's text tab, listeners."""
+        if not records:
+            return
+        if self.samples is not None:
+            self.samples.write(records)
+        if self._writer is not None:
+            self._writer.add_text(f"samples/{kind}", samples_markdown(records), global_step=step)
+            self._writer.flush()
+        for listener in self._sample_listeners:
+            listener(kind, step, records)
 
     def emit(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}

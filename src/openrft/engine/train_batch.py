@@ -23,8 +23,9 @@ def build_train_batch(
     groups: list[RolloutGroup],
     spec: JobSpec,
     learner_version: int,
-) -> tuple[list[TrainSample], dict[str, float]]:
-    """Apply the reward-failure policy, compute advantages per group, and describe the batch.
+) -> tuple[list[TrainSample], dict[str, float], torch.Tensor]:
+    """Apply the reward-failure policy, compute advantages per group, and describe the batch. Also returns
+    the advantages ``[groups, samples]``, NaN where a sample is left out of the update (recorded samples).
 
     ``on_error``: ``exclude`` leaves a failed sample out of its group's mean and std and out of
     the loss; ``zero`` scores it 0 (still counted as an error); ``fail`` stops the job.
@@ -76,4 +77,4 @@ def build_train_batch(
     metrics["rollout/policy_age/max"] = max(ages)
     zero_var = sum(bool((advantages[i][valid[i]] == 0).all()) for i in range(len(groups)))
     metrics["rollout/zero_advantage_groups"] = zero_var / len(groups)
-    return samples, metrics
+    return samples, metrics, advantages.masked_fill(~valid, float("nan"))

@@ -38,7 +38,15 @@ from openrft.rewards.input_limits import regex_matches
 from openrft.rewards.judge import parse_score
 from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.templates import NamespaceResolver, render
-from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
+from openrft.rewards.types import (
+    RewardFailure,
+    RewardOutcome,
+    RewardSample,
+    as_score,
+    explanation,
+    joined_stdout,
+    part_explanations,
+)
 from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
 from openrft.spec.rewards import (
     CompositeRewardConfig,
@@ -138,18 +146,21 @@ class VertexSingleFunction:
             return failure.outcome(latency_s=timer.elapsed)
         metrics = {"parse_failed": 0.0 if found else 1.0}
         try:
-            printed = ""
+            printed, said = "", None
             if self.config.codeExecutionRewardScorer is not None:
                 value, printed = await self._code_execution(sample, parsed)
                 extra: dict[str, float] = {}
             else:
-                value, extra = await self._scorer(sample, parsed)
+                value, extra, said = await self._scorer(sample, parsed)
         except RewardFailure as failure:
             return failure.outcome(metrics=metrics, latency_s=timer.elapsed)
         metrics.update(extra)
         if self.context.spec.sandbox.isolation == "weak" and self.config.codeExecutionRewardScorer is not None:
             metrics["sandbox_weak"] = 1.0
-        return RewardOutcome(score=clip(value), metrics=metrics, latency_s=timer.elapsed, stdout=printed)
+        explanations = {self.name: explanation(said)} if said else {}
+        return RewardOutcome(
+            score=clip(value), metrics=metrics, latency_s=timer.elapsed, stdout=printed, explanations=explanations
+        )
 
     async def _code_execution(self, sample: RewardSample, parsed: str) -> tuple[float, str]:
         """``evaluate(example, response)`` in the sandbox: ``example`` a ReinforcementTuningExample,
@@ -181,19 +192,21 @@ class VertexSingleFunction:
             failure.stdout = result.stdout
             raise
 
-    async def _scorer(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
+    async def _scorer(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float], str | None]:
+        """The score, extra metrics, and what the scorer said of it (Cloud Run's ``user_requested_aux_info``,
+        the autorater's replies)."""
         config = self.config
         if config.stringMatchRewardScorer is not None:
             scorer = config.stringMatchRewardScorer
             if scorer.stringMatchExpression is not None:
                 correct = string_match(scorer.stringMatchExpression, parsed, sample)
-                return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
+                return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}, None
             assert scorer.jsonMatchExpression is not None
             value = json_value(parsed, scorer.jsonMatchExpression.keyName)
             if value is None:
-                return scorer.wrongAnswerReward, {"parse_failed": 1.0}
+                return scorer.wrongAnswerReward, {"parse_failed": 1.0}, None
             correct = string_match(scorer.jsonMatchExpression.valueStringMatchExpression, value, sample)
-            return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
+            return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}, None
         if config.cloudRunRewardScorer is not None:
             payload = {
                 "example": vertex_example(sample.example),
@@ -206,10 +219,12 @@ class VertexSingleFunction:
                 raise RewardFailure(
                     "invalid_output", f"{self.cloud_run.label} answered {str(body)[:100]} without reward"
                 )
-            return as_score(body["reward"], self.cloud_run.label), {}
+            aux = body.get("user_requested_aux_info")
+            said = None if aux is None else aux if isinstance(aux, str) else json.dumps(aux, ensure_ascii=False)
+            return as_score(body["reward"], self.cloud_run.label), {}, said
         return await self._autorater(sample, parsed)
 
-    async def _autorater(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
+    async def _autorater(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float], str]:
         scorer = self.config.autoraterScorer
         assert scorer is not None
         resolver = NamespaceResolver(
@@ -242,7 +257,8 @@ class VertexSingleFunction:
                 failures.append(failure)
         if not scores:
             raise failures[0]
-        return sum(scores) / len(scores), {"judge_parse_failures": float(len(failures))}
+        said = "\n---\n".join(replies)  # every reply the average was taken over
+        return sum(scores) / len(scores), {"judge_parse_failures": float(len(failures))}, said
 
     def _judge_score(self, reply: str, sample: RewardSample) -> float:
         scorer = self.config.autoraterScorer
@@ -290,7 +306,8 @@ class VertexCompositeFunction:
         sub_scores = {f.name: o.score for (f, _), o in zip(self.parts, outcomes) if o.ok and o.score is not None}
         metrics = {f"{f.name}/{k}": v for (f, _), o in zip(self.parts, outcomes) for k, v in o.metrics.items()}
         latency = max((o.latency_s or 0.0 for o in outcomes), default=elapsed)
-        printed = joined_stdout({f.name: o for (f, _), o in zip(self.parts, outcomes)})
+        named = {f.name: o for (f, _), o in zip(self.parts, outcomes)}
+        printed, explanations = joined_stdout(named), part_explanations(named)
         for (function, _), outcome in zip(self.parts, outcomes):
             if not outcome.ok:
                 assert outcome.error_kind is not None
@@ -301,10 +318,16 @@ class VertexCompositeFunction:
                     metrics=metrics,
                     latency_s=latency,
                     stdout=printed,
+                    explanations=explanations,
                 )
         total = sum(w * sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
         return RewardOutcome(
-            score=clip(total), sub_scores=sub_scores, metrics=metrics, latency_s=latency, stdout=printed
+            score=clip(total),
+            sub_scores=sub_scores,
+            metrics=metrics,
+            latency_s=latency,
+            stdout=printed,
+            explanations=explanations,
         )
 
     async def aclose(self) -> None:

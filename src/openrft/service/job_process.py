@@ -72,6 +72,10 @@ class JobRunner:
             self.job.id, step, metrics, event_data(step, total, metrics), event_message(step, total, metrics)
         )
 
+    def on_samples(self, kind: str, step: int, records: list[dict]) -> None:
+        max_bytes = int(self.spec.tracking.samples_max_mb * 2**20)
+        self.store.add_samples(self.job.id, records, max_bytes)
+
     def on_event(self, level: str, message: str) -> None:
         message = self.tenant_text(message)  # no server paths to tenants
         self.store.add_event(self.job.id, level if level in ("info", "warn", "error") else "info", message)
@@ -91,6 +95,7 @@ class JobRunner:
             "show_progress": False,
             "control": StoreControl(self.store, self.job.id),
             "listeners": (self.on_metrics,),
+            "sample_listeners": (self.on_samples,),
             "on_event": self.on_event,
         }
         latest = self.checkpoints.latest() if (self.run_dir / "spec.json").exists() else None

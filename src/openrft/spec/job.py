@@ -189,6 +189,13 @@ class CheckpointSpec(_Strict):
 
 class TrackingSpec(_Strict):
     tensorboard: bool = True
+    sample_prompts_per_step: int = Field(
+        2, ge=0, le=MAX_STEPS, description="training prompts per step whose samples are recorded; 0 = none"
+    )
+    eval_samples: bool = Field(True, description="record every validation sample at each evaluation")
+    samples_max_mb: float = Field(
+        256.0, gt=0, le=1e6, description="the run's recorded samples are kept under this size, oldest dropped first"
+    )
     mlflow_tracking_uri: str | None = None
     mlflow_experiment_name: str | None = None
     mlflow_run_name: str | None = None

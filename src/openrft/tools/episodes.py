@@ -77,7 +77,7 @@ class ToolService:
 
     @staticmethod
     async def _make(spec: ToolsSpec, sandbox: SandboxSpec) -> ToolBox:
-        return ToolBox(spec, sandbox)
+        return await ToolBox(spec, sandbox).start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -416,13 +416,12 @@ class ToolGenerator:
         await gather_all(finish(e) for e in episodes)
 
     async def _close_environments(self, episodes: list[Episode]) -> None:
-        factory = self.service.box.environment
-        if factory is None:
-            return
+        box = self.service.box
 
         async def close(episode: Episode) -> None:
-            if episode.environment is not None:
-                episode.stats.close_error = await factory.close(episode.environment)
+            await box.end_episode(episode.episode_id)
+            if episode.environment is not None and box.environment is not None:
+                episode.stats.close_error = await box.environment.close(episode.environment)
                 episode.environment = None
 
         await asyncio.gather(*(close(e) for e in episodes))

@@ -38,6 +38,8 @@ from openrft.spec.tools import ToolsSpec
 DatasetSizer = Callable[[str], int]
 """Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
 
+MAX_SAMPLE_PROMPTS = 100_000
+
 BASE_LEARNING_RATES: dict[str, float] = {"openrft-demo": 2e-4}
 """Base learning rates of known models (what Vertex/OpenAI multipliers scale); others get ModelSpec's."""
 
@@ -91,6 +93,9 @@ class OpenRFTExtensions(Strict):
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
     tensorboard: bool = True
+    sample_prompts_per_step: Annotated[int, closed(0, MAX_SAMPLE_PROMPTS)] = 2
+    eval_samples: bool = True
+    samples_max_mb: float = Field(256.0, gt=0, le=1e6)
     base_learning_rate: float | None = Field(None, gt=0, le=1, description="what a learning-rate multiplier scales")
     max_length: Annotated[int, closed(2, MAX_LENGTH)] | None = Field(None, description="prompt + response tokens")
     max_new_tokens: Annotated[int, closed(1, MAX_NEW_TOKENS)] | None = None
@@ -136,6 +141,9 @@ EXTENSION_TARGETS = {
     "device": "runtime.device",
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
+    "sample_prompts_per_step": "tracking.sample_prompts_per_step",
+    "eval_samples": "tracking.eval_samples",
+    "samples_max_mb": "tracking.samples_max_mb",
     "replicas": "rollout.replicas",
     "learner_sharding": "rollout.learner_sharding",
     "generation_replicas": "rollout.generation_replicas",
