@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from openrft.disk_full import append_lines, trim_torn_tail
+
 if TYPE_CHECKING:  # the service reads records without torch
     import torch
 
