@@ -34,8 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     samples.add_argument("--grader", help="samples this grader scored")
     samples.add_argument("--min-reward", type=float)
     samples.add_argument("--max-reward", type=float)
-    samples.add_argument("--order", choices=["step", "-step", "reward", "-reward", "advantage", "-advantage"])
-    samples.add_argument("--limit", type=int, default=None, help="at most this many (default: all)")
+    samples.add_argument(
+        "--order",
+        choices=["step", "-step", "reward", "-reward", "advantage", "-advantage"],
+        help="default: step (as recorded); '-' first is descending, written --order=-reward",
+    )
+    samples.add_argument("--limit", type=_at_least_one, default=None, help="at most this many (default: all)")
     for name in ("get", "cancel", "pause", "resume", "checkpoints"):
         actions.add_parser(name, help=f"{name} a job" if name != "checkpoints" else "best checkpoints")
     for action in actions.choices.values():
@@ -46,6 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         )
         add_client_options(action)
     p.set_defaults(handler=run)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
 
 
 def _when(seconds: int | None) -> str:

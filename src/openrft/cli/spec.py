@@ -108,6 +108,7 @@ def run_explain(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     console.print(_summary(args.job, resolution))
     console.print(f"learner: {learner_layout(spec)}")
+    console.print(f"generation: {generation_layout(spec)}")
     values = leaf_paths(spec.model_dump(mode="json"))
     for path, source in resolution.provenance.items():
         if source.note == OPENRFT_DEFAULT and not args.all:
@@ -283,6 +284,26 @@ def learner_layout(spec) -> str:
     if learners > 1 and rollout.runtime == "ray":
         return f"{tuning}, {learners} data-parallel learners on Ray actors, each a full copy of the policy"
     return f"{tuning}, one learner holding the whole policy"
+
+
+def generation_layout(spec) -> str:
+    """What generates rollouts (rollout.engine) and the rollout correction against it (docs/scaling.md)."""
+    rollout = spec.rollout
+    engine = rollout.generation_engine
+    auto = " (rollout.engine auto)" if rollout.engine == "auto" else ""
+    if engine == "server":
+        urls = [u.strip() for u in rollout.generator_base_url.split(",") if u.strip()]
+        where = f"server(s) {', '.join(urls)}"
+        what = f"{rollout.strategy} rollouts from {where}{auto}, the policy's weights sent to it after each update"
+    elif engine == "vllm":
+        what = f"{rollout.strategy} rollouts from vLLM's LLM engine in the learner's process (rollout.engine vllm)"
+    else:
+        what = f"{rollout.strategy} rollouts from the learner's own model, OpenRFT's sampler{auto}"
+    mode = rollout.correction_mode
+    if mode == "off":
+        return f"{what}; rollout correction off"
+    c = rollout.correction
+    return f"{what}; rollout correction {mode} at {c.level} level, cap {c.cap:g}"
 
 
 def _subtree(values: dict[str, Any], path: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import torch
 from openrft.data.sampler import EpochSampler
 from openrft.engine.async_rollouts import AsyncRolloutSource
 from openrft.engine.checkpoints import CheckpointInfo, CheckpointManager, save_adapter
+from openrft.engine.engine_rollouts import EngineRolloutSource
 from openrft.engine.evaluation import EvalResult, evaluate
 from openrft.engine.local_runtime import LocalRuntime, Runtime
 from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
@@ -122,6 +123,7 @@ class RFTJob:
             temperature=spec.sampling.temperature,
             top_k=spec.sampling.top_k,
             top_p=spec.sampling.top_p,
+            min_p=spec.sampling.min_p,
             max_new_tokens=self.parts.max_new_tokens,
             max_length=spec.sampling.max_length,
         )
@@ -132,13 +134,25 @@ class RFTJob:
             else spec.sampling.temperature,
             top_k=spec.sampling.top_k,
             top_p=spec.sampling.top_p,
+            min_p=spec.sampling.min_p,
             max_new_tokens=self.parts.max_new_tokens,
             max_length=spec.sampling.max_length,
         )
         sampler = EpochSampler(
             len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle, spec.training.seed
         )
-        if spec.rollout.strategy == "sync":
+        if spec.rollout.strategy == "sync" and spec.rollout.generation_engine != "local":
+            self.rollouts = EngineRolloutSource(
+                [wrap(r) for r in self.runtime.generation_replicas(spec, self.parts, learner_parts, self.run_dir)],
+                self.rewards,
+                sampler,
+                self.parts.datasets.train,
+                self.parts.train_prompts,
+                self.train_params,
+                adapter_state=learner_parts.adapter_state,
+                version=lambda: self.learner.version,
+            )
+        elif spec.rollout.strategy == "sync":
             self.rollouts = SyncRolloutSource(
                 self.generator,
                 self.rewards,

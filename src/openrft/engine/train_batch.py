@@ -48,6 +48,7 @@ def build_train_batch(
                 rewards[i, j], valid[i, j] = 0.0, True
     advantages = group_advantages(rewards, valid, spec.algorithm.scale_advantages_by_std, spec.algorithm.advantage_eps)
 
+    correct = spec.rollout.correction_mode != "off"  # fresh samples carry the engine's log-probs
     samples: list[TrainSample] = []
     ages: list[float] = []
     for i, group in enumerate(groups):
@@ -63,6 +64,8 @@ def build_train_batch(
                     advantage=float(advantages[i, j]),
                     behaviour_logp=completion.logprobs if age > 0 else None,
                     loss_mask=completion.loss_mask,
+                    engine_logp=completion.logprobs if age == 0 and correct else None,
+                    engine_truncated=completion.logprobs_truncated,
                 )
             )
 

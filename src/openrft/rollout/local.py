@@ -114,7 +114,7 @@ class TransformersGenerator(PolicyVersioned):
         done = torch.zeros(rows, dtype=torch.bool, device=device)  # ended, not yet dropped from the batch
 
         for t in range(steps):
-            token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng)
+            token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng, params.min_p)
             logits = None  # only one step's full-vocabulary logits are ever held (long responses, real vocabularies)
             live = row_of[~done]
             tokens_out[live, t] = token[~done]

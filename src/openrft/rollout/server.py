@@ -51,6 +51,7 @@ class _Request(BaseModel):
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, lt=1)
     seed: int | None = None
     stream: bool | None = False
     stop: str | list[str] | None = None
@@ -287,6 +288,7 @@ def _params(request: CompletionRequest | ChatRequest, max_tokens: int) -> Sampli
         temperature=1.0 if request.temperature is None else request.temperature,
         top_k=max(request.top_k or 0, 0),
         top_p=1.0 if request.top_p is None else request.top_p,
+        min_p=request.min_p or 0.0,
         max_new_tokens=max_tokens,
     )
 

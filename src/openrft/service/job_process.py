@@ -73,8 +73,10 @@ class JobRunner:
         )
 
     def on_samples(self, kind: str, step: int, records: list[dict]) -> None:
-        max_bytes = int(self.spec.tracking.samples_max_mb * 2**20)
-        self.store.add_samples(self.job.id, records, max_bytes)
+        for record in records:  # an error message may name the run directory: no server paths to tenants
+            if record["error_message"] and str(self.run_dir) in record["error_message"]:
+                record["error_message"] = record["error_message"].replace(str(self.run_dir), f"runs/{self.job.id}")
+        self.store.add_samples(self.job.id, records, int(self.spec.tracking.samples_max_mb * 2**20))
 
     def on_event(self, level: str, message: str) -> None:
         message = self.tenant_text(message)  # no server paths to tenants

@@ -30,6 +30,7 @@ from openrft.spec.job import (
     MAX_THREADS,
     DataSpec,
     ModelSpec,
+    RolloutCorrectionSpec,
 )
 from openrft.spec.locations import is_remote
 from openrft.spec.provenance import OPENRFT_DEFAULT
@@ -90,6 +91,9 @@ class OpenRFTExtensions(Strict):
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     generator_base_url: str | None = None
+    generation_engine: Literal["auto", "local", "server", "vllm"] = "auto"
+    rollout_correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
+    min_p: float = Field(0.0, ge=0, lt=1)
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
     tensorboard: bool = True
@@ -115,6 +119,9 @@ class OpenRFTExtensions(Strict):
         default_factory=dict, description="a cloud-only model name or ARN -> a local path or Hugging Face id"
     )
     tools: ToolsSpec | None = None
+    sandbox_isolation: Literal["strict", "weak"] = Field(
+        "strict", description="the reward and tool sandbox: strict needs bubblewrap; weak is a plain subprocess"
+    )
 
 
 EXTENSION_TARGETS = {
@@ -138,6 +145,9 @@ EXTENSION_TARGETS = {
     "runtime": "rollout.runtime",
     "ray_address": "rollout.ray_address",
     "generator_base_url": "rollout.generator_base_url",
+    "generation_engine": "rollout.engine",
+    "rollout_correction": "rollout.correction",
+    "min_p": "sampling.min_p",
     "device": "runtime.device",
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
@@ -148,6 +158,7 @@ EXTENSION_TARGETS = {
     "learner_sharding": "rollout.learner_sharding",
     "generation_replicas": "rollout.generation_replicas",
     "tools": "tools",
+    "sandbox_isolation": "reward.sandbox.isolation",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
 apply themselves (they combine with dialect fields), rollout_strategy and age_tolerance go together
