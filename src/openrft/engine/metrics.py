@@ -9,15 +9,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from openrft.disk_full import append_line, trim_torn_tail
 from openrft.engine.samples import SampleListener, SampleLog, samples_markdown
 
 MetricsListener = Callable[[int, dict[str, float]], None]
 
 
 def truncate_metrics_file(path: Path, last_step: int) -> None:
-    """Drop lines past ``last_step`` (a resumed run rewrites them), atomically."""
+    """Drop lines past ``last_step`` (a resumed run rewrites them) and a torn last line, atomically."""
     if not path.exists():
         return
+    trim_torn_tail(path)
     kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(line + "\n" for line in kept))
@@ -27,14 +29,17 @@ def truncate_metrics_file(path: Path, last_step: int) -> None:
 def read_metrics(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    if not text.endswith("\n"):  # a last line torn by a crash: not a step
+        text = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 class MetricsSink:
     def __init__(self, run_dir: Path, tensorboard: bool = True, samples: SampleLog | None = None):
         self.path = run_dir / "metrics.jsonl"
+        self.path.touch()
         self.samples = samples
-        self._file = self.path.open("a", encoding="utf-8")
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -63,8 +68,7 @@ class MetricsSink:
 
     def emit(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
-        self._file.write(json.dumps({"step": step, **clean}) + "\n")
-        self._file.flush()
+        append_line(self.path, json.dumps({"step": step, **clean}))  # whole or not at all, on a full disk too
         if self._writer is not None:
             for name, value in clean.items():
                 self._writer.add_scalar(name, value, global_step=step)
@@ -73,6 +77,5 @@ class MetricsSink:
             listener(step, clean)
 
     def close(self) -> None:
-        self._file.close()
         if self._writer is not None:
             self._writer.close()

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from openrft.disk_full import append_lines, trim_torn_tail
+
 if TYPE_CHECKING:  # the service reads records without torch
     import torch
 
@@ -119,9 +121,7 @@ class SampleLog:
     def write(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(text)
+        append_lines(self.path, [json.dumps(r, ensure_ascii=False) for r in records])  # whole, on a full disk too
         if self.path.stat().st_size >= self.segment_bytes:
             self._rotate()
 
@@ -141,6 +141,7 @@ class SampleLog:
         for path in [*segments(self.run_dir), self.path]:
             if not path.exists():
                 continue
+            trim_torn_tail(path)  # a line a crash cut short
             lines = path.read_text(encoding="utf-8").splitlines()
             kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
             if len(kept) == len(lines):
