@@ -1,6 +1,9 @@
 """HTTP calls to the outside (reward endpoints, judges, tools): per-attempt timeouts, retries with backoff,
 and a circuit breaker.
 
+Each attempt has a total deadline (``timeout_s``, the body included) and a byte cap on the answer
+(``MAX_RESPONSE_BYTES``; tools' own, smaller): past the cap, ``invalid_output``.
+
 Transient failures (connection refused/reset/dropped, a timeout, HTTP 408, 429 or 5xx) are retried
 with exponential backoff and jitter. A call that still fails is a ``timeout`` (its last attempt
 timed out) or a ``server_error``; a 4xx answer is a ``server_error`` at once, and a body that is not
@@ -14,6 +17,7 @@ the job with a message naming the endpoint and the last error. Any successful ca
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -29,6 +33,8 @@ from openrft.spec.rewards import RemoteCallSpec
 
 T = TypeVar("T")
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+MAX_RESPONSE_BYTES = 16 << 20
+"""The most of an answer read from a reward endpoint (a Nova Lambda's batch of metrics fits many times over)."""
 
 
 class EndpointDown(RewardError):
@@ -47,8 +53,10 @@ class RemoteEndpoint:
         client: httpx.AsyncClient,
         headers: dict[str, str] | None = None,
         kind: str = "reward endpoint",
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         self.url = url
+        self.max_response_bytes = max_response_bytes
         self.kind = kind
         self.spec = spec
         self.timeout_s = spec.timeout_s or default_timeout_s
@@ -105,29 +113,55 @@ class RemoteEndpoint:
         raise failure
 
     async def _attempt(self, payload: Any) -> tuple[CallFailure | None, bool, Any]:
+        """One POST within ``timeout_s`` in all (connect, send, headers and the whole body: httpx's own timeout
+        is per read, so a server trickling a byte a second would never time out) and at most
+        ``max_response_bytes`` read (past it, ``invalid_output``, not retried)."""
         try:
-            response = await self.client.post(self.url, json=payload, headers=self.headers, timeout=self.timeout_s)
-        except httpx.TimeoutException:
+            async with asyncio.timeout(self.timeout_s):
+                status, body = await self._read(payload)
+        except (TimeoutError, httpx.TimeoutException):
             return CallFailure("timeout", f"{self.label} did not answer within {self.timeout_s:g} s"), True, None
         except httpx.TransportError as exc:
             return CallFailure("server_error", f"{self.label}: {type(exc).__name__}: {exc}"), True, None
-        if response.status_code >= 400:
-            text = response.text[:200]
-            failure = CallFailure(
-                "server_error",
-                f"{self.label} answered HTTP {response.status_code}: {text}",
-                status=response.status_code,
-            )
-            return failure, response.status_code in TRANSIENT_STATUS, None
+        except ResponseTooLarge:
+            message = f"{self.label} answered more than the cap of {self.max_response_bytes:,} bytes"
+            return CallFailure("invalid_output", message), False, None
+        if status >= 400:
+            text = body[:200].decode("utf-8", "replace")
+            failure = CallFailure("server_error", f"{self.label} answered HTTP {status}: {text}", status=status)
+            return failure, status in TRANSIENT_STATUS, None
         try:
-            return None, False, response.json()
+            return None, False, json.loads(body)
         except ValueError:
-            snippet = response.text[:120]
+            snippet = body[:120].decode("utf-8", "replace")
             return (
                 CallFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"),
                 False,
                 None,
             )
+
+    async def _read(self, payload: Any) -> tuple[int, bytes]:
+        request = self.client.build_request(
+            "POST", self.url, json=payload, headers=self.headers, timeout=self.timeout_s
+        )
+        response = await self.client.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_response_bytes:
+                raise ResponseTooLarge
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise ResponseTooLarge
+                chunks.append(chunk)
+            return response.status_code, b"".join(chunks)
+        finally:
+            await response.aclose()
+
+
+class ResponseTooLarge(Exception):
+    """An endpoint's answer passed the endpoint's byte cap."""
 
 
 async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:

@@ -78,6 +78,11 @@ class RewardOutcome:
     latency_s: float | None = None
     stdout: str = ""
     """What user reward code printed while scoring this sample (kept apart from OpenRFT's own output)."""
+    warnings: list[str] = field(default_factory=list)
+    """Malformed optional parts of the reward's answer that were dropped (the score kept); counted per step."""
+    explanations: dict[str, str] = field(default_factory=dict)
+    """What a grader said of its score, by grader name: an LLM judge's reply (its rationale), a Cloud Run
+    scorer's ``user_requested_aux_info``. Recorded with the job's samples; never read by training."""
     limit: str | None = None
     """The input cap a failure hit (``rewards/input_limits.py``): ``graders/run`` answers 400 naming it."""
 
@@ -97,6 +102,26 @@ class RewardOutcome:
         if failure.limit:
             extra.setdefault("limit", failure.limit)
         return cls.failure(failure.kind, failure.message, **extra)
+
+
+EXPLANATION_LIMIT = 4000
+"""Characters of one explanation kept (a judge that writes an essay is cut, saying how much was)."""
+
+
+def explanation(text: str) -> str:
+    if len(text) <= EXPLANATION_LIMIT:
+        return text
+    return text[:EXPLANATION_LIMIT] + f"... ({len(text) - EXPLANATION_LIMIT} more characters)"
+
+
+def part_explanations(parts: dict[str, RewardOutcome]) -> dict[str, str]:
+    """The explanations of a composite's parts, each under its part's name (``part/grader`` when a part has
+    several of its own)."""
+    merged = {}
+    for key, outcome in parts.items():
+        for name, text in outcome.explanations.items():
+            merged[key if len(outcome.explanations) == 1 else f"{key}/{name}"] = text
+    return merged
 
 
 def joined_stdout(parts: dict[str, RewardOutcome]) -> str:

@@ -44,6 +44,8 @@ from openrft.tools.continuation import ToolTemplateError, call_id, continuation_
 from openrft.tools.runners import CallContext, ToolBox, ToolResult
 
 T = TypeVar("T")
+MAX_CHARS_PER_TOKEN = 16
+"""A bound on the characters of one token, for cutting tool content to a token budget before tokenizing it."""
 CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"|to=functions\.([^\s<]+)|\[TOOL_CALLS\]\s*(\w+)')
 
 
@@ -75,7 +77,7 @@ class ToolService:
 
     @staticmethod
     async def _make(spec: ToolsSpec, sandbox: SandboxSpec) -> ToolBox:
-        return ToolBox(spec, sandbox)
+        return await ToolBox(spec, sandbox).start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -414,13 +416,12 @@ class ToolGenerator:
         await gather_all(finish(e) for e in episodes)
 
     async def _close_environments(self, episodes: list[Episode]) -> None:
-        factory = self.service.box.environment
-        if factory is None:
-            return
+        box = self.service.box
 
         async def close(episode: Episode) -> None:
-            if episode.environment is not None:
-                episode.stats.close_error = await factory.close(episode.environment)
+            await box.end_episode(episode.episode_id)
+            if episode.environment is not None and box.environment is not None:
+                episode.stats.close_error = await box.environment.close(episode.environment)
                 episode.environment = None
 
         await asyncio.gather(*(close(e) for e in episodes))
@@ -452,7 +453,15 @@ class ToolGenerator:
             if result.done and not episode.done:
                 episode.stats.environment_done = True
                 episode.finish_reason = "stop"  # the environment ended the episode: no further model turn
-            episode.turns.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": result.content})
+            content = self._within_budget(result.content, episode.remaining)
+            episode.turns.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": content})
+
+    def _within_budget(self, content: str, remaining: int) -> str:
+        """A tool's content cut to the episode's remaining tokens: what does not fit is never templated or
+        tokenized whole (a first cut at ``MAX_CHARS_PER_TOKEN`` characters a token keeps that cheap)."""
+        head = content[: max(remaining, 1) * MAX_CHARS_PER_TOKEN]
+        ids = self.tokenizer(head, add_special_tokens=False)["input_ids"]
+        return head if len(ids) <= remaining else self.tokenizer.decode(ids[: max(remaining, 0)])
 
     def _tool_turn(self, episode: Episode) -> None:
         """Append the tool messages' tokens (masked) and the start of the model's next turn."""

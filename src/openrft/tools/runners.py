@@ -89,12 +89,24 @@ def _failure(exc: CallFailure) -> ToolResult:
     return ToolResult(content=exc.message, error_kind=exc.kind, fatal=True)
 
 
+TOOL_RESPONSE_BYTES = 1 << 20
+"""The most of an HTTP tool's answer read (a 32 MB answer took a job process to 3.5 GB)."""
+
+
 class HttpTool:
     """``POST url {name, arguments, call_id, example_id, episode_id, turn, messages}`` -> ``{"content": str}``
     or ``{"error": str}``."""
 
     def __init__(self, name: str, spec: HttpToolSpec, client: httpx.AsyncClient):
-        self.endpoint = RemoteEndpoint(spec.url, spec.remote, 30.0, f"tool {name}", client, kind="endpoint of")
+        self.endpoint = RemoteEndpoint(
+            spec.url,
+            spec.remote,
+            30.0,
+            f"tool {name}",
+            client,
+            kind="endpoint of",
+            max_response_bytes=TOOL_RESPONSE_BYTES,
+        )
 
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
         body = {
@@ -373,6 +385,23 @@ class ToolBox:
             else:
                 self.runners[name] = PythonTool(name, runner, self.pool if runner.sandboxed else None)
         self.environment = EnvironmentFactory(spec.environment) if spec.environment else None
+        self.mcp: list[Any] = []
+
+    async def start(self) -> ToolBox:
+        """Connect to the MCP servers and route each of their tools there (``openrft.tools.mcp``)."""
+        if self.spec.mcp_servers:
+            from openrft.tools.mcp import McpTool, discover
+
+            servers = {name: McpTool(name, server) for name, server in self.spec.mcp_servers.items()}
+            self.mcp = list(servers.values())
+            for tool, (server, _) in (await discover(self.spec)).items():
+                self.runners[tool] = servers[server]
+        return self
+
+    async def end_episode(self, episode_id: str) -> None:
+        """Close what an episode held open (its MCP sessions)."""
+        for server in self.mcp:
+            await server.end_episode(episode_id)
 
     async def call(
         self, name: str, arguments: dict[str, Any], call_id: str, offered: set[str], context: CallContext
@@ -390,6 +419,8 @@ class ToolBox:
         return result
 
     async def aclose(self) -> None:
+        for server in self.mcp:
+            await server.aclose()
         if self.pool is not None:
             await self.pool.aclose()
         await self.client.aclose()
