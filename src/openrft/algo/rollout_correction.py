@@ -20,6 +20,7 @@ top-p / min-p truncated, renormalised distribution when the engine reports the p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -149,13 +150,30 @@ def correction_sums(result: CorrectionResult) -> dict[str, float]:
     }
 
 
+def filter_logits(logp: torch.Tensor, top_k: int, top_p: float, min_p: float = 0.0) -> torch.Tensor:
+    """Mask (to -inf) every token below ``min_p`` times the most likely token's probability (``min_p`` > 0),
+    outside the top-k and outside the top-p nucleus. vLLM's order: min-p on the whole distribution, then
+    top-k, then top-p over what is left (renormalised)."""
+    if min_p > 0.0:
+        top = logp.max(dim=-1, keepdim=True).values
+        logp = logp.masked_fill(logp < top + math.log(min_p), float("-inf"))
+    if top_k > 0 and top_k < logp.shape[-1]:
+        kth = torch.topk(logp, top_k, dim=-1).values[..., -1:]
+        logp = logp.masked_fill(logp < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logp, order = torch.sort(logp, descending=True, dim=-1)
+        cumulative = sorted_logp.softmax(-1).cumsum(-1)
+        drop_sorted = cumulative - sorted_logp.softmax(-1) >= top_p  # keep the token that crosses top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp = logp.masked_fill(drop, float("-inf"))
+    return logp
+
+
 def support_log_probs(
     logits: torch.Tensor, targets: torch.Tensor, top_k: int, top_p: float, min_p: float = 0.0
 ) -> torch.Tensor:
     """Log-probs of ``targets`` under the truncated, renormalised distribution a sampler with top-k /
     top-p / min-p draws from (``logits`` already temperature-scaled): ``-inf`` for a target outside it."""
-    from openrft.rollout.sampling import filter_logits
-
     logp = torch.log_softmax(logits.float(), dim=-1)
     kept = filter_logits(logp, top_k, top_p, min_p)
     return kept.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(kept, dim=-1)

@@ -41,7 +41,8 @@ from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.rewards import SandboxSpec
 from openrft.spec.tools import ToolsSpec
 from openrft.tools.continuation import ToolTemplateError, call_id, continuation_ids
-from openrft.tools.runners import CallContext, ToolBox, ToolResult
+from openrft.tools.results import CallContext, ToolResult
+from openrft.tools.runners import ToolBox
 
 T = TypeVar("T")
 MAX_CHARS_PER_TOKEN = 16

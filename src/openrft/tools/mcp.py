@@ -21,7 +21,7 @@ from typing import Any
 from openrft.data.records import Example
 from openrft.errors import OpenRFTError
 from openrft.spec.tools import McpServerSpec, ToolsSpec
-from openrft.tools.runners import CallContext, ToolConfigError, ToolResult
+from openrft.tools.results import CallContext, ToolConfigError, ToolResult
 
 
 class McpUnavailable(OpenRFTError):
