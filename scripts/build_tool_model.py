@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_demo_model import build_model, build_tokenizer, save, write_jsonl
 from openrft.rollout.prompts import render_prompt
-from openrft.tools.episodes import continuation_ids
+from openrft.tools.continuation import continuation_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DIR = ROOT / "examples" / "calculator"

@@ -96,3 +96,21 @@ def chart_data(chart: Chart, rows: list[dict]) -> ChartData:
 
 def charts_data(rows: list[dict], charts: tuple[Chart, ...] = CHARTS) -> list[ChartData]:
     return [chart_data(chart, rows) for chart in charts]
+
+
+def overlaid(runs: list[tuple[str, list[dict]]], charts: tuple[Chart, ...] = CHARTS) -> list[ChartData]:
+    """Several runs' charts on one set of axes: each chart's lines of every run, named ``run: metric`` (the
+    run's name alone where a chart has one line per run); no bands, which would hide each other. Of a chart
+    of several metrics (the error kinds), the lines that stay at 0 are left out: ten flat lines say nothing."""
+    out = []
+    for chart in charts:
+        lines = []
+        for name, rows in runs:
+            data = chart_data(chart, rows)
+            for line in data.lines:
+                if chart.prefix_match and not any(line.values):
+                    continue
+                label = name if len(data.lines) == 1 else f"{name}: {line.name}"
+                lines.append(Series(label, line.steps, line.values))
+        out.append(ChartData(chart, lines, None))
+    return out

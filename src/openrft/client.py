@@ -221,6 +221,25 @@ class Client:
         """Every recorded step's metrics, oldest first."""
         return self._request("GET", f"/v1/fine_tuning/jobs/{job_id}/metrics")["data"]
 
+    def list_samples(self, job_id: str, offset: int = 0, limit: int = 50, **filters: Any) -> Page[dict[str, Any]]:
+        """One page of the job's recorded samples; ``filters``: kind, step, example_id, error_kind, grader,
+        min_reward, max_reward, order (the route's query parameters)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        data = self._request(
+            "GET", f"/v1/fine_tuning/jobs/{job_id}/samples", params={**params, "offset": offset, "limit": limit}
+        )
+        return Page[dict[str, Any]].model_validate(data)
+
+    def iter_samples(self, job_id: str, page_size: int = 200, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every recorded sample of the job that matches ``filters``, page by page."""
+        offset = 0
+        while True:
+            page = self.list_samples(job_id, offset, page_size, **filters)
+            yield from page.data
+            if not page.has_more:
+                return
+            offset += len(page.data)
+
     # graders and Vertex ------------------------------------------------------------------------------------
 
     def run_grader(self, grader: dict[str, Any], model_sample: str, item: Any = None) -> dict[str, Any]:

@@ -96,8 +96,8 @@ def check_reachable(uri: str) -> None:
         variable = "AWS_ENDPOINT_URL_S3" if scheme.startswith("s3") else "STORAGE_EMULATOR_HOST"
         raise StorageError(
             uri,
-            f"is unreachable: the object store {host}:{port} does not answer ({reason}); give a local path, or set "
-            f"{variable}",
+            f"is unreachable: the object store {host}:{port} does not answer ({reason}); map it to a local path "
+            f"(--map {uri}=PATH, or train --output DIR for an output location), or set {variable}",
         )
 
 
@@ -150,6 +150,15 @@ def _missing(fs: Any, path: str, uri: str) -> StorageError:
 
 def read_text(uri: str) -> str:
     """The whole text (UTF-8) at a URI or path."""
+    data = read_bytes(uri)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StorageError(uri, f"is not UTF-8 text (byte {exc.start})") from None
+
+
+def read_bytes(uri: str) -> bytes:
+    """The whole content at a URI or path."""
     fs, path = _filesystem(uri)
     try:
         with fs.open(path, "rb") as f:
@@ -160,10 +169,7 @@ def read_text(uri: str) -> str:
         raise StorageError(uri, "is a directory, not a file") from None
     except Exception as exc:
         raise StorageError(uri, f"cannot be read ({_describe(exc)})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise StorageError(uri, f"is not UTF-8 text (byte {exc.start})") from None
+    return data
 
 
 def check_output_location(uri: str) -> None:

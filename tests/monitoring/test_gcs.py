@@ -101,7 +101,7 @@ def test_vertex_job_trains_from_gcs_and_a_recipe_uploads_to_it(gcs, demo_recipe,
         trainer={"max_steps": 2, "save_steps": 1, "save_top_k": 1},
     )
     staging = tmp_path / "staging"
-    assert main(["train", str(recipe), "--output", str(staging), "--quiet"]) == 0
+    assert main(["train", str(recipe), "--staging", str(staging), "--quiet"]) == 0
     assert f"outputs are uploaded to {out}" in capsys.readouterr().out
     names = {p[len(f"{BUCKET}/runs/job-1/") :] for p in gcs.find(f"{BUCKET}/runs/job-1")}
     for name in ("spec.json", "metrics.jsonl", "manifest.json", "summary.json", "adapter/adapter_model.safetensors"):

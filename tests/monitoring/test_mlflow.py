@@ -11,6 +11,7 @@ import pytest
 from openrft.cli import main
 from openrft.engine.metrics import read_metrics
 from openrft.engine.mlflow_tracking import RUN_FILE, flatten, metric_key
+from openrft.engine.samples import read_samples
 from openrft.spec.dialects import parse_document
 from tests.monitoring.servers import free_port, mlflow_server
 from tests.spec.dialect_builders import Sizes, openai_job, vertex_request
@@ -73,6 +74,20 @@ def _check_run(client, experiment: str, run_name: str, run_dir: Path, steps: int
     local = Path(client.download_artifacts(run.info.run_id, "adapter/adapter_model.safetensors", str(run_dir.parent)))
     assert local.read_bytes() == (run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
     assert {"manifest.json", "summary.json"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+
+    # the recorded samples as tables, one per kind and step, equal to the run directory's samples
+    tables = {a.path for a in client.list_artifacts(run.info.run_id, "samples")}
+    evaluated = [r["step"] for r in rows if "val-score/rewards/mean@1" in r]
+    assert tables == {f"samples/train_step_{s:06d}.json" for s in range(1, steps + 1)} | {
+        f"samples/eval_step_{s:06d}.json" for s in evaluated
+    }
+    table = json.loads(
+        Path(client.download_artifacts(run.info.run_id, f"samples/eval_step_{steps:06d}.json")).read_text()
+    )
+    recorded = [r for r in read_samples(run_dir) if r["kind"] == "eval" and r["step"] == steps]
+    columns = table["columns"]
+    assert [row[columns.index("response")] for row in table["data"]] == [r["response"] for r in recorded]
+    assert [row[columns.index("reward")] for row in table["data"]] == [r["reward"] for r in recorded]
 
 
 @pytest.mark.slow

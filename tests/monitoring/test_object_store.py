@@ -75,7 +75,7 @@ def test_nova_recipe_trains_from_s3_and_uploads_its_outputs(s3, demo_recipe, tmp
         trainer={"max_steps": 3, "save_steps": 1, "save_top_k": 1},
     )
     staging = tmp_path / "staging"
-    assert main(["train", str(recipe), "--output", str(staging), "--quiet"]) == 0
+    assert main(["train", str(recipe), "--staging", str(staging), "--quiet"]) == 0
     assert f"outputs are uploaded to {out}" in capsys.readouterr().out
 
     keys = _keys(s3, "runs/job-1/")
@@ -104,7 +104,7 @@ def test_nova_recipe_trains_from_s3_and_uploads_its_outputs(s3, demo_recipe, tmp
     assert summary["output_uri"] == out and summary["status"] == "succeeded"
 
     # the same location again is refused before training (it holds a run); a resume would be allowed
-    assert main(["train", str(recipe), "--output", str(tmp_path / "again"), "--quiet"]) == 2
+    assert main(["train", str(recipe), "--staging", str(tmp_path / "again"), "--quiet"]) == 2
     assert "already holds an OpenRFT run" in capsys.readouterr().err
 
 
@@ -115,7 +115,7 @@ def test_missing_data_object_or_output_bucket_fails_before_training(s3, demo_rec
     run["data_s3_path" if where == "data" else "output_s3_path"] = uri
     staging = tmp_path / "staging"
     started = time.monotonic()
-    assert main(["train", str(demo_recipe(run=run)), "--output", str(staging), "--quiet"]) == 2
+    assert main(["train", str(demo_recipe(run=run)), "--staging", str(staging), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert uri in err, err
     assert ("no such object" if where == "data" else "bucket 'missing-bucket-8' does not exist") in err

@@ -257,6 +257,10 @@ def test_metric_types_are_read_in_either_case():
     }
     outcome = parse_result_entry(entry, "lambda")
     assert (outcome.score, outcome.sub_scores, outcome.metrics) == (0.5, {"a": 1.0}, {"b": 2.0})
-    entry["metrics_list"][0]["type"] = "bonus"
-    with pytest.raises(RewardFailure, match="has type 'bonus', not Reward or Metric"):
+    entry["metrics_list"][0]["type"] = "bonus"  # optional and malformed: dropped with a warning, score kept
+    outcome = parse_result_entry(entry, "lambda")
+    assert (outcome.score, outcome.sub_scores, outcome.metrics) == (0.5, {}, {"b": 2.0})
+    assert outcome.warnings == ["lambda metric a has type 'bonus', not Reward or Metric; dropped"]
+    del entry["aggregate_reward_score"]  # required
+    with pytest.raises(RewardFailure, match="without aggregate_reward_score"):
         parse_result_entry(entry, "lambda")

@@ -45,7 +45,8 @@ def adapter(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(adapter, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
-    with serve_model("openrft-demo", log, "--adapter", f"startup={adapter[0]}") as url:
+    roots = ("--allow-load-from", str(tmp_path_factory.getbasetemp()))  # every test's tmp_path
+    with serve_model("openrft-demo", log, "--adapter", f"startup={adapter[0]}", *roots) as url:
         yield url
 
 
@@ -70,7 +71,7 @@ def test_models_adapters_and_different_outputs(server, client, adapter):
     again = httpx.post(f"{server}/v1/load_lora_adapter", json={"lora_name": "tuned", "lora_path": str(adapter[0])})
     assert again.status_code == 400 and "already been loaded" in again.json()["error"]["message"]
     cards = {m["id"]: m for m in httpx.get(f"{server}/v1/models").json()["data"]}
-    assert cards["tuned"]["parent"] == "openrft-demo" and cards["tuned"]["root"] == str(adapter[0])
+    assert cards["tuned"]["parent"] == "openrft-demo" and cards["tuned"]["root"] == "tuned"  # no host path
 
     base = client.chat.completions.create(model="openrft-demo", messages=PROMPT, max_tokens=8, temperature=0)
     tuned = client.chat.completions.create(model="tuned", messages=PROMPT, max_tokens=8, temperature=0)
@@ -84,8 +85,13 @@ def test_models_adapters_and_different_outputs(server, client, adapter):
         client.chat.completions.create(model="tuned", messages=PROMPT, max_tokens=2)
     missing = httpx.post(f"{server}/v1/unload_lora_adapter", json={"lora_name": "tuned"})
     assert missing.status_code == 404
-    bad_path = httpx.post(f"{server}/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"})
-    assert bad_path.status_code == 400 and "/nonexistent" in bad_path.json()["error"]["message"]
+    outside = httpx.post(f"{server}/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"})
+    assert outside.status_code == 403 and "not under a directory" in outside.json()["error"]["message"]
+    bad_path = httpx.post(
+        f"{server}/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": str(adapter[0].parent / "missing")}
+    )
+    assert bad_path.status_code == 400 and "cannot load LoRA adapter 'x'" in bad_path.json()["error"]["message"]
+    assert str(adapter[0].parent) not in bad_path.text  # no host path in the answer
 
 
 def test_completions_with_token_ids_n_and_logprobs(client, model_and_tokenizer):
@@ -261,7 +267,10 @@ def test_a_server_without_the_weights_route_is_refused_by_name(model_and_tokeniz
     threading.Thread(target=http.serve_forever, daemon=True).start()
     try:
         generator = _full_generator(f"http://127.0.0.1:{http.server_port}", tokenizer, base, tmp_path)
-        with pytest.raises(GenerationServerError, match=r"has no POST /v1/load_weights.*vLLM.*weight-transfer API"):
+        with pytest.raises(
+            GenerationServerError,
+            match=r"takes no full weights.*POST /v1/load_weights.*POST /collective_rpc.*VLLM_SERVER_DEV_MODE=1",
+        ):
             generator.load_adapter({"lm_head.weight": torch.zeros(2, 2)}, 1)
     finally:
         http.shutdown()

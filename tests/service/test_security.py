@@ -205,3 +205,28 @@ def test_a_job_trains_with_a_grader_that_finds_no_secret_and_models_stay_with_th
         assert theirs.json()["error"]["code"] == reference.json()["error"]["code"] == "model_not_found"
     own = alice.post("/v1/fine_tuning/jobs", json={**job, "model": model})
     assert own.status_code == 400 and own.json()["error"]["code"] == "model_not_supported", own.text
+
+
+def test_graders_run_on_two_200_kb_texts_answers_400_naming_the_cap_and_the_server_stays_small(server):
+    """Issue 24: rouge_l on two 200 KB texts took the server to 4 GB in 22 s and killed it."""
+    import psutil
+
+    service, (alice, _), _ = server
+    process = psutil.Process(service.processes[0].proc.pid)
+    before = process.memory_info().rss
+    text = " ".join(f"w{i % 997}" for i in range(40_000))[:200_000]
+    for metric in ("rouge_l", "meteor"):
+        grader = {
+            "type": "text_similarity",
+            "name": "sim",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}",
+            "evaluation_metric": metric,
+        }
+        response = alice.post(RUN, json={"grader": grader, "model_sample": text, "item": {"reference_answer": text}})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["code"] == "input_too_large" and error["param"] == "model_sample"
+        assert f"{metric} tokens per text" in error["message"], error
+    assert process.memory_info().rss - before < 300 << 20
+    assert alice.get("/health").status_code == 200

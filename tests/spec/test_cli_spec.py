@@ -109,3 +109,38 @@ def test_explain_states_how_the_learner_is_laid_out(data_dir, capsys):
     job = write(data_dir / "plain.json", vertex_request({"batchSize": 16}))
     assert main(["spec", "explain", job]) == 0
     assert "learner: LoRA, one learner holding the whole policy" in capsys.readouterr().out
+
+
+def test_explain_states_the_generation_engine_and_the_rollout_correction(data_dir, capsys):
+    job = write(data_dir / "plain.json", vertex_request({"batchSize": 16}))
+    assert main(["spec", "explain", job]) == 0
+    out = capsys.readouterr().out
+    assert "generation: sync rollouts from the learner's own model, OpenRFT's sampler (rollout.engine auto)" in out
+    assert "rollout correction off" in out
+    served = vertex_request({"batchSize": 16}, openrft={"generator_base_url": "http://127.0.0.1:8000"})
+    assert main(["spec", "explain", write(data_dir / "served.json", served)]) == 0
+    out = capsys.readouterr().out
+    assert "generation: sync rollouts from server(s) http://127.0.0.1:8000 (rollout.engine auto)" in out
+    assert "rollout correction tis at token level, cap 2" in out
+    mis = {"generator_base_url": "http://a:1", "rollout_correction": {"mode": "mis", "level": "sequence", "cap": 3}}
+    assert main(["spec", "explain", write(data_dir / "mis.json", vertex_request({"batchSize": 16}, openrft=mis))]) == 0
+    assert "rollout correction mis at sequence level, cap 3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("openrft", "message"),
+    [
+        ({"generation_engine": "server"}, "rollout.engine 'server' needs rollout.generator_base_url"),
+        (
+            {"generation_engine": "local", "generator_base_url": "http://127.0.0.1:8000"},
+            "rollout.generator_base_url ('http://127.0.0.1:8000') is set but rollout.engine is 'local'",
+        ),
+        ({"generation_engine": "vllm", "runtime": "ray"}, "rollout.engine 'vllm' (colocated in the learner's process)"),
+        ({"rollout_correction": {"cap": 1.0}}, "rollout_correction.cap"),
+    ],
+)
+def test_an_engine_without_what_it_needs_is_refused_by_name(data_dir, capsys, openrft, message):
+    job = write(data_dir / "bad.json", vertex_request({"batchSize": 16}, openrft=openrft))
+    assert main(["spec", "validate", job]) != 0
+    captured = capsys.readouterr()
+    assert message in captured.out + captured.err

@@ -50,7 +50,8 @@ def test_an_unreachable_dataset_is_one_line(tmp_path, monkeypatch, capsys, uri, 
     err = capsys.readouterr().err.strip()
     assert err == (
         f"error: {path} is not a valid job: {uri}: is unreachable: the object store 127.0.0.1:{port} does not "
-        f"answer (Connection refused); give a local path, or set {variable}"
+        f"answer (Connection refused); map it to a local path (--map {uri}=PATH, or train --output DIR for an "
+        f"output location), or set {variable}"
     )
     assert "Traceback" not in err
 

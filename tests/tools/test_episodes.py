@@ -19,7 +19,7 @@ from openrft.rollout.prompts import chat_text
 from openrft.rollout.types import SamplingParams
 from openrft.spec.rewards import RewardSpec, SandboxSpec
 from openrft.spec.tools import ToolsSpec
-from openrft.tools.episodes import ToolGenerator, ToolService, examples_by_prompt, template_arguments
+from openrft.tools.episodes import ToolGenerator, ToolService, row_prompts, template_arguments
 from openrft.tools.metrics import tool_metrics
 from openrft.tools.reward import EpisodeReward
 from tests.rewards.helpers import require_bwrap
@@ -53,10 +53,8 @@ class Episodes:
         self.service = ToolService(ToolsSpec.model_validate(tools), sandbox or SandboxSpec(isolation="weak"))
         self.policy = ScriptedGenerator(tokenizer, policy)
         self.examples = examples
-        self.prompts = prompts_of(tokenizer, examples)
-        self.generator = ToolGenerator(
-            self.policy, self.service, tokenizer, examples_by_prompt(examples, self.prompts), [tokenizer.eos_token_id]
-        )
+        self.prompts = row_prompts(examples, prompts_of(tokenizer, examples))
+        self.generator = ToolGenerator(self.policy, self.service, tokenizer, [tokenizer.eos_token_id])
 
     def run(self, n: int = 1, budget: int = 300):
         return self.generator.generate(self.prompts, SamplingParams(n=n, max_new_tokens=budget))
@@ -117,11 +115,16 @@ def test_an_episode_calls_the_tool_reads_the_result_and_answers(tokenizer, sandb
     assert tokenizer.decode(completion.prompt_ids + completion.token_ids) + "\n" == rendered
     assert [m["role"] for m in completion.turns] == ["assistant", "tool", "assistant"]
     assert completion.turns[0]["tool_calls"][0] == {
-        "id": "call_1_0",
+        "id": "call01000",
         "type": "function",
         "function": {"name": "calculator", "arguments": '{"expression": "347*29"}'},
     }
-    assert completion.turns[1] == {"role": "tool", "tool_call_id": "call_1_0", "name": "calculator", "content": "10063"}
+    assert completion.turns[1] == {
+        "role": "tool",
+        "tool_call_id": "call01000",
+        "name": "calculator",
+        "content": "10063",
+    }
     assert [o.score for o in outcomes] == [1.0, 1.0, 1.0, 1.0]
     # a Nova Lambda gets the whole conversation: prompt, the call, the tool's answer, the final answer
     lambda_messages = nova_entry(reward_samples(examples, groups, step=1)[0])["messages"]
@@ -266,7 +269,7 @@ def test_a_tool_endpoint_that_times_out_or_fails_ends_the_episode_counted_never_
     assert metrics["tools/slow/latency_s/mean"] >= 0.4  # two attempts of 0.2 s
     sent = next(s for s in ToolServer.seen if s["path"] == "/add")
     assert sent["name"] == "add" and sent["arguments"] == {"expression": "3+4"}
-    assert sent["call_id"] == "call_1_0" and sent["example_id"] == "add"
+    assert sent["call_id"] == "call01000" and sent["example_id"] == "add"
     assert sent["messages"][-1]["tool_calls"][0]["function"]["name"] == "add"
     assert (
         sum(s["path"] == "/slow" for s in ToolServer.seen) == 2

@@ -15,7 +15,7 @@ from tests.tools.test_train_tools import EXAMPLE, rows, tools_recipe
 
 @pytest.fixture
 def tool_model_server(tmp_path):
-    with serve_model(str(EXAMPLE / "model"), tmp_path / "server.log") as url:
+    with serve_model(str(EXAMPLE / "model"), tmp_path / "server.log", "--allow-load-from", str(tmp_path)) as url:
         yield f"{url}/v1"
 
 

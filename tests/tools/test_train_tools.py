@@ -11,6 +11,7 @@ import yaml
 
 from openrft.engine import RFTJob, StopAfter
 from openrft.engine.checkpoints import CheckpointManager
+from openrft.engine.samples import read_samples
 from openrft.spec.dialects import load_job
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
@@ -66,6 +67,14 @@ def test_a_job_with_tools_trains_on_episodes(tmp_path, strategy):
     assert row["actor/trained_tokens"] < row["response_length/mean"] * 16
     evaluation = rows(tmp_path / "run")[0]  # validation episodes are tool episodes too
     assert evaluation["val-score/tools/turns/mean"] >= 1.0 and "val-score/tools/calls/mean" in evaluation
+    # the recorded samples hold each episode's turns: the model's calls and the tool's results
+    records = list(read_samples(tmp_path / "run"))
+    turns = [m for r in records if r["turns"] for m in r["turns"]]
+    assert any(m["role"] == "assistant" and m.get("tool_calls") for m in turns)
+    assert any(m["role"] == "tool" for m in turns)
+    for row in steps:  # the recorded prompts' policy ages are among the step's
+        ages = [r["policy_age"] for r in records if r["kind"] == "train" and r["step"] == row["step"]]
+        assert ages and min(ages) >= 0 and max(ages) <= row["rollout/policy_age/max"]
 
 
 @pytest.mark.slow

@@ -79,16 +79,21 @@ def policy_loss_terms(
     entropy: torch.Tensor | None = None,
     ent_coeff: float = 0.0,
     loss_scale: float = 1.0,
+    token_weights: torch.Tensor | None = None,
 ) -> LossTerms:
     """The per-token objective summed over ``mask``: token-level aggregation (DAPO) happens in the caller,
     which divides by the number of response tokens in the whole (mini-)batch of the update.
 
     ``old_logp`` is the policy the ratio is taken against (docs/algorithm.md): the behaviour policy of a
     stale sample, else the policy before the step's first update. ``loss_scale`` scales the policy loss
-    only (Nova: "scaling factor for the policy loss"), not the KL or entropy terms.
+    only (Nova: "scaling factor for the policy loss"), not the KL or entropy terms. ``token_weights``
+    (detached, ``[batch, tokens]``) multiply the policy loss per token: the rollout correction
+    (``algo.rollout_correction``), 0 on the tokens it masks.
     """
     mask = mask.to(logp.dtype)
     pg, is_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, dual_clip)
+    if token_weights is not None:
+        pg = pg * token_weights.detach()
     total = loss_scale * pg
     kl_sum = 0.0
     if ref_logp is not None:

@@ -33,10 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _example(path: str):
     from openrft.errors import OpenRFTError
     from openrft.rewards.validation import example_from_line
+    from openrft.textlines import LinesUnreadable, decode
 
-    text = Path(path).read_text(encoding="utf-8") if Path(path).is_file() else None
-    if text is None:
+    if not Path(path).is_file():
         raise OpenRFTError(f"--example {path}: no such file")
+    try:
+        text = decode(Path(path).read_bytes())
+    except LinesUnreadable as exc:
+        raise OpenRFTError(f"--example {path}" + (f":{exc.line}" if exc.line else "") + f": {exc.reason}") from None
     lines = [line for line in text.splitlines() if line.strip()]
     try:
         obj = json.loads(text) if len(lines) != 1 or text.strip().startswith("{\n") else json.loads(lines[0])
@@ -55,6 +59,9 @@ def run_test(args: argparse.Namespace) -> int:
     outcome = score_once(spec, example, response, args.step)
     if outcome.stdout and not args.json:
         print(f"--- the reward code printed ---\n{outcome.stdout.rstrip()}\n---", file=sys.stderr)
+    if not args.json:
+        for warning in outcome.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(
             json.dumps(

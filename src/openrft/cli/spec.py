@@ -28,6 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
         q.add_argument("--json", action="store_true", help="print JSON")
         add_mapping_options(q)
+    for q in (explain, validate):
+        q.add_argument(
+            "--output",
+            "-o",
+            metavar="DIR",
+            help="the run directory of openrft train --output: takes precedence over the job's output location",
+        )
     explain.add_argument("--all", action="store_true", help="also list values left at OpenRFT's defaults")
     explain.set_defaults(handler=run_explain)
     validate.set_defaults(handler=run_validate)
@@ -88,13 +95,33 @@ def replacements(args: argparse.Namespace) -> dict[str, str]:
 
 
 def resolve_from_args(args: argparse.Namespace):
-    """The job file named on the command line, resolved with its mapping options and counted datasets."""
+    """The job file named on the command line, resolved with its mapping options and counted datasets; a local
+    ``--output`` replaces the job's output location (``output_precedence``)."""
     from openrft.data.loader import count_examples
     from openrft.spec.dialects import resolve_job
 
-    return resolve_job(
+    resolution = resolve_job(
         args.job, args.dialect, dataset_size=count_examples, mappings=mappings(args), replacements=replacements(args)
     )
+    if getattr(args, "output", None):
+        output_precedence(resolution, args.output)
+    return resolution
+
+
+def output_precedence(resolution, output: str) -> None:
+    """``--output DIR`` is where the run is written, whatever output location the job names (a Bedrock
+    request's required ``outputDataConfig.s3Uri``, a recipe's ``output_s3_path``): nothing goes to that
+    location, and ``spec explain`` says which one was set aside."""
+    from openrft.spec.provenance import Source
+
+    spec = resolution.spec
+    previous, source = spec.output_dir, resolution.provenance.get("output_dir")
+    spec.output_dir = str(Path(output).expanduser().resolve())
+    note = "--output takes precedence"
+    if previous:
+        where = f"{source.field} " if source and source.field else ""
+        note += f" over {where}{previous!r} (nothing is written there; train --staging DIR uploads to it)"
+    resolution.provenance["output_dir"] = Source("user", "--output", note)
 
 
 def run_explain(args: argparse.Namespace) -> int:
@@ -108,6 +135,7 @@ def run_explain(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     console.print(_summary(args.job, resolution))
     console.print(f"learner: {learner_layout(spec)}")
+    console.print(f"generation: {generation_layout(spec)}")
     values = leaf_paths(spec.model_dump(mode="json"))
     for path, source in resolution.provenance.items():
         if source.note == OPENRFT_DEFAULT and not args.all:
@@ -225,6 +253,8 @@ def check_job(spec) -> dict[str, Any]:
                 except DatasetError as exc:
                     problems += [str(p) for p in exc.problems]
             prompts_checked = True
+            if spec.tools is not None:
+                problems += [f"model: {p}" for p in tool_template_problems(spec, tokenizer, train + validation)]
     except OpenRFTError as exc:
         problems.append(f"model: {exc}")
     if is_object_store(spec.output_dir):
@@ -239,6 +269,21 @@ def check_job(spec) -> dict[str, Any]:
         "validation_examples": len(validation),
         "prompts_checked": prompts_checked,
     }
+
+
+def tool_template_problems(spec, tokenizer, examples) -> list[str]:
+    """A two-turn tool episode rendered with the job's model template (the first row that offers tools)."""
+    from openrft.engine.setup import load_generation_config
+    from openrft.models import eos_token_ids
+    from openrft.tools.continuation import template_problems
+
+    row = next((e for e in examples if e.tools), None)
+    if row is None:
+        return []
+    ends = [
+        tokenizer.decode([i], skip_special_tokens=False) for i in eos_token_ids(tokenizer, load_generation_config(spec))
+    ]
+    return template_problems(tokenizer, row.messages, row.tools, spec.sampling.reasoning_effort, ends)
 
 
 def _summary(job: str, resolution) -> str:
@@ -266,6 +311,26 @@ def learner_layout(spec) -> str:
     if learners > 1 and rollout.runtime == "ray":
         return f"{tuning}, {learners} data-parallel learners on Ray actors, each a full copy of the policy"
     return f"{tuning}, one learner holding the whole policy"
+
+
+def generation_layout(spec) -> str:
+    """What generates rollouts (rollout.engine) and the rollout correction against it (docs/scaling.md)."""
+    rollout = spec.rollout
+    engine = rollout.generation_engine
+    auto = " (rollout.engine auto)" if rollout.engine == "auto" else ""
+    if engine == "server":
+        urls = [u.strip() for u in rollout.generator_base_url.split(",") if u.strip()]
+        where = f"server(s) {', '.join(urls)}"
+        what = f"{rollout.strategy} rollouts from {where}{auto}, the policy's weights sent to it after each update"
+    elif engine == "vllm":
+        what = f"{rollout.strategy} rollouts from vLLM's LLM engine in the learner's process (rollout.engine vllm)"
+    else:
+        what = f"{rollout.strategy} rollouts from the learner's own model, OpenRFT's sampler{auto}"
+    mode = rollout.correction_mode
+    if mode == "off":
+        return f"{what}; rollout correction off"
+    c = rollout.correction
+    return f"{what}; rollout correction {mode} at {c.level} level, cap {c.cap:g}"
 
 
 def _subtree(values: dict[str, Any], path: str) -> dict[str, Any]:

@@ -16,8 +16,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--output",
         "-o",
-        help="run directory (default: the job's output location, else runs/NAME; with "
-        "an s3:// or gs:// output location, the local directory it is uploaded from)",
+        help="run directory; takes precedence over the job's output location (default: the job's output "
+        "location, else runs/NAME)",
+    )
+    p.add_argument(
+        "--staging",
+        metavar="DIR",
+        help="with an s3:// or gs:// output location: the local run directory uploaded to it (default runs/NAME)",
     )
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its latest checkpoint")
     p.add_argument("--dialect", choices=["nova", "vertex", "openai", "canonical"], help="skip detection")
@@ -50,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
             spec.training.total_steps = args.steps
         remote = spec.output_dir if spec.output_dir and is_remote(spec.output_dir) else None
         local = None if remote else resolve_location(spec.output_dir, Path.cwd())  # a path or file:// URI
-        run_dir = Path(args.output or local or Path("runs") / spec.name)
+        if args.staging and not remote:
+            raise OpenRFTError("--staging is for a job whose output location is s3:// or gs://; use --output DIR")
+        run_dir = Path(args.output or args.staging or local or Path("runs") / spec.name)
         if remote:
             print(f"training in {run_dir}; outputs are uploaded to {remote}")
         if run_dir.exists() and any(run_dir.iterdir()):

@@ -16,7 +16,8 @@ from openrft.errors import OpenRFTError
 from openrft.spec.dialects.common import DatasetUnreadable
 from openrft.spec.job import held_out_count
 from openrft.spec.locations import is_remote
-from openrft.storage import StorageError, read_text
+from openrft.storage import StorageError, read_bytes
+from openrft.textlines import LinesUnreadable, text_lines
 
 MAX_REPORTED = 50
 
@@ -31,7 +32,7 @@ class LineProblem:
     message: str
 
     def __str__(self) -> str:
-        if self.line == 0 and self.field == "<file>":  # the file as a whole
+        if self.line == 0:  # the file as a whole
             return f"{self.file}: {self.message}"
         return f"{self.file}:{self.line}: {self.field}: {self.message}"
 
@@ -45,21 +46,25 @@ class DatasetError(OpenRFTError):
         super().__init__(f"{location}: {len(problems)} invalid line(s):\n{shown}{more}")
 
 
-def open_lines(location: str) -> Iterable[str]:
-    """The lines of a local file or of an object at a URI (``s3://``, ``gs://``, ... through fsspec); a missing
-    file, object or bucket is a clear error naming it."""
-    if is_remote(location) or location.startswith("file://"):
-        try:
-            text = read_text(location)
-        except StorageError as exc:
-            raise DatasetError(location, [LineProblem(location, 0, "<file>", exc.reason)]) from None
-        yield from text.splitlines(keepends=True)
-        return
-    path = Path(location)
-    if not path.is_file():
-        raise DatasetError(location, [LineProblem(location, 0, "<file>", "does not exist or is not a file")])
-    with path.open(encoding="utf-8") as f:
-        yield from f
+def open_lines(location: str) -> list[str]:
+    """The lines of a local file or of an object at a URI (``s3://``, ``gs://``, ... through fsspec), read as
+    exported files come (``openrft.textlines``: compression, byte-order marks, encodings, line endings); a
+    missing file, object or bucket, or bytes that are not text, is one clear error naming it and the line."""
+    try:
+        if is_remote(location) or location.startswith("file://"):
+            data = read_bytes(location)
+        else:
+            path = Path(location)
+            if not path.is_file():
+                raise DatasetError(location, [LineProblem(location, 0, "<file>", "does not exist or is not a file")])
+            data = path.read_bytes()
+        return text_lines(data)
+    except StorageError as exc:
+        raise DatasetError(location, [LineProblem(location, 0, "<file>", exc.reason)]) from None
+    except OSError as exc:
+        raise DatasetError(location, [LineProblem(location, 0, "<file>", f"cannot be read ({exc.strerror})")]) from None
+    except LinesUnreadable as exc:
+        raise DatasetError(location, [LineProblem(location, exc.line, "<line>", exc.reason)]) from None
 
 
 def count_examples(location: str) -> int:
@@ -68,7 +73,10 @@ def count_examples(location: str) -> int:
     try:
         return sum(1 for line in open_lines(location) if line.strip())
     except DatasetError as exc:
-        raise DatasetUnreadable(exc.problems[0].message) from None
+        problem = exc.problems[0]
+        raise DatasetUnreadable(
+            f"line {problem.line}: {problem.message}" if problem.line else problem.message
+        ) from None
 
 
 def parse_lines(

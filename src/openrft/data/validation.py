@@ -67,13 +67,14 @@ def check_tools(tools: Any) -> list[tuple[str, str]]:
 
 
 def check_reference(value: Any, required: bool) -> list[tuple[str, str]]:
+    """``reference_answer`` is any JSON value the services pass on (a string, a number, a boolean, a list, an
+    object): OpenAI's item namespace and the Lambda events carry it as written. Only an empty one is refused,
+    since a reward has nothing to compare with."""
     if value is None:
         return [("reference_answer", "is required by this job's reward")] if required else []
-    if isinstance(value, str) and value.strip():
-        return []
-    if isinstance(value, dict) and value:
-        return []
-    return [("reference_answer", "must be a non-empty string or object")]
+    if isinstance(value, str | list | dict) and not (value.strip() if isinstance(value, str) else value):
+        return [("reference_answer", f"is empty ({value!r}): give the answer (a string, number, list or object)")]
+    return []
 
 
 def parse_record(obj: Any, line: int, require_reference: bool) -> tuple[Example | None, list[tuple[str, str]]]:

@@ -113,6 +113,6 @@ def to_vertex_record(obj: dict[str, Any], reference_key: str = "ground_truth_ans
     reference = obj.get("reference_answer")
     if isinstance(reference, dict):
         line["references"] = {k: v if isinstance(v, str) else json.dumps(v) for k, v in reference.items()}
-    elif reference is not None:
-        line["references"] = {reference_key: str(reference)}
+    elif reference is not None:  # a number, boolean or list as JSON text, as templates render it
+        line["references"] = {reference_key: reference if isinstance(reference, str) else json.dumps(reference)}
     return line

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openrft.data.records import Example
-from openrft.engine.rollouts import score_groups
+from openrft.engine.rollouts import RolloutGroup, score_groups
 from openrft.rewards.runner import RewardRunner
 from openrft.rewards.stats import reward_metrics
 from openrft.rollout.types import Generator, SamplingParams
@@ -22,6 +22,7 @@ class EvalResult:
     samples: int
     mean_response_length: float
     tools: dict[str, float] = field(default_factory=dict)  # tool episodes' metrics, ``val-score/tools/*``
+    rollouts: list[RolloutGroup] = field(default_factory=list, repr=False)  # each prompt's answers, scored
 
     def metrics(self, k: int) -> dict[str, float]:
         return {
@@ -60,4 +61,5 @@ def evaluate(
         samples=len(flat),
         mean_response_length=sum(lengths) / len(lengths) if lengths else 0.0,
         tools=tool_metrics([c for group in groups for c in group], prefix="val-score/tools"),
+        rollouts=[RolloutGroup(e, p, g, o) for e, p, g, o in zip(examples, prompt_ids, groups, outcomes)],
     )

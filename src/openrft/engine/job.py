@@ -16,13 +16,15 @@ import torch
 from openrft.data.sampler import EpochSampler
 from openrft.engine.async_rollouts import AsyncRolloutSource
 from openrft.engine.checkpoints import CheckpointInfo, CheckpointManager, save_adapter
+from openrft.engine.engine_rollouts import EngineRolloutSource
 from openrft.engine.evaluation import EvalResult, evaluate
 from openrft.engine.local_runtime import LocalRuntime, Runtime
 from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
 from openrft.engine.mlflow_tracking import MlflowTracker
 from openrft.engine.outputs import output_mirror
 from openrft.engine.progress import ProgressReporter
-from openrft.engine.rollouts import SyncRolloutSource
+from openrft.engine.rollouts import RolloutGroup, SyncRolloutSource
+from openrft.engine.samples import SampleKind, SampleListener, SampleLog, sample_records
 from openrft.engine.setup import JobParts, build_parts
 from openrft.engine.train_batch import build_train_batch
 from openrft.errors import CheckpointError, OpenRFTError
@@ -64,17 +66,21 @@ class RFTJob:
         show_progress: bool = True,
         control: JobControl | None = None,
         listeners: tuple[MetricsListener, ...] = (),
+        sample_listeners: tuple[SampleListener, ...] = (),
         on_event: Callable[[str, str], None] | None = None,
         runtime: Runtime | None = None,
     ):
         """``runtime`` places the learner and generation replicas (default: this process); a spec with
-        ``rollout.runtime: ray`` needs ``openrft.runtime.runtime_for(spec)``."""
+        ``rollout.runtime: ray`` needs ``openrft.runtime.runtime_for(spec)``. ``listeners`` get each step's
+        metrics, ``sample_listeners`` the samples recorded (``engine/samples.py``)."""
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.show_progress = show_progress
         self.control = control or JobControl()
         self.listeners = listeners
+        self.sample_listeners = sample_listeners
+        self.sample_log = SampleLog(self.run_dir, int(spec.tracking.samples_max_mb * 2**20))
         self.on_event = on_event or (lambda level, message: None)
         self.checkpoints = CheckpointManager(self.run_dir, spec.checkpoint.keep_top_k)
         self.mirror = output_mirror(spec.output_dir, self.run_dir)
@@ -117,6 +123,7 @@ class RFTJob:
             temperature=spec.sampling.temperature,
             top_k=spec.sampling.top_k,
             top_p=spec.sampling.top_p,
+            min_p=spec.sampling.min_p,
             max_new_tokens=self.parts.max_new_tokens,
             max_length=spec.sampling.max_length,
         )
@@ -127,13 +134,25 @@ class RFTJob:
             else spec.sampling.temperature,
             top_k=spec.sampling.top_k,
             top_p=spec.sampling.top_p,
+            min_p=spec.sampling.min_p,
             max_new_tokens=self.parts.max_new_tokens,
             max_length=spec.sampling.max_length,
         )
         sampler = EpochSampler(
             len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle, spec.training.seed
         )
-        if spec.rollout.strategy == "sync":
+        if spec.rollout.strategy == "sync" and spec.rollout.generation_engine != "local":
+            self.rollouts = EngineRolloutSource(
+                [wrap(r) for r in self.runtime.generation_replicas(spec, self.parts, learner_parts, self.run_dir)],
+                self.rewards,
+                sampler,
+                self.parts.datasets.train,
+                self.parts.train_prompts,
+                self.train_params,
+                adapter_state=learner_parts.adapter_state,
+                version=lambda: self.learner.version,
+            )
+        elif spec.rollout.strategy == "sync":
             self.rollouts = SyncRolloutSource(
                 self.generator,
                 self.rewards,
@@ -186,6 +205,7 @@ class RFTJob:
         self.baseline = state["baseline_val_reward"]
         self.last_val = state["last_val_reward"]
         truncate_metrics_file(self.run_dir / "metrics.jsonl", info.step)
+        self.sample_log.truncate_after(info.step)
         return info.step
 
     # the loop -------------------------------------------------------------------------------------
@@ -223,9 +243,11 @@ class RFTJob:
             if self.spec.tracking.mlflow_tracking_uri
             else None
         )
-        sink = MetricsSink(self.run_dir, self.spec.tracking.tensorboard)
+        sink = self.sink = MetricsSink(self.run_dir, self.spec.tracking.tensorboard, self.sample_log)
         for listener in (*self.listeners, *((tracker.log_metrics,) if tracker else ())):
             sink.add_listener(listener)
+        for sample_listener in (*self.sample_listeners, *((tracker.log_samples,) if tracker else ())):
+            sink.add_sample_listener(sample_listener)
         progress = ProgressReporter(total, start_step, enabled=self.show_progress)
         status = "succeeded"
         step = start_step
@@ -319,8 +341,9 @@ class RFTJob:
         t0 = time.perf_counter()
         groups = self.rollouts.next_batch(step)
         t1 = time.perf_counter()
-        samples, metrics = build_train_batch(groups, self.spec, self.learner.version)
+        samples, metrics, advantages = build_train_batch(groups, self.spec, self.learner.version)
         self._log_reward_output(step, groups)
+        self._record_samples("train", step, groups, advantages)
         if samples:
             metrics.update(self.learner.step(samples))
         else:
@@ -346,7 +369,7 @@ class RFTJob:
         return metrics
 
     def _evaluate(self, step: int) -> EvalResult:
-        return evaluate(
+        result = evaluate(
             self.generator,
             self.rewards,
             self.parts.datasets.validation,
@@ -355,6 +378,23 @@ class RFTJob:
             self.spec.training.seed + EVAL_SEED_OFFSET,
             step,
         )
+        if self.spec.tracking.eval_samples:
+            self._record_samples("eval", step, result.rollouts)
+        return result
+
+    def _record_samples(
+        self, kind: SampleKind, step: int, groups: list[RolloutGroup], advantages: torch.Tensor | None = None
+    ) -> None:
+        """The samples of the first ``tracking.sample_prompts_per_step`` prompts of a training batch (the batch
+        is in sampled order), or of every validation prompt; before the step's metrics, as they are."""
+        if kind == "train":
+            count = self.spec.tracking.sample_prompts_per_step
+            groups = groups[:count]
+            advantages = advantages[:count] if advantages is not None else None
+        if not groups:
+            return
+        records = sample_records(kind, step, groups, self.rewards.function.name, self.learner.version, advantages)
+        self.sink.emit_samples(kind, step, records)
 
     def _finish(self, status: str, step: int, wall_seconds: float) -> dict:
         adapter_dir = self.run_dir / "adapter"

@@ -24,7 +24,7 @@ from openrft.engine.async_rollouts import REPLICA_SEED_STRIDE, GenerationReplica
 from openrft.engine.setup import JobParts
 from openrft.learner import Learner, LearnerConfig, Policy
 from openrft.rollout.local import TransformersGenerator
-from openrft.spec.job import JobSpec
+from openrft.spec.job import JobSpec, RolloutCorrectionSpec
 
 
 @dataclass
@@ -72,7 +72,17 @@ def learner_config(spec: JobSpec, pad_token_id: int) -> LearnerConfig:
         pad_token_id=pad_token_id,
         importance_weight_cap=spec.rollout.importance_weight_cap,
         activation_checkpointing=spec.training.activation_checkpointing,
+        top_k=spec.sampling.top_k,
+        top_p=spec.sampling.top_p,
+        min_p=spec.sampling.min_p,
+        correction=correction_config(spec),
     )
+
+
+def correction_config(spec: JobSpec) -> RolloutCorrectionSpec | None:
+    """The rollout correction with its mode resolved (``auto`` -> tis or off), None when off."""
+    mode = spec.rollout.correction_mode
+    return None if mode == "off" else spec.rollout.correction.model_copy(update={"mode": mode})
 
 
 def shared_base_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -107,6 +117,22 @@ def remote_replicas(spec: JobSpec, parts: JobParts, run_dir: Path) -> list[Gener
     ]
 
 
+def colocated_vllm(spec: JobSpec, parts: JobParts, run_dir: Path):
+    """vLLM's ``LLM`` engine in this process (``rollout.engine: vllm``); refused by name without vLLM."""
+    from openrft.models import resolve_model_path
+    from openrft.rollout.vllm_local import VllmGenerator
+
+    return VllmGenerator(
+        str(resolve_model_path(spec.model.name_or_path)),
+        adapter_dir=run_dir / "served_adapters" / "vllm",
+        lora=spec.lora,
+        eos_token_ids=parts.eos_ids,
+        max_model_len=spec.sampling.max_length,
+        dtype="bfloat16" if torch.cuda.is_available() else "float32",
+        seed=spec.training.seed,
+    )
+
+
 class LocalRuntime:
     """The learner in this process; generation replicas as threads (or clients of remote servers)."""
 
@@ -127,6 +153,8 @@ class LocalRuntime:
     ) -> list[GenerationReplica]:
         if spec.rollout.generator_base_url:
             return remote_replicas(spec, parts, run_dir)
+        if spec.rollout.generation_engine == "vllm":
+            return [GeneratorReplica(colocated_vllm(spec, parts, run_dir), "vllm")]
         replicas: list[GenerationReplica] = []
         for i in range(spec.rollout.generation_replicas):
             model = shared_base_copy(learner.model)

@@ -1,4 +1,5 @@
-"""MLflow tracking of a job: its params, every metric at its step, and the final adapter as an artifact.
+"""MLflow tracking of a job: its params, every metric at its step, its recorded samples as tables, and the
+final adapter as an artifact.
 
 Used when the spec names a tracking URI (Nova's ``run.mlflow_tracking_uri``; Vertex labels and OpenAI
 metadata ``mlflow_tracking_uri``). Any URI MLflow takes works: ``http://host:5000`` (``mlflow server``),
@@ -162,6 +163,20 @@ class MlflowTracker:
                 f"logging step {step}",
                 lambda part=batch[i : i + METRICS_PER_BATCH]: self.client.log_batch(self.run_id, metrics=part),
             )
+
+    def log_samples(self, kind: str, step: int, records: list[dict[str, Any]]) -> None:
+        """Recorded samples as an MLflow table, one per kind and step (``samples/train_step_000003.json``): a
+        table per step keeps each call's upload the size of its step (MLflow appends to a table by rewriting it).
+        """
+        from openrft.engine.samples import flat_row
+
+        rows = [flat_row(r) for r in records]
+        columns = {name: [row[name] for row in rows] for name in rows[0]} if rows else {}
+        artifact = f"samples/{kind}_step_{step:06d}.json"
+        self._call(
+            f"logging the samples of step {step}",
+            lambda: self.client.log_table(self.run_id, data=columns, artifact_file=artifact),
+        )
 
     def finish(self, status: str, adapter_dir: Path | None, files: tuple[Path, ...] = ()) -> None:
         """Upload the adapter (``adapter/``) and summary files, and close the run with the job's status."""

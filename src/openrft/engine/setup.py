@@ -115,8 +115,12 @@ def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
     """Everything but the model when ``load_model`` is False (the learner loads it elsewhere: a Ray actor)."""
     reward = build_reward(spec.reward)
     if spec.tools is not None:  # episodes a tool could not finish fail; an environment's own score counts
-        reward = EpisodeReward(reward)
+        reward = EpisodeReward(reward, spec.tools.turn_rewards)
     datasets = load_datasets(spec, reward.requires_reference)
+    if spec.tools is not None and spec.tools.mcp_servers:  # the servers' tools join every row before rendering
+        from openrft.tools.mcp import add_mcp_tools
+
+        add_mcp_tools(spec.tools, datasets.train + datasets.validation)
     resolve_model_path(spec.model.name_or_path)  # fails fast on a missing path
     threads = configure_threads(spec.runtime.threads)
     device = pick_device(spec.runtime.device)

@@ -23,8 +23,9 @@ def build_train_batch(
     groups: list[RolloutGroup],
     spec: JobSpec,
     learner_version: int,
-) -> tuple[list[TrainSample], dict[str, float]]:
-    """Apply the reward-failure policy, compute advantages per group, and describe the batch.
+) -> tuple[list[TrainSample], dict[str, float], torch.Tensor]:
+    """Apply the reward-failure policy, compute advantages per group, and describe the batch. Also returns
+    the advantages ``[groups, samples]``, NaN where a sample is left out of the update (recorded samples).
 
     ``on_error``: ``exclude`` leaves a failed sample out of its group's mean and std and out of
     the loss; ``zero`` scores it 0 (still counted as an error); ``fail`` stops the job.
@@ -47,6 +48,7 @@ def build_train_batch(
                 rewards[i, j], valid[i, j] = 0.0, True
     advantages = group_advantages(rewards, valid, spec.algorithm.scale_advantages_by_std, spec.algorithm.advantage_eps)
 
+    correct = spec.rollout.correction_mode != "off"  # fresh samples carry the engine's log-probs
     samples: list[TrainSample] = []
     ages: list[float] = []
     for i, group in enumerate(groups):
@@ -62,6 +64,8 @@ def build_train_batch(
                     advantage=float(advantages[i, j]),
                     behaviour_logp=completion.logprobs if age > 0 else None,
                     loss_mask=completion.loss_mask,
+                    engine_logp=completion.logprobs if age == 0 and correct else None,
+                    engine_truncated=completion.logprobs_truncated,
                 )
             )
 
@@ -76,4 +80,4 @@ def build_train_batch(
     metrics["rollout/policy_age/max"] = max(ages)
     zero_var = sum(bool((advantages[i][valid[i]] == 0).all()) for i in range(len(groups)))
     metrics["rollout/zero_advantage_groups"] = zero_var / len(groups)
-    return samples, metrics
+    return samples, metrics, advantages.masked_fill(~valid, float("nan"))

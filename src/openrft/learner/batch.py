@@ -26,6 +26,11 @@ class TrainSample:
     ``loss_mask`` (one 0/1 per response token, None = all 1): which response tokens are trained on. A
     multi-turn rollout's response holds tool results and chat-template tokens the model did not sample:
     they are context (attended to) but carry no loss, no entropy and no token count.
+
+    ``engine_logp``: the generation engine's log-probs of a fresh sample, for the rollout correction
+    (None: no correction; NaN entries: missing, neutral). ``engine_truncated``: the engine's log-probs
+    (``engine_logp`` or ``behaviour_logp``) are of the top-k / top-p / min-p truncated distribution.
+    ``old_support_logp``: like ``old_logp``, on that truncated support.
     """
 
     prompt_ids: list[int]
@@ -34,6 +39,9 @@ class TrainSample:
     behaviour_logp: list[float] | None = None
     loss_mask: list[int] | None = None
     old_logp: list[float] | None = None
+    engine_logp: list[float] | None = None
+    engine_truncated: bool = False
+    old_support_logp: list[float] | None = None
 
     @property
     def anchor_logp(self) -> list[float] | None:
@@ -67,6 +75,10 @@ class MicroBatch:
     anchored: torch.Tensor | None  # [rows] bool: rows with an anchor_logp
     stale: torch.Tensor | None  # [rows] bool: rows with behaviour log-probs (policy age > 0)
     loss_mask: torch.Tensor | None = None  # [rows, response_width]: 1 on trained tokens; None = response_mask
+    engine_logp: torch.Tensor | None = None  # [rows, response_width]: engine log-probs (NaN: missing / no row)
+    engine_rows: torch.Tensor | None = None  # [rows] bool: rows with engine_logp
+    engine_truncated: torch.Tensor | None = None  # [rows] bool: rows whose engine log-probs are truncated
+    old_support_logp: torch.Tensor | None = None  # [rows, response_width]: old_logp on the truncated support
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
@@ -165,6 +177,10 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
             if len(anchor) != r:
                 raise ValueError(f"a sample has {r} response tokens but {len(anchor)} old log-probs")
             old[i, :r] = torch.tensor(anchor)
+    engine = _row_values(samples, width, lambda s: s.engine_logp, "engine log-probs")
+    old_support = _row_values(samples, width, lambda s: s.old_support_logp, "old support log-probs")
+    engine_rows = torch.tensor([s.engine_logp is not None for s in samples])
+    truncated = torch.tensor([s.engine_truncated for s in samples])
     prompt_index = torch.tensor(index, dtype=torch.long)
     start = prompt_mask.sum(-1)[prompt_index]  # each response begins right after its prompt
     response_positions = start.unsqueeze(-1) + torch.arange(width)
@@ -181,4 +197,23 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
         anchored=anchored.to(device) if old is not None else None,
         stale=stale.to(device) if bool(stale.any()) else None,
         loss_mask=loss_mask.to(device),
+        engine_logp=engine.to(device) if engine is not None else None,
+        engine_rows=engine_rows.to(device) if engine is not None else None,
+        engine_truncated=truncated.to(device) if bool(truncated.any()) else None,
+        old_support_logp=old_support.to(device) if old_support is not None else None,
     )
+
+
+def _row_values(samples: list[TrainSample], width: int, values, name: str) -> torch.Tensor | None:
+    """``[rows, width]`` of an optional per-token list of each sample (NaN where a sample has none), or None
+    when no sample has one."""
+    if all(values(s) is None for s in samples):
+        return None
+    out = torch.full((len(samples), width), float("nan"))
+    for i, s in enumerate(samples):
+        row = values(s)
+        if row is not None:
+            if len(row) != len(s.response_ids):
+                raise ValueError(f"a sample has {len(s.response_ids)} response tokens but {len(row)} {name}")
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out

@@ -9,12 +9,21 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from openrft.algo.loss import entropy_from_logits, kl_k3, policy_loss_terms
+from openrft.algo.rollout_correction import (
+    CORRECTION_SUM_KEYS,
+    correction_metrics,
+    correction_sums,
+    correction_weights,
+    support_log_probs,
+    truncates,
+)
+from openrft.errors import OpenRFTError
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, shared_prefix_forward, unwrap
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
-from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
+from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec, RolloutCorrectionSpec
 
 
 @dataclass
@@ -30,6 +39,16 @@ class LearnerConfig:
     # chunks of this size (learner/logprobs.py); below it, from the full logits.
     logits_chunk_bytes: int = 64 * 2**20
     activation_checkpointing: bool = False  # decoder layers recomputed in backward (learner/checkpointing.py)
+    # the sampler's truncation (the support of an engine's processed log-probs) and the rollout correction
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    correction: RolloutCorrectionSpec | None = None  # mode already resolved (not "auto"); None = off
+
+
+# The lowest support log-prob used in a ratio: a token outside the learner's truncated support has ratio ~0
+# (exp(-30)), finite so that its loss and statistics stay finite.
+SUPPORT_LOGP_FLOOR = -30.0
 
 
 def response_logits(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> torch.Tensor:
@@ -43,7 +62,7 @@ def token_logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-SUM_KEYS = ("pg_loss", "clipped", "kl", "entropy", "is_weight", "mismatch_kl", "stale_tokens")
+SUM_KEYS = ("pg_loss", "clipped", "kl", "entropy", "is_weight", "mismatch_kl", "stale_tokens", *CORRECTION_SUM_KEYS)
 
 
 def response_tokens(samples: list[TrainSample]) -> int:
@@ -97,6 +116,8 @@ def step_metrics(
     if sums["stale_tokens"]:  # over the tokens of stale samples only: fresh ones have none to report
         metrics["actor/importance_weight_mean"] = sums["is_weight"] / sums["stale_tokens"]
         metrics["rollout/mismatch_kl"] = sums["mismatch_kl"] / sums["stale_tokens"]
+    if sums["rc_tokens"] or sums["rc_missing"]:  # fresh samples from an engine, with the rollout correction on
+        metrics.update(correction_metrics(sums, sums["rc_tokens"] + sums["rc_missing"]))
     return metrics
 
 
@@ -148,9 +169,11 @@ class Learner:
             for sample in chunk:
                 sample.old_logp = None
             mb = collate(chunk, self.config.pad_token_id, self.device)
-            logp = self.log_probs(self.model, mb, entropy=False)[0].cpu()
+            logp, _, support = self.log_probs_on_support(self.model, mb, entropy=False)
             for row, sample in enumerate(chunk):
                 sample.old_logp = logp[row, : len(sample.response_ids)].tolist()
+                if support is not None and sample.engine_truncated:
+                    sample.old_support_logp = support[row, : len(sample.response_ids)].tolist()
 
     def accumulate(self, samples: list[TrainSample], total_tokens: int) -> dict[str, float]:
         """Add the gradient of ``samples`` to the parameters' ``.grad``; the loss sums of its metrics.
@@ -166,7 +189,12 @@ class Learner:
         for indices in self.plan(samples):
             mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
             ref_logp = self._reference_logp(mb) if self.use_kl else None
-            logp, entropy = self.log_probs(self.model, mb, entropy_grad=algo.ent_coeff > 0)
+            logp, entropy, support = self.log_probs_on_support(self.model, mb, entropy_grad=algo.ent_coeff > 0)
+            weights = None
+            if mb.engine_logp is not None and self.config.correction is not None:
+                weights = self.correction(mb, logp, support, sums)
+            if support is not None and mb.stale is not None:  # a stale row's ratio on its engine's support
+                logp = torch.where((mb.stale & mb.engine_truncated).unsqueeze(-1), support, logp)
             old_logp = self.old_logp(mb, logp)
             if mb.stale is not None:  # stale rows: how far the policy moved from the one that sampled them
                 stale = mb.loss_mask * mb.stale.unsqueeze(-1)
@@ -186,6 +214,7 @@ class Learner:
                 entropy=entropy if algo.ent_coeff > 0 else None,
                 ent_coeff=algo.ent_coeff,
                 loss_scale=algo.loss_scale,
+                token_weights=weights,
             )
             (terms.loss / total_tokens).backward()
             sums["pg_loss"] += terms.pg_loss
@@ -243,6 +272,56 @@ class Learner:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent = entropy_from_logits(logits)
         return token_logp(logits, mb.targets), ent
+
+    def log_probs_on_support(
+        self, model: torch.nn.Module, mb: MicroBatch, entropy: bool = True, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``log_probs`` and, when some row's engine reported truncated log-probs (top-k / top-p / min-p on),
+        the log-probs on the truncated, renormalised support (``support_log_probs``, floored at
+        ``SUPPORT_LOGP_FLOOR``; with gradient), else None."""
+        cfg = self.config
+        if (
+            mb.engine_truncated is None
+            or not bool(mb.engine_truncated.any())
+            or not truncates(cfg.top_k, cfg.top_p, cfg.min_p)
+        ):
+            return (*self.log_probs(model, mb, entropy, entropy_grad), None)
+        if self.head_chunk(model, mb) is not None:
+            raise OpenRFTError(
+                "truncated engine log-probs (sampling.top_k / top_p / min_p with a vLLM server in processed "
+                "mode) need the full logits, but this micro-batch's logits exceed the chunking threshold: "
+                "lower training.micro_batch_tokens, or turn top-k / top-p / min-p off"
+            )
+        logits = self.logits(model, mb)
+        support = support_log_probs(logits, mb.targets, cfg.top_k, cfg.top_p, cfg.min_p).clamp(min=SUPPORT_LOGP_FLOOR)
+        logp = token_logp(logits, mb.targets)
+        if not entropy:
+            return logp, None, support
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = entropy_from_logits(logits)
+        return logp, ent, support
+
+    def correction(
+        self, mb: MicroBatch, logp: torch.Tensor, support: torch.Tensor | None, sums: dict[str, float]
+    ) -> torch.Tensor:
+        """Rollout-correction weights ``[rows, tokens]`` (1 on rows without engine log-probs): the learner's
+        log-probs before the update (on the engine's support) against the engine's; adds the mismatch sums."""
+        spec = self.config.correction
+        trainer = logp.detach()
+        if support is not None:
+            trainer = torch.where(mb.engine_truncated.unsqueeze(-1), support.detach(), trainer)
+        if mb.old_logp is not None:  # later mini-batches: the log-probs recorded before the first update
+            trainer = torch.where(mb.anchored.unsqueeze(-1), mb.old_logp, trainer)
+        if mb.old_support_logp is not None:
+            recorded = mb.anchored & mb.engine_truncated
+            trainer = torch.where(recorded.unsqueeze(-1), mb.old_support_logp, trainer)
+        rows = mb.engine_rows.unsqueeze(-1)
+        result = correction_weights(
+            trainer, mb.engine_logp, mb.loss_mask * rows, mode=spec.mode, level=spec.level, cap=spec.cap
+        )
+        for key, value in correction_sums(result).items():
+            sums[key] += value
+        return torch.where(rows, result.weights, torch.ones_like(result.weights))
 
     def head_chunk(self, model: torch.nn.Module, mb: MicroBatch) -> int | None:
         """Tokens per LM-head chunk for ``mb``, or None when its full fp32 logits fit ``logits_chunk_bytes``."""

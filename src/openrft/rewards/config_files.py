@@ -18,6 +18,14 @@ from openrft.spec.rewards import RewardSpec, SingleRewardConfig
 
 OUR_TYPES = ("preset", "vertex", "openai_grader", "nova_lambda", "callable")
 GRADER_TYPES = ("string_check", "text_similarity", "python", "score_model", "label_model", "multi")
+VERTEX_PROTO_KEYS = {
+    "weighted_reward_configs",
+    "reinforcement_tuning_spec",
+    "string_match_reward_scorer",
+    "code_execution_reward_scorer",
+    "cloud_run_reward_scorer",
+    "autorater_scorer",
+}
 
 
 def _wrap(document: Any) -> tuple[dict[str, Any], str]:
@@ -31,6 +39,10 @@ def _wrap(document: Any) -> tuple[dict[str, Any], str]:
         return {"function": document}, ""
     if kind in GRADER_TYPES:
         return {"function": {"type": "openai_grader", "grader": document}}, "grader"
+    if VERTEX_PROTO_KEYS & set(document):  # a Vertex config in proto field names (the SDK's, gcloud's)
+        from openrft.spec.dialects.vertex import canonical_names
+
+        document = canonical_names(document)
     if "weightedRewardConfigs" in document:
         return {"function": {"type": "vertex", "composite": document}}, "compositeRewardConfig"
     if any(key in document for key in SingleRewardConfig.SCORERS):

@@ -70,8 +70,11 @@ class _LazyClient:
     def __init__(self, context: RewardContext):
         self.context = context
 
-    async def post(self, *args, **kwargs) -> httpx.Response:
-        return await self.context.client().post(*args, **kwargs)
+    def build_request(self, *args, **kwargs) -> httpx.Request:
+        return self.context.client().build_request(*args, **kwargs)
+
+    async def send(self, *args, **kwargs) -> httpx.Response:
+        return await self.context.client().send(*args, **kwargs)
 
 
 class RedirectRefused(httpx.TransportError):

@@ -204,11 +204,31 @@ def _eval(tree: tuple, values: Mapping[str, float]) -> float:
     raise AssertionError(tag)
 
 
+MAX_FORMULA_CHARS = 10_000
+MAX_FORMULA_DEPTH = 64
+"""Operations nested in each other (``a+a+...`` counts each ``+``): evaluation recurses once per level."""
+
+
+def _depth(tree: tuple) -> int:
+    if tree[0] in ("num", "var"):
+        return 1
+    children = tree[2] if tree[0] == "call" else tree[1:]
+    return 1 + max((_depth(c) for c in children), default=0)
+
+
 def compile_formula(source: str, names: set[str] | frozenset[str] | None = None) -> Formula:
     """Parse ``source``; with ``names``, every variable must be one of them."""
     if not source.strip():
         raise FormulaError("is empty")
-    tree = _Parser(source).parse()
+    if len(source) > MAX_FORMULA_CHARS:
+        raise FormulaError(f"is {len(source):,} characters long, more than the cap of {MAX_FORMULA_CHARS:,}")
+    try:
+        tree = _Parser(source).parse()
+        deep = _depth(tree) > MAX_FORMULA_DEPTH
+    except RecursionError:
+        deep = True
+    if deep:
+        raise FormulaError(f"nests deeper than the cap of {MAX_FORMULA_DEPTH} levels")
     used = _names(tree)
     if names is not None:
         unknown = sorted(used - set(names))

@@ -27,7 +27,15 @@ from openrft.rewards.judge import label_response_format, parse_label, parse_scor
 from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.similarity import similarity
 from openrft.rewards.templates import NamespaceResolver, parse_json_output, render
-from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
+from openrft.rewards.types import (
+    RewardFailure,
+    RewardOutcome,
+    RewardSample,
+    as_score,
+    explanation,
+    joined_stdout,
+    part_explanations,
+)
 from openrft.rewards.views import openai_item, openai_sample
 from openrft.spec.rewards import (
     LabelModelGrader,
@@ -87,16 +95,21 @@ class GraderFunction:
 
     async def _timed(self, sample: RewardSample) -> RewardOutcome:
         timer = Timer()
-        printed = ""
+        printed, reply = "", None
         try:
             if isinstance(self.grader, PythonGrader):
                 value, printed = await self._python(sample)
+            elif isinstance(self.grader, ScoreModelGrader | LabelModelGrader):
+                value, reply = await self._model(sample)
             else:
-                value = await self._grade(sample)
+                value = self._grade(sample)
         except RewardFailure as failure:
             return failure.outcome(latency_s=timer.elapsed)
         metrics = {"sandbox_weak": 1.0} if isinstance(self.grader, PythonGrader) and self.pool.weak else {}
-        return RewardOutcome(score=value, metrics=metrics, latency_s=timer.elapsed, stdout=printed)
+        explanations = {self.name: explanation(reply)} if reply is not None else {}
+        return RewardOutcome(
+            score=value, metrics=metrics, latency_s=timer.elapsed, stdout=printed, explanations=explanations
+        )
 
     async def _python(self, sample: RewardSample) -> tuple[float, str]:
         """``grade(sample, item)`` in the sandbox; the score and what the code printed."""
@@ -112,17 +125,17 @@ class GraderFunction:
             failure.stdout = result.stdout
             raise
 
-    async def _grade(self, sample: RewardSample) -> float:
+    def _grade(self, sample: RewardSample) -> float:
         grader = self.grader
-        if isinstance(grader, StringCheckGrader | TextSimilarityGrader):
-            fill = resolver(sample)
-            text, reference = render(grader.input, fill), render(grader.reference, fill)
-            if isinstance(grader, StringCheckGrader):
-                return string_check(grader, text, reference)
-            return similarity(grader.evaluation_metric, text, reference)
-        return await self._model(sample)
+        assert isinstance(grader, StringCheckGrader | TextSimilarityGrader)
+        fill = resolver(sample)
+        text, reference = render(grader.input, fill), render(grader.reference, fill)
+        if isinstance(grader, StringCheckGrader):
+            return string_check(grader, text, reference)
+        return similarity(grader.evaluation_metric, text, reference)
 
-    async def _model(self, sample: RewardSample) -> float:
+    async def _model(self, sample: RewardSample) -> tuple[float, str]:
+        """The judge's score and its reply (the grader's explanation)."""
         grader = self.grader
         fill = resolver(sample)
         messages = [{"role": m.role, "content": render(m.text(), fill)} for m in grader.input]
@@ -141,8 +154,8 @@ class GraderFunction:
         reply = await self.judge.complete(grader.model, messages, response_format=response_format, **options)
         if isinstance(grader, ScoreModelGrader):
             low, high = grader.range
-            return min(high, max(low, parse_score(reply)))
-        return float(parse_label(reply, grader.labels) in grader.passing_labels)
+            return min(high, max(low, parse_score(reply))), reply
+        return float(parse_label(reply, grader.labels) in grader.passing_labels), reply
 
     async def _multi(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         timer = Timer()
@@ -154,6 +167,7 @@ class GraderFunction:
             sub_scores = {k: o.score for k, o in parts.items() if o.ok and o.score is not None}
             metrics = {f"{k}/{m}": v for k, o in parts.items() for m, v in o.metrics.items()}
             printed = joined_stdout(parts)
+            explanations = part_explanations(parts)
             failed = next(((k, o) for k, o in parts.items() if not o.ok), None)
             if failed is not None:
                 key, outcome = failed
@@ -165,6 +179,8 @@ class GraderFunction:
                         metrics=metrics,
                         latency_s=timer.elapsed,
                         stdout=printed,
+                        explanations=explanations,
+                        limit=outcome.limit,
                     )
                 )
                 continue
@@ -179,12 +195,18 @@ class GraderFunction:
                         metrics=metrics,
                         latency_s=timer.elapsed,
                         stdout=printed,
+                        explanations=explanations,
                     )
                 )
                 continue
             outcomes.append(
                 RewardOutcome(
-                    score=value, sub_scores=sub_scores, metrics=metrics, latency_s=timer.elapsed, stdout=printed
+                    score=value,
+                    sub_scores=sub_scores,
+                    metrics=metrics,
+                    latency_s=timer.elapsed,
+                    stdout=printed,
+                    explanations=explanations,
                 )
             )
         return outcomes

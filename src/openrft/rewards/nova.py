@@ -4,7 +4,8 @@ Each invocation sends a JSON list of up to ``batch_size`` entries (``views.nova_
 (a POST), to a handler file in the sandbox or to AWS Lambda (``lambdas``), and expects a list with
 one ``{id, aggregate_reward_score, metrics_list}`` per entry. Entries are matched to samples by
 ``id`` when the ids of the batch are unique, else by position. ``metrics_list`` items of type
-``Reward`` become sub-scores, ``Metric`` items metrics.
+``Reward`` become sub-scores, ``Metric`` items metrics. ``aggregate_reward_score`` is required (a number);
+the optional ``metrics_list`` items that are malformed are dropped with a warning, the score kept.
 """
 
 from __future__ import annotations
@@ -26,19 +27,14 @@ def parse_result_entry(entry: Any, what: str) -> RewardOutcome:
         return RewardOutcome(score=as_score(entry, what))
     if "aggregate_reward_score" in entry:
         outcome = RewardOutcome(score=as_score(entry["aggregate_reward_score"], f"{what} aggregate_reward_score"))
-        metrics_list = entry.get("metrics_list") or []
+        metrics_list = entry.get("metrics_list")
+        if metrics_list is None:
+            return outcome
         if not isinstance(metrics_list, list):
-            raise RewardFailure("invalid_output", f"{what} metrics_list is {type(metrics_list).__name__}, not a list")
+            outcome.warnings.append(f"{what} metrics_list is {type(metrics_list).__name__}, not a list; dropped")
+            return outcome
         for item in metrics_list:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise RewardFailure("invalid_output", f"{what} metrics_list item {item!r} has no name")
-            value = as_score(item.get("value"), f"{what} metric {item['name']}")
-            kind = item.get("type", "Metric")
-            if not isinstance(kind, str) or kind.capitalize() not in ("Reward", "Metric"):
-                raise RewardFailure(
-                    "invalid_output", f"{what} metric {item['name']} has type {kind!r}, not Reward or Metric"
-                )
-            (outcome.sub_scores if kind.capitalize() == "Reward" else outcome.metrics)[item["name"]] = value
+            _read_metric(item, outcome, what)
         return outcome
     if "score" in entry:
         outcome = RewardOutcome(score=as_score(entry["score"], f"{what} score"))
@@ -50,6 +46,26 @@ def parse_result_entry(entry: Any, what: str) -> RewardOutcome:
                 target[str(name)] = as_score(value, f"{what} {key}.{name}")
         return outcome
     raise RewardFailure("invalid_output", f"{what} answered {str(entry)[:100]} without aggregate_reward_score")
+
+
+def _read_metric(item: Any, outcome: RewardOutcome, what: str) -> None:
+    """One ``metrics_list`` item into the outcome's sub-scores (``Reward``) or metrics (``Metric``); a malformed
+    item (no ``name``, a value that is not a number, another type) is dropped with a warning: the list is
+    optional, and the required ``aggregate_reward_score`` still scores the sample."""
+    name = item.get("name") if isinstance(item, dict) else None
+    if not isinstance(name, str) or not name:
+        outcome.warnings.append(f"{what} metrics_list item {str(item)[:100]} has no name; dropped")
+        return
+    kind = item.get("type", "Metric")
+    if not isinstance(kind, str) or kind.capitalize() not in ("Reward", "Metric"):
+        outcome.warnings.append(f"{what} metric {name} has type {kind!r}, not Reward or Metric; dropped")
+        return
+    try:
+        value = as_score(item.get("value"), f"{what} metric {name}")
+    except RewardFailure as failure:
+        outcome.warnings.append(f"{failure.message}; dropped")
+        return
+    (outcome.sub_scores if kind.capitalize() == "Reward" else outcome.metrics)[name] = value
 
 
 def match_entries(sent: list[dict[str, Any]], answer: Any, what: str) -> list[RewardOutcome]:
@@ -68,7 +84,11 @@ def match_entries(sent: list[dict[str, Any]], answer: Any, what: str) -> list[Re
         try:
             if result is None:
                 raise RewardFailure("invalid_output", f"{what} answered no result for id {entry['id']!r}")
-            if by_id is None and isinstance(result, dict) and "id" in result and str(result["id"]) != str(entry["id"]):
+            if isinstance(result, dict) and "id" not in result:
+                raise RewardFailure(
+                    "invalid_output", f"{what} result {position} has no id, which the Lambda contract requires"
+                )
+            if by_id is None and isinstance(result, dict) and str(result["id"]) != str(entry["id"]):
                 raise RewardFailure(
                     "invalid_output", f"{what} result {position} has id {result['id']!r}, expected {entry['id']!r}"
                 )

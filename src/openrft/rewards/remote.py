@@ -1,5 +1,8 @@
 """HTTP calls of rewards: per-attempt timeouts, retries with backoff, and a circuit breaker.
 
+Each attempt has a total deadline (``timeout_s``, the body included) and a byte cap on the answer
+(``MAX_RESPONSE_BYTES``; tools' own, smaller): past the cap, ``invalid_output``.
+
 Transient failures (connection refused/reset/dropped, a timeout, HTTP 408, 429 or 5xx) are retried
 with exponential backoff and jitter. A call that still fails is a ``timeout`` (its last attempt
 timed out) or a ``server_error``; a 4xx answer is a ``server_error`` at once, and a body that is not
@@ -13,6 +16,7 @@ the job with a message naming the endpoint and the last error. Any successful ca
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -27,6 +31,8 @@ from openrft.spec.rewards import RemoteCallSpec
 
 T = TypeVar("T")
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+MAX_RESPONSE_BYTES = 16 << 20
+"""The most of an answer read from a reward endpoint (a Nova Lambda's batch of metrics fits many times over)."""
 
 
 class EndpointDown(RewardError):
@@ -44,8 +50,12 @@ class RemoteEndpoint:
         label: str,
         client: httpx.AsyncClient,
         headers: dict[str, str] | None = None,
+        kind: str = "reward endpoint",
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         self.url = url
+        self.max_response_bytes = max_response_bytes
+        self.kind = kind
         self.spec = spec
         self.timeout_s = spec.timeout_s or default_timeout_s
         self.label = label
@@ -54,6 +64,7 @@ class RemoteEndpoint:
         if spec.api_key_env and os.environ.get(spec.api_key_env):
             self.headers.setdefault("Authorization", f"Bearer {os.environ[spec.api_key_env]}")
         self.consecutive_failures = 0
+        self.failing_keys: set[str] = set()  # the inputs of the failures in a row (``post_json``'s key)
         self.calls = 0
         self.retries = 0
         self._down: str | None = None
@@ -62,8 +73,12 @@ class RemoteEndpoint:
         delay = min(self.spec.backoff_max_s, self.spec.backoff_initial_s * 2**attempt)
         return delay * (0.5 + random.random() / 2)
 
-    async def post_json(self, payload: Any) -> Any:
-        """The decoded JSON answer, or RewardFailure; EndpointDown when the circuit opens."""
+    async def post_json(self, payload: Any, key: str | None = None) -> Any:
+        """The decoded JSON answer, or RewardFailure; EndpointDown when the circuit opens.
+
+        ``key`` names the call's input (a tool call's dataset row): with keys, the circuit opens only when the
+        failures in a row come from at least ``min(circuit_failures, 3)`` different inputs, so one input that
+        always fails is that input's error, not an endpoint down for everyone."""
         if self._down:
             raise EndpointDown(self._down)
         self.calls += 1
@@ -75,44 +90,76 @@ class RemoteEndpoint:
             failure, retry, body = await self._attempt(payload)
             if failure is None:
                 self.consecutive_failures = 0
+                self.failing_keys.clear()
                 return body
             if not retry:
                 break
         assert failure is not None
         if failure.kind in ("timeout", "server_error"):
             self.consecutive_failures += 1
-            if self.consecutive_failures >= self.spec.circuit_failures:
+            if key is not None:
+                self.failing_keys.add(key)
+            spread = key is None or len(self.failing_keys) >= min(self.spec.circuit_failures, 3)
+            if self.consecutive_failures >= self.spec.circuit_failures and spread:
+                inputs = f" for {len(self.failing_keys)} different inputs" if key is not None else ""
                 self._down = (
-                    f"reward endpoint {self.label} {self.url} is down: {self.consecutive_failures} calls in a row "
-                    f"failed after {self.spec.max_retries} retries each; last: {failure.kind}: {failure.message}"
+                    f"{self.kind} {self.label} {self.url} is down: {self.consecutive_failures} calls in a row "
+                    f"failed{inputs} after {self.spec.max_retries} retries each; last: {failure.kind}: "
+                    f"{failure.message}"
                 )
                 raise EndpointDown(self._down)
         raise failure
 
     async def _attempt(self, payload: Any) -> tuple[RewardFailure | None, bool, Any]:
+        """One POST within ``timeout_s`` in all (connect, send, headers and the whole body: httpx's own timeout
+        is per read, so a server trickling a byte a second would never time out) and at most
+        ``max_response_bytes`` read (past it, ``invalid_output``, not retried)."""
         try:
-            response = await self.client.post(self.url, json=payload, headers=self.headers, timeout=self.timeout_s)
-        except httpx.TimeoutException:
+            async with asyncio.timeout(self.timeout_s):
+                status, body = await self._read(payload)
+        except (TimeoutError, httpx.TimeoutException):
             return RewardFailure("timeout", f"{self.label} did not answer within {self.timeout_s:g} s"), True, None
         except httpx.TransportError as exc:
             return RewardFailure("server_error", f"{self.label}: {type(exc).__name__}: {exc}"), True, None
-        if response.status_code >= 400:
-            text = response.text[:200]
-            failure = RewardFailure(
-                "server_error",
-                f"{self.label} answered HTTP {response.status_code}: {text}",
-                status=response.status_code,
-            )
-            return failure, response.status_code in TRANSIENT_STATUS, None
+        except ResponseTooLarge:
+            message = f"{self.label} answered more than the cap of {self.max_response_bytes:,} bytes"
+            return RewardFailure("invalid_output", message), False, None
+        if status >= 400:
+            text = body[:200].decode("utf-8", "replace")
+            failure = RewardFailure("server_error", f"{self.label} answered HTTP {status}: {text}", status=status)
+            return failure, status in TRANSIENT_STATUS, None
         try:
-            return None, False, response.json()
+            return None, False, json.loads(body)
         except ValueError:
-            snippet = response.text[:120]
+            snippet = body[:120].decode("utf-8", "replace")
             return (
                 RewardFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"),
                 False,
                 None,
             )
+
+    async def _read(self, payload: Any) -> tuple[int, bytes]:
+        request = self.client.build_request(
+            "POST", self.url, json=payload, headers=self.headers, timeout=self.timeout_s
+        )
+        response = await self.client.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_response_bytes:
+                raise ResponseTooLarge
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise ResponseTooLarge
+                chunks.append(chunk)
+            return response.status_code, b"".join(chunks)
+        finally:
+            await response.aclose()
+
+
+class ResponseTooLarge(Exception):
+    """An endpoint's answer passed the endpoint's byte cap."""
 
 
 async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:

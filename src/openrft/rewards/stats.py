@@ -1,7 +1,8 @@
 """Per-step reward metrics: mean/min/max, sub-score means, error counts per kind, latency mean and p95.
 
 Failed samples never enter the mean/min/max (they have no score); they are counted under
-``reward/errors/<kind>``. Sub-scores (composite parts, multi grader keys, Nova ``Reward`` metrics)
+``reward/errors/<kind>``; malformed optional parts of an answer that were dropped (the sample still
+scored) are counted under ``reward/warnings``. Sub-scores (composite parts, multi grader keys, Nova ``Reward`` metrics)
 are averaged as ``reward/<name>/mean``, metrics as ``reward/metric/<name>/mean``; latency is the
 Vertex ``train_mean_reward_latency`` / ``train_p95_reward_latency`` (seconds per sample).
 """
@@ -32,6 +33,7 @@ def reward_metrics(outcomes: list[RewardOutcome], prefix: str = "critic/rewards"
     metrics["reward/samples"] = float(len(outcomes))
     metrics["reward/scored"] = float(len(scores))
     metrics["reward/errors"] = float(len(failed))
+    metrics["reward/warnings"] = float(sum(len(o.warnings) for o in outcomes))
     for kind in ERROR_KINDS:
         metrics[f"reward/errors/{kind}"] = float(sum(o.error_kind == kind for o in failed))
     sub_scores: dict[str, list[float]] = defaultdict(list)

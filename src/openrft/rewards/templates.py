@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from openrft.rewards.input_limits import MAX_RENDERED_CHARS, too_large
 from openrft.rewards.types import RewardFailure
 
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
@@ -46,11 +47,20 @@ def as_text(value: Any) -> str:
 
 
 def render(template: str, resolve: Callable[[str], Any], escape: Callable[[str], str] | None = None) -> str:
-    """Fill every placeholder with ``resolve(path)``; ``escape`` post-processes inserted text (regexes)."""
+    """Fill every placeholder with ``resolve(path)``; ``escape`` post-processes inserted text (regexes).
+    The filled text is at most ``MAX_RENDERED_CHARS`` characters (else ``invalid_output`` naming the cap)."""
+    size = len(template)
 
     def fill(match: re.Match) -> str:
+        nonlocal size
         text = as_text(resolve(match.group(1)))
-        return escape(text) if escape else text
+        text = escape(text) if escape else text
+        size += len(text)
+        if size > MAX_RENDERED_CHARS:
+            raise too_large(
+                "a filled template", size, MAX_RENDERED_CHARS, "characters", "characters per filled template"
+            )
+        return text
 
     return PLACEHOLDER.sub(fill, template)
 

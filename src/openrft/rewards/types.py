@@ -83,6 +83,13 @@ class RewardOutcome:
     latency_s: float | None = None
     stdout: str = ""
     """What user reward code printed while scoring this sample (kept apart from OpenRFT's own output)."""
+    warnings: list[str] = field(default_factory=list)
+    """Malformed optional parts of the reward's answer that were dropped (the score kept); counted per step."""
+    explanations: dict[str, str] = field(default_factory=dict)
+    """What a grader said of its score, by grader name: an LLM judge's reply (its rationale), a Cloud Run
+    scorer's ``user_requested_aux_info``. Recorded with the job's samples; never read by training."""
+    limit: str | None = None
+    """The input cap a failure hit (``rewards/input_limits.py``): ``graders/run`` answers 400 naming it."""
 
     @property
     def ok(self) -> bool:
@@ -96,17 +103,42 @@ class RewardOutcome:
 class RewardFailure(Exception):
     """Raised inside reward code for one sample; turned into a failed outcome of its kind."""
 
-    def __init__(self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None):
+    def __init__(
+        self, kind: ErrorKind, message: str, stdout: str = "", status: int | None = None, limit: str | None = None
+    ):
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.stdout = stdout
         self.status = status  # the HTTP status of a remote endpoint's refusal, when there was one
+        self.limit = limit  # the input cap this failure hit, named
 
     def outcome(self, **extra: Any) -> RewardOutcome:
         if self.stdout:
             extra.setdefault("stdout", self.stdout)
+        if self.limit:
+            extra.setdefault("limit", self.limit)
         return RewardOutcome.failure(self.kind, self.message, **extra)
+
+
+EXPLANATION_LIMIT = 4000
+"""Characters of one explanation kept (a judge that writes an essay is cut, saying how much was)."""
+
+
+def explanation(text: str) -> str:
+    if len(text) <= EXPLANATION_LIMIT:
+        return text
+    return text[:EXPLANATION_LIMIT] + f"... ({len(text) - EXPLANATION_LIMIT} more characters)"
+
+
+def part_explanations(parts: dict[str, RewardOutcome]) -> dict[str, str]:
+    """The explanations of a composite's parts, each under its part's name (``part/grader`` when a part has
+    several of its own)."""
+    merged = {}
+    for key, outcome in parts.items():
+        for name, text in outcome.explanations.items():
+            merged[key if len(outcome.explanations) == 1 else f"{key}/{name}"] = text
+    return merged
 
 
 def joined_stdout(parts: dict[str, RewardOutcome]) -> str:

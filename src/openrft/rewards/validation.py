@@ -69,6 +69,7 @@ def outcome_json(outcome: RewardOutcome) -> dict[str, Any]:
         "error_message": outcome.error_message,
         "latency_s": outcome.latency_s,
         "stdout": outcome.stdout,
+        "warnings": outcome.warnings,
     }
 
 

@@ -34,10 +34,19 @@ from typing import Any
 
 from openrft.rewards.checks import is_reward_script
 from openrft.rewards.context import RewardContext
+from openrft.rewards.input_limits import regex_matches
 from openrft.rewards.judge import parse_score
 from openrft.rewards.remote import Timer, gather_all
 from openrft.rewards.templates import NamespaceResolver, render
-from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score, joined_stdout
+from openrft.rewards.types import (
+    RewardFailure,
+    RewardOutcome,
+    RewardSample,
+    as_score,
+    explanation,
+    joined_stdout,
+    part_explanations,
+)
 from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
 from openrft.spec.rewards import (
     CompositeRewardConfig,
@@ -59,7 +68,7 @@ def parse_response(config: ParseResponseConfig | None, text: str) -> tuple[str, 
     """The parsed response and whether parsing found something."""
     if config is None or config.parseType != "REGEX_EXTRACT":
         return text, True
-    matches = list(re.finditer(config.regexExtractExpression or "", text))
+    matches = regex_matches(config.regexExtractExpression or "", text, "regexExtractExpression")
     if not matches:
         return "", False
     last = matches[-1]
@@ -94,11 +103,7 @@ def string_match(match: StringMatchExpression, parsed: str, sample: RewardSample
         return parsed == expression
     if match.matchOperation == "PARTIAL_MATCH":
         return expression in parsed
-    try:
-        return re.search(expression, parsed) is not None
-    except re.error as exc:
-        message = f"REGEX_CONTAINS expression {expression!r} is not a regex: {exc}"
-        raise RewardFailure("invalid_output", message) from None
+    return bool(regex_matches(expression, parsed, "REGEX_CONTAINS expression"))
 
 
 def json_value(parsed: str, key: str) -> str | None:
@@ -110,6 +115,20 @@ def json_value(parsed: str, key: str) -> str | None:
         return None
     value = obj[key]
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def cloud_run_reward(body: Any, label: str, warnings: list[str]) -> tuple[float, str | None]:
+    """A Cloud Run scorer's answer ``{reward, user_requested_aux_info}``: ``reward`` is required (a number);
+    the optional aux info (a string, the grader's explanation), when it is not a string, is dropped with a
+    warning and the reward kept."""
+    if not isinstance(body, dict) or "reward" not in body:
+        raise RewardFailure("invalid_output", f"{label} answered {str(body)[:100]} without reward")
+    reward = as_score(body["reward"], label)
+    aux = body.get("user_requested_aux_info")
+    if aux is not None and not isinstance(aux, str):
+        warnings.append(f"{label} user_requested_aux_info is {type(aux).__name__}, not a string; dropped")
+        aux = None
+    return reward, aux
 
 
 class VertexSingleFunction:
@@ -135,21 +154,33 @@ class VertexSingleFunction:
 
     async def _score_one(self, sample: RewardSample) -> RewardOutcome:
         timer = Timer()
-        parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
-        metrics = {"parse_failed": 0.0 if found else 1.0}
         try:
-            printed = ""
+            parsed, found = parse_response(self.config.parseResponseConfig, sample.completion)
+        except RewardFailure as failure:
+            return failure.outcome(latency_s=timer.elapsed)
+        metrics = {"parse_failed": 0.0 if found else 1.0}
+        warnings: list[str] = []
+        try:
+            printed, said = "", None
             if self.config.codeExecutionRewardScorer is not None:
                 value, printed = await self._code_execution(sample, parsed)
                 extra: dict[str, float] = {}
             else:
-                value, extra = await self._scorer(sample, parsed)
+                value, extra, said = await self._scorer(sample, parsed, warnings)
         except RewardFailure as failure:
             return failure.outcome(metrics=metrics, latency_s=timer.elapsed)
         metrics.update(extra)
         if self.context.spec.sandbox.isolation == "weak" and self.config.codeExecutionRewardScorer is not None:
             metrics["sandbox_weak"] = 1.0
-        return RewardOutcome(score=clip(value), metrics=metrics, latency_s=timer.elapsed, stdout=printed)
+        explanations = {self.name: explanation(said)} if said else {}
+        return RewardOutcome(
+            score=clip(value),
+            metrics=metrics,
+            latency_s=timer.elapsed,
+            stdout=printed,
+            explanations=explanations,
+            warnings=warnings,
+        )
 
     async def _code_execution(self, sample: RewardSample, parsed: str) -> tuple[float, str]:
         """``evaluate(example, response)`` in the sandbox: ``example`` a ReinforcementTuningExample,
@@ -181,19 +212,23 @@ class VertexSingleFunction:
             failure.stdout = result.stdout
             raise
 
-    async def _scorer(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
+    async def _scorer(
+        self, sample: RewardSample, parsed: str, warnings: list[str]
+    ) -> tuple[float, dict[str, float], str | None]:
+        """The score, extra metrics, and what the scorer said of it (Cloud Run's ``user_requested_aux_info``,
+        the autorater's replies); malformed optional parts of the answer are added to ``warnings``."""
         config = self.config
         if config.stringMatchRewardScorer is not None:
             scorer = config.stringMatchRewardScorer
             if scorer.stringMatchExpression is not None:
                 correct = string_match(scorer.stringMatchExpression, parsed, sample)
-                return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
+                return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}, None
             assert scorer.jsonMatchExpression is not None
             value = json_value(parsed, scorer.jsonMatchExpression.keyName)
             if value is None:
-                return scorer.wrongAnswerReward, {"parse_failed": 1.0}
+                return scorer.wrongAnswerReward, {"parse_failed": 1.0}, None
             correct = string_match(scorer.jsonMatchExpression.valueStringMatchExpression, value, sample)
-            return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}
+            return (scorer.correctAnswerReward if correct else scorer.wrongAnswerReward), {}, None
         if config.cloudRunRewardScorer is not None:
             payload = {
                 "example": vertex_example(sample.example),
@@ -202,14 +237,11 @@ class VertexSingleFunction:
             }
             async with self.cloud_run_slots:
                 body = await self.cloud_run.post_json(payload)
-            if not isinstance(body, dict) or "reward" not in body:
-                raise RewardFailure(
-                    "invalid_output", f"{self.cloud_run.label} answered {str(body)[:100]} without reward"
-                )
-            return as_score(body["reward"], self.cloud_run.label), {}
+            reward, said = cloud_run_reward(body, self.cloud_run.label, warnings)
+            return reward, {}, said
         return await self._autorater(sample, parsed)
 
-    async def _autorater(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float]]:
+    async def _autorater(self, sample: RewardSample, parsed: str) -> tuple[float, dict[str, float], str]:
         scorer = self.config.autoraterScorer
         assert scorer is not None
         resolver = NamespaceResolver(
@@ -242,7 +274,8 @@ class VertexSingleFunction:
                 failures.append(failure)
         if not scores:
             raise failures[0]
-        return sum(scores) / len(scores), {"judge_parse_failures": float(len(failures))}
+        said = "\n---\n".join(replies)  # every reply the average was taken over
+        return sum(scores) / len(scores), {"judge_parse_failures": float(len(failures))}, said
 
     def _judge_score(self, reply: str, sample: RewardSample) -> float:
         scorer = self.config.autoraterScorer
@@ -290,7 +323,8 @@ class VertexCompositeFunction:
         sub_scores = {f.name: o.score for (f, _), o in zip(self.parts, outcomes) if o.ok and o.score is not None}
         metrics = {f"{f.name}/{k}": v for (f, _), o in zip(self.parts, outcomes) for k, v in o.metrics.items()}
         latency = max((o.latency_s or 0.0 for o in outcomes), default=elapsed)
-        printed = joined_stdout({f.name: o for (f, _), o in zip(self.parts, outcomes)})
+        named = {f.name: o for (f, _), o in zip(self.parts, outcomes)}
+        printed, explanations = joined_stdout(named), part_explanations(named)
         for (function, _), outcome in zip(self.parts, outcomes):
             if not outcome.ok:
                 assert outcome.error_kind is not None
@@ -301,10 +335,18 @@ class VertexCompositeFunction:
                     metrics=metrics,
                     latency_s=latency,
                     stdout=printed,
+                    explanations=explanations,
                 )
         total = sum(w * sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
+        warnings = [f"{f.name}: {w}" for (f, _), o in zip(self.parts, outcomes) for w in o.warnings]
         return RewardOutcome(
-            score=clip(total), sub_scores=sub_scores, metrics=metrics, latency_s=latency, stdout=printed
+            score=clip(total),
+            sub_scores=sub_scores,
+            metrics=metrics,
+            latency_s=latency,
+            stdout=printed,
+            explanations=explanations,
+            warnings=warnings,
         )
 
     async def aclose(self) -> None:

@@ -55,7 +55,7 @@ class TransformersGenerator(PolicyVersioned):
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
     ) -> list[list[Completion]]:
-        rng = self.rng if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+        rng = self.stream(seed)
         was_training = self.model.training
         if was_training:  # eval()/train() walk every module: only when the mode changes
             self.model.eval()
@@ -68,6 +68,17 @@ class TransformersGenerator(PolicyVersioned):
         finally:
             if was_training:
                 self.model.train()
+
+    def stream(self, seed: int | None) -> torch.Generator:
+        """The random stream of one ``generate`` call: the generator's own, or a fresh one for ``seed``."""
+        return self.rng if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+
+    def generate_chunk(
+        self, prompts: list[list[int]], params: SamplingParams, rng: torch.Generator
+    ) -> list[list[Completion]]:
+        """One batch of ``generate`` (the model in eval mode): a caller that holds a lock per batch (the
+        generation server) calls it in turns, with one ``stream`` for the whole request."""
+        return self._generate_chunk(prompts, params, rng)
 
     def _end_table(self, vocab: int, device: torch.device) -> torch.Tensor:
         """``table[token]`` is True for end tokens: one indexing op per step instead of ``isin``."""
@@ -103,7 +114,7 @@ class TransformersGenerator(PolicyVersioned):
         done = torch.zeros(rows, dtype=torch.bool, device=device)  # ended, not yet dropped from the batch
 
         for t in range(steps):
-            token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng)
+            token, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, rng, params.min_p)
             logits = None  # only one step's full-vocabulary logits are ever held (long responses, real vocabularies)
             live = row_of[~done]
             tokens_out[live, t] = token[~done]

@@ -7,18 +7,29 @@ Only the part of vLLM's API that vLLM documents is used:
   policy version is written as a PEFT adapter directory and loaded under a new, version-suffixed
   name (vLLM refuses to load a name twice); the previous version is then unloaded. ``lora_path`` is
   read by the server, so the adapter directory must be on a filesystem the server sees.
-- Full fine-tuning (no LoRA): each policy version is written as ``model.safetensors`` and read by the
-  server through ``POST /v1/load_weights`` ``{"path"}``, a route of ``openrft serve-model`` only; vLLM
-  takes full weights through its weight-transfer API, which this client does not drive (refused by name).
+- Full fine-tuning (no LoRA): each policy version is written as ``model.safetensors`` in a directory the
+  server reads, then loaded by ``POST /v1/load_weights`` ``{"path"}`` (``openrft serve-model``), or on a
+  vLLM server by ``POST /collective_rpc`` ``{"method": "reload_weights", "kwargs": {"weights_path"}}``
+  (vLLM's development-mode RPC route, ``VLLM_SERVER_DEV_MODE=1``, calling its workers' own in-place
+  ``reload_weights``, which reads the directory's safetensors in checkpoint format and re-runs the
+  kernels' weight processing) followed by ``POST /reset_prefix_cache`` (cached prompt KV of the old weights
+  must not be reused).
 - ``POST /v1/completions`` with the prompts as token ids (``prompt: list[list[int]]``), ``n``,
-  ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``stop_token_ids``, ``logprobs: 0`` (the
+  ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``max_tokens``, ``stop_token_ids``, ``logprobs: 0`` (the
   sampled token's log-prob only) and ``return_tokens_as_token_ids: true`` (tokens come back as
   ``token_id:N``, so the completion's token ids are exact, not re-tokenized text). Choices come
   back prompt by prompt, ``n`` each, in ``index`` order.
+
+The density of the returned log-probs is checked before the first generation (``probe_logprob_mode``):
+vLLM's ``--logprobs-mode processed_logprobs`` reports the distribution actually sampled (temperature,
+then top-k / top-p / min-p, renormalised): completions are flagged ``logprobs_truncated`` when truncation
+is on, and the learner compares on that support. ``raw_logprobs`` ignores temperature and truncation, so
+it is refused unless sampling is plain (temperature 1, no truncation).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -26,6 +37,7 @@ from pathlib import Path
 import httpx
 import torch
 
+from openrft.algo.rollout_correction import truncates
 from openrft.errors import OpenRFTError
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.job import LoraSpec
@@ -42,12 +54,24 @@ class GenerationServerError(OpenRFTError):
 
 
 NO_WEIGHTS_ROUTE = (
-    "has no POST /v1/load_weights, OpenRFT's route (openrft serve-model) for the full weights of full "
-    "fine-tuning. vLLM takes full weights only through its weight-transfer API (VLLM_SERVER_DEV_MODE=1, "
-    "--weight-transfer-config, weights sent over NCCL or CUDA IPC; docs.vllm.ai, Training > Weight Transfer), "
-    "which OpenRFT does not drive: train LoRA (vLLM loads adapters), serve the model with openrft serve-model, "
-    "or leave rollout.generator_base_url unset"
+    "takes no full weights: it has neither POST /v1/load_weights (openrft serve-model) nor vLLM's "
+    "POST /collective_rpc. Start vLLM with VLLM_SERVER_DEV_MODE=1 (scripts/vllm_server.sh does), serve the "
+    "model with openrft serve-model, or train LoRA"
 )
+WEIGHTS_RPC = "reload_weights"
+PROBE_TEMPERATURES = (1.0, 2.0)
+
+
+def classify_logprob_mode(at_t1: float, at_t2: float) -> str:
+    """The density a server reports, from the log-prob of the argmax token sampled with ``top_k=1`` at
+    temperatures 1 and 2: ``processed`` (the truncated distribution: exactly one token, log-prob 0),
+    ``raw`` (the model's own, unscaled: the same at both temperatures) or ``scaled`` (temperature-scaled,
+    untruncated: OpenRFT's generators)."""
+    if abs(at_t1) < 1e-5 and abs(at_t2) < 1e-5:
+        return "processed"
+    if abs(at_t1 - at_t2) < 1e-5 * max(1.0, abs(at_t1)):
+        return "raw"
+    return "scaled"
 
 
 def lora_target_modules(weights: dict[str, torch.Tensor]) -> list[str]:
@@ -108,6 +132,7 @@ class RemoteGenerator(PolicyVersioned):
     ):
         root = base_url.rstrip("/")
         self.base_url = root if root.endswith("/v1") else f"{root}/v1"
+        api_key = api_key or os.environ.get("OPENRFT_GENERATOR_API_KEY")  # openrft serve-model --api-key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
         self.adapter_dir, self.lora, self.base_model = Path(adapter_dir), lora, base_model
@@ -115,6 +140,7 @@ class RemoteGenerator(PolicyVersioned):
         self.served_model = served_model
         self._adapter: str | None = None
         self._weights_dir: Path | None = None  # full fine-tuning: the file the server last loaded
+        self.logprob_mode: str | None = None  # processed / raw / scaled, probed before the first generation
 
     # adapters -----------------------------------------------------------------------------------
 
@@ -126,11 +152,22 @@ class RemoteGenerator(PolicyVersioned):
         name = f"{self.adapter_prefix}-v{version}"
         path = write_peft_adapter(weights, self.lora, self.base_model, self.adapter_dir / name)
         if name != self._adapter:
-            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
+            self._load_lora(name, path)
         previous, self._adapter, self._version = self._adapter, name, version
         if previous and previous != name:
             self._post("/unload_lora_adapter", {"lora_name": previous})
             shutil.rmtree(self.adapter_dir / previous, ignore_errors=True)
+
+    def _load_lora(self, name: str, path: Path) -> None:
+        """Load the adapter by name; a name the server already holds (a resumed job against a server that
+        kept running) is reloaded in place (vLLM's ``load_inplace``): its weights may be another run's."""
+        body = {"lora_name": name, "lora_path": str(path.resolve())}
+        try:
+            self._post("/load_lora_adapter", body)
+        except GenerationServerError as exc:
+            if exc.status != 400 or "already been loaded" not in str(exc):
+                raise
+            self._post("/load_lora_adapter", {**body, "load_inplace": True})
 
     def _load_full_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Full fine-tuning: the weights as a safetensors file the server reads (``POST /v1/load_weights``)."""
@@ -143,12 +180,57 @@ class RemoteGenerator(PolicyVersioned):
         try:
             self._post("/load_weights", {"path": str(directory.resolve())})
         except GenerationServerError as exc:
-            if exc.status in (404, 405):
-                raise GenerationServerError(f"the generation server at {self.base_url} {NO_WEIGHTS_ROUTE}") from None
-            raise
+            if exc.status not in (404, 405):
+                raise
+            self._load_weights_by_rpc(directory)
         if self._weights_dir not in (None, directory):  # the server holds the new weights: drop the old file
             shutil.rmtree(self._weights_dir, ignore_errors=True)
         self._weights_dir, self._version = directory, version
+
+    def _load_weights_by_rpc(self, directory: Path) -> None:
+        """vLLM: its workers reload their weights from the directory (``collective_rpc``), then its prefix cache
+        is dropped."""
+        root = self.base_url.removesuffix("/v1")
+        body = {"method": WEIGHTS_RPC, "kwargs": {"weights_path": str(directory.resolve())}}
+        try:
+            self._call("POST", f"{root}/collective_rpc", body)
+        except GenerationServerError as exc:
+            if exc.status in (404, 405):
+                raise GenerationServerError(f"the generation server at {root} {NO_WEIGHTS_ROUTE}", exc.status) from None
+            raise
+        self._call("POST", f"{root}/reset_prefix_cache", None)
+
+    # log-prob density -----------------------------------------------------------------------------
+
+    def probe_logprob_mode(self, prompt: list[int]) -> str:
+        """Which density the server's log-probs are (``classify_logprob_mode``): two one-token requests."""
+        values = []
+        for temperature in PROBE_TEMPERATURES:
+            body = {
+                "model": self._adapter or self._base_name(),
+                "prompt": [list(prompt)],
+                "max_tokens": 1,
+                "temperature": temperature,
+                "top_k": 1,
+                "logprobs": 0,
+                "return_tokens_as_token_ids": True,
+                "seed": 0,
+            }
+            choice = self._post("/completions", body).json()["choices"][0]
+            values.append(float(self._completion(prompt, choice).logprobs[0]))
+        self.logprob_mode = classify_logprob_mode(*values)
+        return self.logprob_mode
+
+    def _check_logprob_mode(self, prompt: list[int], params: SamplingParams) -> None:
+        if self.logprob_mode is None:
+            self.probe_logprob_mode(prompt)
+        plain = params.temperature in (0.0, 1.0) and not truncates(params.top_k, params.top_p, params.min_p)
+        if self.logprob_mode == "raw" and not plain:
+            raise GenerationServerError(
+                f"the generation server at {self.base_url} reports raw log-probs (vLLM --logprobs-mode "
+                f"raw_logprobs), which ignore temperature {params.temperature}, top_k {params.top_k}, top_p "
+                f"{params.top_p} and min_p {params.min_p}: start it with --logprobs-mode processed_logprobs"
+            )
 
     # generation ---------------------------------------------------------------------------------
 
@@ -157,6 +239,7 @@ class RemoteGenerator(PolicyVersioned):
     ) -> list[list[Completion]]:
         if not prompts:
             return []
+        self._check_logprob_mode(prompts[0], params)
         by_limit: dict[int, list[int]] = {}  # one request per completion limit (max_length per sample)
         for index, prompt in enumerate(prompts):
             by_limit.setdefault(params.completion_limit(len(prompt)), []).append(index)
@@ -176,6 +259,7 @@ class RemoteGenerator(PolicyVersioned):
             "temperature": params.temperature,
             "top_p": params.top_p,
             "top_k": params.top_k if params.top_k > 0 else -1,
+            "min_p": params.min_p,
             "max_tokens": max_tokens,
             "stop_token_ids": self.eos_token_ids,
             "logprobs": 0,
@@ -188,10 +272,14 @@ class RemoteGenerator(PolicyVersioned):
             raise GenerationServerError(
                 f"{self.base_url}/completions returned {len(choices)} choices for {len(prompts)} prompts x n={params.n}"
             )
-        return [
+        truncated = self.logprob_mode == "processed" and truncates(params.top_k, params.top_p, params.min_p)
+        groups = [
             [self._completion(prompt, c) for c in choices[p * params.n : (p + 1) * params.n]]
             for p, prompt in enumerate(prompts)
         ]
+        for completion in (c for group in groups for c in group):
+            completion.logprobs_truncated = truncated
+        return groups
 
     def _completion(self, prompt: list[int], choice: dict) -> Completion:
         logprobs = choice.get("logprobs") or {}
@@ -201,7 +289,7 @@ class RemoteGenerator(PolicyVersioned):
         return Completion(
             prompt_ids=list(prompt),
             token_ids=[parse_token_id(t) for t in tokens],
-            logprobs=[float(v) for v in values],
+            logprobs=[float("nan") if v is None else float(v) for v in values],  # missing: neutral, counted
             text=choice.get("text") or "",
             finish_reason="stop" if choice.get("finish_reason") == "stop" else "length",
             policy_version=self._version,
@@ -222,7 +310,7 @@ class RemoteGenerator(PolicyVersioned):
         return self._call("POST", path, body)
 
     def _call(self, method: str, path: str, body: dict | None) -> httpx.Response:
-        url = f"{self.base_url}{path}"
+        url = path if path.startswith("http") else f"{self.base_url}{path}"  # vLLM's own routes are not under /v1
         for attempt in range(self.retries + 1):
             try:
                 response = self.client.request(method, path, json=body)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -11,8 +13,13 @@ def scaled_log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.log_softmax(logits.float() / scale, dim=-1)
 
 
-def filter_logits(logp: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) every token outside the top-k and outside the top-p nucleus."""
+def filter_logits(logp: torch.Tensor, top_k: int, top_p: float, min_p: float = 0.0) -> torch.Tensor:
+    """Mask (to -inf) every token below ``min_p`` times the most likely token's probability (``min_p`` > 0),
+    outside the top-k and outside the top-p nucleus. vLLM's order: min-p on the whole distribution, then
+    top-k, then top-p over what is left (renormalised)."""
+    if min_p > 0.0:
+        top = logp.max(dim=-1, keepdim=True).values
+        logp = logp.masked_fill(logp < top + math.log(min_p), float("-inf"))
     if top_k > 0 and top_k < logp.shape[-1]:
         kth = torch.topk(logp, top_k, dim=-1).values[..., -1:]
         logp = logp.masked_fill(logp < kth, float("-inf"))
@@ -26,13 +33,18 @@ def filter_logits(logp: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 def sample_tokens(
-    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator | None,
+    min_p: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next tokens ``[batch]`` and their log-probs under the temperature-scaled distribution."""
     logp = scaled_log_probs(logits, temperature)
     if temperature == 0:
         tokens = logp.argmax(dim=-1)
     else:
-        filtered = filter_logits(logp, top_k, top_p)
+        filtered = filter_logits(logp, top_k, top_p, min_p)
         tokens = torch.multinomial(filtered.softmax(-1), 1, generator=generator).squeeze(-1)
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -8,15 +8,15 @@ directory's safetensors (full fine-tuning's policy after each update; vLLM has n
 the server OpenRFT's remote generator speaks to (the same subset of the API as vLLM), and the way to
 serve a tuned adapter.
 
-Requests run one at a time (a lock around the model); each is batched internally (all its prompts
-and samples in one generation). Sampled log-probs are those of the temperature-scaled distribution
+Requests take turns on the model: each generates in chunks of a few sequences, taking the model's lock
+per chunk, in arrival order (``server_guard.FairLock``). Authentication, the directories weights load
+from and the per-request caps are ``server_guard``'s. Sampled log-probs are those of the temperature-scaled distribution
 before top-k/top-p, the quantity the learner recomputes.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 import uuid
 from contextlib import nullcontext
@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.sampling import scaled_log_probs
+from openrft.rollout.server_guard import FairLock, GuardError, ServeLimits, check_stop_ids, key_matches
 from openrft.rollout.types import Completion, SamplingParams
 
 MAX_TOP_LOGPROBS = 20
@@ -50,6 +51,7 @@ class _Request(BaseModel):
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, lt=1)
     seed: int | None = None
     stream: bool | None = False
     stop: str | list[str] | None = None
@@ -101,22 +103,28 @@ class ModelServer:
         root: str | None = None,
         max_new_tokens: int = 512,
         seed: int = 0,
+        limits: ServeLimits | None = None,
     ):
         self.model, self.tokenizer, self.served_name, self.root = model, tokenizer, served_name, root
+        self.limits = limits or ServeLimits()
+        self.vocab = int(model.get_input_embeddings().num_embeddings)
         self.eos_token_ids = list(eos_token_ids)
         self.max_new_tokens = max_new_tokens
         self.max_length = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
         self.generator = TransformersGenerator(model, tokenizer, self.eos_token_ids, tokenizer.pad_token_id, seed=seed)
         self.adapters: dict[str, tuple[str, str]] = {}  # served name -> (internal name, path)
         self._ids = itertools.count()
-        self.lock = threading.Lock()
+        self.lock = FairLock()
         self.created = int(time.time())
 
     # adapters -----------------------------------------------------------------------------------
 
-    def load_adapter(self, name: str, path: str) -> None:
+    def load_adapter(self, name: str, path: str, trusted: bool = False) -> None:
+        """A LoRA adapter served under ``name``; ``trusted`` (the operator's ``--adapter``) skips the load roots."""
         from peft import PeftModel
 
+        if not trusted:
+            path = str(self._loadable(path, "lora_path"))
         if name == self.served_name or name in self.adapters:
             raise ApiError(400, f"The lora adapter '{name}' has already been loaded.", param="lora_name")
         internal = f"adapter_{next(self._ids)}"
@@ -127,9 +135,9 @@ class ModelServer:
                 else:
                     self.model = PeftModel.from_pretrained(self.model, path, adapter_name=internal)
             except (OSError, ValueError, RuntimeError, KeyError) as exc:
-                raise ApiError(
-                    400, f"cannot load LoRA adapter '{name}' from {path!r}: {exc}", param="lora_path"
-                ) from None
+                detail = f": {exc}" if trusted else f" ({type(exc).__name__})"  # a tenant sees no host paths
+                message = f"cannot load LoRA adapter '{name}' from lora_path{detail}"
+                raise ApiError(400, message, param="lora_path") from None
             self.model.eval()
             self.generator.model = self.model
             self.adapters[name] = (internal, path)
@@ -152,9 +160,10 @@ class ModelServer:
         directory of the same architecture: what full fine-tuning sends after each update); the count."""
         from safetensors.torch import load_file
 
+        given, path = path, str(self._loadable(path, "path"))
         files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
         if not files:
-            raise ApiError(400, f"no *.safetensors files in {path!r}", param="path")
+            raise ApiError(400, f"no *.safetensors files in {given!r}", param="path")
         state: dict[str, torch.Tensor] = {}
         for file in files:
             state.update(load_file(str(file)))
@@ -166,7 +175,8 @@ class ModelServer:
         if unknown or wrong:
             raise ApiError(
                 400,
-                f"the weights in {path!r} do not fit the served model: unknown {unknown[:5]}, other shapes {wrong[:5]}",
+                f"the weights in {given!r} do not fit the served model: unknown {unknown[:5]}, "
+                f"other shapes {wrong[:5]}",
                 param="path",
             )
         with self.lock, torch.no_grad():
@@ -175,12 +185,17 @@ class ModelServer:
         self.root = path
         return len(state)
 
+    def _loadable(self, path: str, param: str) -> Path:
+        try:
+            return self.limits.loadable(path, param)
+        except GuardError as exc:
+            raise ApiError(exc.status, exc.message, "PermissionDeniedError", exc.param) from None
+
     def models(self) -> dict:
+        """The served names; ``root`` is the name too (vLLM shows a host path there; this server shows none)."""
         card = {"object": "model", "created": self.created, "owned_by": "openrft"}
-        data = [{"id": self.served_name, **card, "root": self.root, "parent": None}]
-        data += [
-            {"id": name, **card, "root": path, "parent": self.served_name} for name, (_, path) in self.adapters.items()
-        ]
+        data = [{"id": self.served_name, **card, "root": self.served_name, "parent": None}]
+        data += [{"id": name, **card, "root": name, "parent": self.served_name} for name in self.adapters]
         return {"object": "list", "data": data}
 
     # generation ---------------------------------------------------------------------------------
@@ -196,6 +211,11 @@ class ModelServer:
         name = model_name or self.served_name
         if name != self.served_name and name not in self.adapters:
             raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
+        try:
+            self.limits.check_request(prompts, params.n, params.max_new_tokens, self.vocab)
+            check_stop_ids(stop_token_ids, self.vocab)
+        except GuardError as exc:
+            raise ApiError(exc.status, exc.message, param=exc.param) from None
         for prompt in prompts:
             if not prompt:
                 raise ApiError(400, "a prompt is empty", param="prompt")
@@ -206,10 +226,18 @@ class ModelServer:
                     f"({len(prompt)} tokens) plus max_tokens ({params.max_new_tokens}) exceeds it",
                     param="max_tokens",
                 )
-        with self.lock:
-            self.generator.eos_token_ids = sorted(set(self.eos_token_ids) | set(stop_token_ids or []))
-            with self._select(name):
-                return self.generator.generate(prompts, params, seed=seed)
+        rng = self.generator.stream(seed)
+        per_chunk = max(1, self.limits.chunk_sequences // params.n)
+        groups: list[list[Completion]] = []
+        for start in range(0, len(prompts), per_chunk):  # the lock per chunk: other requests take turns
+            with self.lock:
+                if name != self.served_name and name not in self.adapters:  # unloaded meanwhile
+                    raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
+                self.generator.model = self.model
+                self.generator.eos_token_ids = sorted(set(self.eos_token_ids) | set(stop_token_ids or []))
+                with self._select(name):
+                    groups += self.generator.generate_chunk(prompts[start : start + per_chunk], params, rng)
+        return groups
 
     def _select(self, name: str):
         from peft import PeftModel
@@ -260,6 +288,7 @@ def _params(request: CompletionRequest | ChatRequest, max_tokens: int) -> Sampli
         temperature=1.0 if request.temperature is None else request.temperature,
         top_k=max(request.top_k or 0, 0),
         top_p=1.0 if request.top_p is None else request.top_p,
+        min_p=request.min_p or 0.0,
         max_new_tokens=max_tokens,
     )
 
@@ -373,11 +402,24 @@ def _chat_token(server: ModelServer, token_id: int, logprob: float) -> dict:
     return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
 
 
-def build_app(server: ModelServer) -> FastAPI:
+def build_app(server: ModelServer, api_key: str | None = None) -> FastAPI:
+    """The routes; with ``api_key``, every route but ``/health`` needs ``Authorization: Bearer api_key``."""
     from fastapi.exceptions import RequestValidationError
     from starlette.concurrency import run_in_threadpool
 
     app = FastAPI(title="OpenRFT generation server")
+
+    if api_key:
+
+        @app.middleware("http")
+        async def _authenticate(request: Request, call_next):
+            if request.url.path == "/health" or key_matches(request.headers.get("authorization"), api_key):
+                return await call_next(request)
+            message = "Incorrect or missing API key: send Authorization: Bearer KEY (the server's --api-key)"
+            return JSONResponse(
+                {"error": {"message": message, "type": "AuthenticationError", "param": None, "code": 401}},
+                status_code=401,
+            )
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -439,6 +481,7 @@ def load_server(
     max_new_tokens: int = 512,
     seed: int = 0,
     threads: int | None = None,
+    limits: ServeLimits | None = None,
 ) -> ModelServer:
     from openrft.models import (
         configure_threads,
@@ -462,7 +505,8 @@ def load_server(
         root=resolve_model_path(model_name),
         max_new_tokens=max_new_tokens,
         seed=seed,
+        limits=limits,
     )
     for name, path in (adapters or {}).items():
-        server.load_adapter(name, path)
+        server.load_adapter(name, path, trusted=True)
     return server

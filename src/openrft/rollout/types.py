@@ -14,6 +14,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    min_p: float = 0.0
     max_new_tokens: int = 256
     max_length: int | None = None  # prompt + completion tokens of each sample (Nova's max_length); None = no cap
 
@@ -45,7 +46,9 @@ class PolicyVersioned:
 @dataclass
 class Completion:
     """One sampled response. ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy's
-    temperature-scaled distribution (before top-k/top-p), the quantity the learner recomputes.
+    temperature-scaled distribution (before top-k/top-p), the quantity the learner recomputes; an engine
+    that reports the truncated distribution's (vLLM, ``--logprobs-mode processed_logprobs``) sets
+    ``logprobs_truncated`` when truncation was on, and the learner compares on that support.
 
     A multi-turn rollout (``openrft.tools``) is one Completion: ``token_ids`` hold every turn, tool results
     and chat-template tokens included; ``loss_mask`` is 1 on the tokens the model sampled (0 elsewhere, where
@@ -61,6 +64,7 @@ class Completion:
     metadata: dict = field(default_factory=dict)
     loss_mask: list[int] | None = None
     turns: list[dict] | None = None
+    logprobs_truncated: bool = False  # logprobs are of the top-k/top-p/min-p truncated distribution (vLLM)
 
 
 class Generator(Protocol):

@@ -130,6 +130,11 @@ class TorchrunRuntime:
     def generation_replicas(self, spec: JobSpec, parts: JobParts, learner: LearnerParts, run_dir: Path) -> list:
         if spec.rollout.generator_base_url:
             return remote_replicas(spec, parts, run_dir)
+        if spec.rollout.generation_engine == "vllm":
+            raise OpenRFTError(
+                "rollout.engine 'vllm' (vLLM in the learner's process) does not run under torchrun (a sharded "
+                "learner): serve vLLM and set rollout.generator_base_url"
+            )
         raise OpenRFTError(
             "rollout.strategy off_policy_async under torchrun needs generation servers (rollout.generator_base_url): "
             "in-process replicas would each need the whole model in rank 0's process; or use rollout.runtime ray"

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from openrft.data.loader import DatasetError
+from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.errors import OpenRFTError
 from openrft.service.store import Conflict, NotFound
 from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document
@@ -157,5 +158,14 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(request.url.path, ApiError(500, "internal server error", "server_error"))
+        return error_response(request.url.path, unexpected_error(exc, request.method, request.url.path))
+
+
+def unexpected_error(exc: Exception, method: str | None, path: str | None) -> ApiError:
+    """An error no route handled: 507 for a full disk (the database's or the data directory's: nothing
+    was stored), else 500; logged either way, never shown to the client."""
+    if is_disk_full(exc):
+        log.error("disk full on %s %s: %s", method, path, exc)
+        return ApiError(507, f"{DISK_FULL_MESSAGE}: nothing was stored; try again later", "insufficient_storage")
+    log.exception("unhandled error on %s %s", method, path)
+    return ApiError(500, "internal server error", "server_error")

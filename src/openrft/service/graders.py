@@ -9,6 +9,7 @@ from openrft.data.records import Example
 from openrft.data.validation import check_messages
 from openrft.errors import OpenRFTError
 from openrft.rewards.config_files import reward_spec_from_document
+from openrft.rewards.types import RewardOutcome
 from openrft.rewards.validation import (
     example_from_line,
     openai_run_view,
@@ -71,7 +72,14 @@ def run(
     spec = _checked_spec(grader, "grader", tenant)
     check_request_document(item, "item")
     outcome = score_once(spec, _item_example(item, reference_answer), model_sample)
+    _refuse_over_limit(outcome, "model_sample")
     return openai_run_view(spec, outcome)
+
+
+def _refuse_over_limit(outcome: RewardOutcome, param: str) -> None:
+    """A grader input past a cap (rewards/input_limits.py) is the request's fault: 400 naming the cap."""
+    if outcome.limit:
+        raise ApiError(400, outcome.error_message or outcome.limit, "input_too_large", param)
 
 
 def validate_grader(grader: dict[str, Any], tenant: ServiceConfig | None) -> dict[str, Any]:
@@ -88,4 +96,6 @@ def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -
         raise ApiError(400, str(exc), "invalid_example", "example") from None
     parts = body["sampleResponse"].get("parts") or []
     response = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return vertex_validate_view(spec, score_once(spec, example, response))
+    outcome = score_once(spec, example, response)
+    _refuse_over_limit(outcome, "sampleResponse")
+    return vertex_validate_view(spec, outcome)

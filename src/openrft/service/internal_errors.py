@@ -1,4 +1,4 @@
-"""An unexpected error becomes a 500 answer and the connection stays usable.
+"""An unexpected error becomes a 500 answer (507 for a full disk) and the connection stays usable.
 
 Starlette's own last-resort handler sends the 500 and then re-raises, and the server closes the
 keep-alive connection: a client's next request on it got a reset. This middleware answers the 500
@@ -11,7 +11,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from openrft.service.errors import ApiError, error_response
+from openrft.service.errors import error_response, unexpected_error
 
 log = logging.getLogger("openrft.service")
 
@@ -34,9 +34,9 @@ class InternalErrors:
 
         try:
             await self.app(scope, receive, tracked)
-        except Exception:
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+        except Exception as exc:
             if started:  # part of an answer went out already: only closing the connection ends it cleanly
+                log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
                 raise
-            response = error_response(scope["path"], ApiError(500, "internal server error", "server_error"))
+            response = error_response(scope["path"], unexpected_error(exc, scope.get("method"), scope.get("path")))
             await response(scope, receive, send)

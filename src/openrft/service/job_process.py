@@ -16,6 +16,7 @@ import time
 import traceback
 
 from openrft.data.loader import DatasetError
+from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.engine import JobControl, RFTJob
 from openrft.engine.checkpoints import CheckpointManager
 from openrft.engine.job import Command
@@ -71,8 +72,14 @@ class JobRunner:
             self.job.id, step, metrics, event_data(step, total, metrics), event_message(step, total, metrics)
         )
 
+    def on_samples(self, kind: str, step: int, records: list[dict]) -> None:
+        for record in records:  # an error message may name the run directory: no server paths to tenants
+            if record["error_message"] and str(self.run_dir) in record["error_message"]:
+                record["error_message"] = record["error_message"].replace(str(self.run_dir), f"runs/{self.job.id}")
+        self.store.add_samples(self.job.id, records, int(self.spec.tracking.samples_max_mb * 2**20))
+
     def on_event(self, level: str, message: str) -> None:
-        message = message.replace(str(self.run_dir), f"runs/{self.job.id}")  # no server paths to tenants
+        message = self.tenant_text(message)  # no server paths to tenants
         self.store.add_event(self.job.id, level if level in ("info", "warn", "error") else "info", message)
         self.sync_checkpoints()  # the engine announces each saved checkpoint with an event
 
@@ -90,6 +97,7 @@ class JobRunner:
             "show_progress": False,
             "control": StoreControl(self.store, self.job.id),
             "listeners": (self.on_metrics,),
+            "sample_listeners": (self.on_samples,),
             "on_event": self.on_event,
         }
         latest = self.checkpoints.latest() if (self.run_dir / "spec.json").exists() else None
@@ -103,12 +111,20 @@ class JobRunner:
         self.store.truncate_after(self.job.id, -1)
         return RFTJob(self.spec, self.run_dir, **kwargs)
 
+    def tenant_text(self, text: str) -> str:
+        """``text`` with the server's paths made relative to the data directory (no server paths to tenants)."""
+        return text.replace(str(self.run_dir), f"runs/{self.job.id}").replace(f"{self.config.data_dir}/", "")
+
     def run(self) -> int:
         try:
             summary = self.build().run()
         except Exception as exc:
             code = next((c for kind, c in ERROR_CODES if isinstance(exc, kind)), "internal_error")
             message = str(exc) if isinstance(exc, OpenRFTError) else f"{exc.__class__.__name__}: {exc}"
+            if is_disk_full(exc):
+                code, message = "insufficient_storage", f"{DISK_FULL_MESSAGE} ({message}); resume the job once "
+                message += "there is space: it continues from its last checkpoint"
+            message = self.tenant_text(message)
             if code == "internal_error":
                 traceback.print_exc()
             param = "training_file" if code == "invalid_training_file" else None

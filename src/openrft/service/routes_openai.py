@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from openrft.engine.samples import SampleOrder
+from openrft.rewards.types import SCORE_LIMIT
 from openrft.service import graders
 from openrft.service.auth import current_owner
 from openrft.service.errors import ApiError
@@ -18,8 +20,10 @@ from openrft.service.schemas import (
     JobEvent,
     Page,
 )
+from openrft.service.store.samples import SampleFilter
 from openrft.service.tenancy import tenant_config
 from openrft.service.views import event_seq, openai_checkpoint, openai_event, openai_job
+from openrft.spec.job import MAX_STEPS
 
 router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"])
 Owner = Annotated[str, Depends(current_owner)]
@@ -116,6 +120,36 @@ def list_metrics(request: Request, owner: Owner, job_id: str) -> Page[dict[str, 
     store = request.app.state.store
     store.get_job(owner, job_id)
     return Page[dict[str, Any]](data=[{"step": r.step, **r.data} for r in store.metrics(job_id)], has_more=False)
+
+
+@router.get("/jobs/{job_id}/samples", response_model=Page[dict[str, Any]], tags=["openrft"])
+def list_samples(
+    request: Request,
+    owner: Owner,
+    job_id: str,
+    kind: Annotated[Literal["train", "eval"] | None, Query(description="training or validation samples")] = None,
+    step: Annotated[int | None, Query(ge=0, le=MAX_STEPS, description="the step they were recorded at")] = None,
+    example_id: Annotated[str | None, Query(max_length=200, description="one prompt's answers")] = None,
+    error_kind: Annotated[
+        str | None, Query(max_length=32, description="samples whose reward failed with this kind; 'any': every one")
+    ] = None,
+    grader: Annotated[str | None, Query(max_length=200, description="samples this grader scored")] = None,
+    min_reward: Annotated[float | None, Query(ge=-SCORE_LIMIT, le=SCORE_LIMIT)] = None,
+    max_reward: Annotated[float | None, Query(ge=-SCORE_LIMIT, le=SCORE_LIMIT)] = None,
+    order: Annotated[SampleOrder, Query(description="'-' first: descending; 'step' is the recording order")] = "step",
+    offset: Annotated[int, Query(ge=0, le=10_000_000, description="samples to skip: the page's start")] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> Page[dict[str, Any]]:
+    """OpenRFT: the job's recorded samples (docs/monitoring.md): the prompt, the response (with its tool turns),
+    the reward, each grader's score and explanation, the advantage, the policy age, the error kind of a failed
+    reward. Paged by ``offset``: the next page starts at ``offset + limit`` while ``has_more``."""
+    store = request.app.state.store
+    store.get_job(owner, job_id)
+    where = SampleFilter(kind, step, example_id, error_kind, grader, min_reward, max_reward)
+    data, more = store.list_samples(job_id, where, order, offset, limit)
+    return Page[dict[str, Any]](
+        data=data, has_more=more, first_id=data[0]["id"] if data else None, last_id=data[-1]["id"] if data else None
+    )
 
 
 @router.post("/alpha/graders/run")

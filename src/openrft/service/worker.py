@@ -73,20 +73,23 @@ class Worker:
         log.info("worker %s started job %s (attempt %d, pid %d)", self.worker_id, job_id, attempt, process.pid)
 
     def _collect_finished(self) -> None:
+        """Forget a finished job process only once its job has an outcome in the store: one that could not
+        be recorded (a full disk under the database) is tried again at the next turn, never left running."""
         for job_id, running in list(self.running.items()):
             code = running.process.poll()
             if code is None:
                 continue
+            self._process_ended(running, code)
             del self.running[job_id]
-            if code != 0:
-                self._process_died(running, code)
 
-    def _process_died(self, running: RunningJob, code: int) -> None:
-        """The job process ended without recording an outcome (killed, out of memory, a crash)."""
+    def _process_ended(self, running: RunningJob, code: int) -> None:
+        """The job process ended; if it recorded no outcome (killed, out of memory, a crash, a full disk)."""
         job = self.store.get_job(None, running.job_id)
         if job.status not in ("running", "pausing") or job.attempts != running.attempt:
             return
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        if code == 0:
+            how = "exit code 0 without recording an outcome"
         if job.control == "cancel":
             self.store.finish(job.id, running.attempt, "cancelled", f"Job cancelled (job process stopped: {how})")
         elif job.attempts >= self.config.max_attempts:
@@ -98,7 +101,7 @@ class Worker:
                 "error",
                 error_code="job_process_died",
                 error_message=f"the job process ended with {how} on {job.attempts} attempts; "
-                f"see {self.config.data_dir / 'logs' / (job.id + '.log')}",
+                f"its output is in the worker's logs/{job.id}.log",
             )
         else:
             self.store.requeue(job.id, self.worker_id, f"Job process ended with {how}")

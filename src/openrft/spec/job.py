@@ -102,7 +102,22 @@ class SamplingSpec(_Strict):
     temperature: float = Field(1.0, ge=0, le=MAX_TEMPERATURE)
     top_k: int = Field(0, ge=0, le=1_000_000, description="0 = off")
     top_p: float = Field(1.0, gt=0, le=1)
+    min_p: float = Field(0.0, ge=0, lt=1, description="0 = off; tokens below min_p x the top probability dropped")
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+
+
+class RolloutCorrectionSpec(_Strict):
+    """Importance weights between the generation engine's log-probs and the learner's (docs/algorithm.md)."""
+
+    mode: Literal["auto", "off", "tis", "mis"] = Field(
+        "auto",
+        description="tis: truncated IS weights min(rho, cap); mis: tokens (or sequences) with rho outside "
+        "[1/cap, cap] masked; off: none; auto: tis when an engine other than the learner's model generates",
+    )
+    level: Literal["token", "sequence"] = Field(
+        "token", description="sequence: one ratio per sequence, exp of the mean token log-ratio"
+    )
+    cap: float = Field(2.0, gt=1, le=1e6, description="the bound of rho (verl's rollout_is_threshold)")
 
 
 class RolloutSpec(_Strict):
@@ -120,7 +135,46 @@ class RolloutSpec(_Strict):
     generation_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
-    generator_base_url: str | None = Field(None, description="OpenAI-compatible server (vLLM, ours) to sample from")
+    generator_base_url: str | None = Field(
+        None, description="OpenAI-compatible servers (vLLM, openrft serve-model) to sample from, comma-separated"
+    )
+    engine: Literal["auto", "local", "server", "vllm"] = Field(
+        "auto",
+        description="what generates rollouts: local (the learner's model, in-process sampler), server "
+        "(generator_base_url), vllm (vLLM's LLM engine in the learner's process); auto: server when "
+        "generator_base_url is set, else local",
+    )
+    correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
+
+    @property
+    def generation_engine(self) -> Literal["local", "server", "vllm"]:
+        """The engine ``auto`` resolves to."""
+        if self.engine != "auto":
+            return self.engine
+        return "server" if self.generator_base_url else "local"
+
+    @property
+    def correction_mode(self) -> Literal["off", "tis", "mis"]:
+        """The correction ``auto`` resolves to: tis against an engine, off for the learner's own model."""
+        if self.correction.mode != "auto":
+            return self.correction.mode
+        return "off" if self.generation_engine == "local" else "tis"
+
+    @model_validator(mode="after")
+    def _check_engine(self) -> RolloutSpec:
+        if self.engine == "server" and not self.generator_base_url:
+            raise ValueError("rollout.engine 'server' needs rollout.generator_base_url (the server URLs)")
+        if self.engine in ("local", "vllm") and self.generator_base_url:
+            raise ValueError(
+                f"rollout.generator_base_url ({self.generator_base_url!r}) is set but rollout.engine is "
+                f"{self.engine!r}, which does not use it: set rollout.engine to 'server' (or 'auto'), or unset the URL"
+            )
+        if self.engine == "vllm" and self.runtime != "local":
+            raise ValueError(
+                f"rollout.engine 'vllm' (colocated in the learner's process) runs on rollout.runtime 'local', "
+                f"not {self.runtime!r}: serve vLLM and set rollout.generator_base_url instead"
+            )
+        return self
 
 
 class OptimizerSpec(_Strict):
@@ -189,6 +243,13 @@ class CheckpointSpec(_Strict):
 
 class TrackingSpec(_Strict):
     tensorboard: bool = True
+    sample_prompts_per_step: int = Field(
+        2, ge=0, le=MAX_STEPS, description="training prompts per step whose samples are recorded; 0 = none"
+    )
+    eval_samples: bool = Field(True, description="record every validation sample at each evaluation")
+    samples_max_mb: float = Field(
+        256.0, gt=0, le=1e6, description="the run's recorded samples are kept under this size, oldest dropped first"
+    )
     mlflow_tracking_uri: str | None = None
     mlflow_experiment_name: str | None = None
     mlflow_run_name: str | None = None

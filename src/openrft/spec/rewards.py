@@ -502,6 +502,10 @@ RewardConfig = Annotated[
 # how rewards run
 
 
+MAX_CALL_TIMEOUT_S = 900.0  # AWS Lambda's own longest run
+MAX_CALL_CONCURRENCY = 256  # calls in flight from one job to one endpoint
+
+
 class RemoteCallSpec(_Strict):
     """Timeouts, retries and the circuit breaker of every HTTP reward call (Nova Lambda, Cloud Run,
     LLM judges).
@@ -513,13 +517,19 @@ class RemoteCallSpec(_Strict):
     """
 
     timeout_s: float | None = Field(
-        None, gt=0, description="per attempt; None = the service's limit: Nova 900 s, Cloud Run 300 s, judges 60 s"
+        None,
+        gt=0,
+        le=MAX_CALL_TIMEOUT_S,
+        description="per attempt, the whole answer included; None = the service's limit: Nova 900 s, Cloud Run "
+        "300 s, judges 60 s",
     )
     max_retries: int = Field(3, ge=0, le=20)
-    backoff_initial_s: float = Field(0.5, ge=0)
-    backoff_max_s: float = Field(10.0, ge=0)
-    circuit_failures: int = Field(5, ge=1, description="consecutive failed calls that fail the job")
-    max_concurrency: int = Field(16, ge=1, description="calls in flight to per-sample endpoints (Cloud Run)")
+    backoff_initial_s: float = Field(0.5, ge=0, le=60)
+    backoff_max_s: float = Field(10.0, ge=0, le=300)
+    circuit_failures: int = Field(5, ge=1, le=1000, description="consecutive failed calls that fail the job")
+    max_concurrency: int = Field(
+        16, ge=1, le=MAX_CALL_CONCURRENCY, description="calls in flight to per-sample endpoints (Cloud Run)"
+    )
     api_key_env: str | None = Field(None, description="environment variable whose value is sent as a Bearer token")
 
 
@@ -534,8 +544,8 @@ class JudgeSpec(_Strict):
         "OPENRFT_JUDGE_API_KEY", description="variable holding the key; $OPENAI_API_KEY is tried when it is unset"
     )
     model: str | None = Field(None, description="sent instead of the model the grader names (e.g. a local model)")
-    max_concurrency: int = Field(8, ge=1, description="judge requests in flight")
-    max_tokens: int = Field(256, ge=1, description="reply length when the grader sets none")
+    max_concurrency: int = Field(8, ge=1, le=MAX_CALL_CONCURRENCY, description="judge requests in flight")
+    max_tokens: int = Field(256, ge=1, le=32768, description="reply length when the grader sets none")
     structured_output: bool = Field(
         True,
         description="ask score_model/label_model judges for OpenAI's structured output (response_format "

@@ -14,9 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from openrft.spec.rewards import RemoteCallSpec
+from openrft.spec.rewards import MAX_CALL_CONCURRENCY, MAX_CALL_TIMEOUT_S, RemoteCallSpec
+
+MALFORMED_CALL_MESSAGE = (
+    "error: the tool call could not be read ({error}); write each call in the format the instructions show"
+)
 
 
 class _Strict(BaseModel):
@@ -36,7 +40,7 @@ class PythonToolSpec(_Strict):
     type: Literal["python"]
     function: str = Field(description="file.py:function (relative to the job file) or package.module:function")
     sandboxed: bool = Field(True, description="run in the reward sandbox (a single-file module); False = in-process")
-    timeout_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(30.0, gt=0, le=MAX_CALL_TIMEOUT_S)
 
 
 ToolRunnerSpec = Annotated[HttpToolSpec | PythonToolSpec, Field(discriminator="type")]
@@ -46,7 +50,27 @@ class EnvironmentSpec(_Strict):
     module: str = Field(description="env.py (relative to the job file) or package.module")
     class_name: str = "Environment"
     config: dict[str, Any] = Field(default_factory=dict, description="passed to the class: Environment(config)")
-    timeout_s: float = Field(30.0, gt=0, description="per reset / step / reward call")
+    timeout_s: float = Field(30.0, gt=0, le=MAX_CALL_TIMEOUT_S, description="per reset / step / reward call")
+
+
+class McpServerSpec(_Strict):
+    """An MCP server whose tools the rows may call: started as a subprocess (``command``, stdio) or reached at
+    ``url`` (streamable HTTP). Its tools' schemas are read from the server and added to every row."""
+
+    command: list[str] | None = Field(None, min_length=1, description="stdio: the server's command and arguments")
+    url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint, e.g. http://host:8000/mcp")
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: environment variables added for the server")
+    cwd: str | None = Field(None, description="stdio: the working directory (relative to the job file)")
+    session: Literal["shared", "episode"] = Field(
+        "shared", description="one session for every call, or one per episode (a stateful server)"
+    )
+    timeout_s: float = Field(30.0, gt=0, le=MAX_CALL_TIMEOUT_S, description="per call")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (a stdio server) and url (streamable HTTP)")
+        return self
 
 
 class ToolsSpec(_Strict):
@@ -57,7 +81,26 @@ class ToolsSpec(_Strict):
     max_turns: int = Field(4, ge=1, le=64, description="model turns per episode")
     functions: dict[str, ToolRunnerSpec] = Field(default_factory=dict)
     environment: EnvironmentSpec | None = None
-    max_concurrency: int = Field(64, ge=1, description="tool calls in flight at once")
+    mcp_servers: dict[str, McpServerSpec] = Field(
+        default_factory=dict, description="MCP servers by name: their tools run there (docs/tools.md)"
+    )
+    max_concurrency: int = Field(64, ge=1, le=MAX_CALL_CONCURRENCY, description="tool calls in flight at once")
+    max_calls_per_turn: int = Field(
+        16, ge=1, le=999, description="calls run per model turn; the rest are answered with an error message"
+    )
+    max_output_chars: int | None = Field(
+        16384, ge=16, description="a tool message longer than this is cut, with a note saying so (null: never)"
+    )
+    malformed_call_message: str | None = Field(
+        MALFORMED_CALL_MESSAGE,
+        description="the tool message that answers a call block that cannot be read ({error}: what was wrong); "
+        "null: such a turn is the episode's answer",
+    )
+    turn_rewards: Literal["ignore", "sum"] = Field(
+        "ignore",
+        description="per-turn rewards an environment's step returns: ignored, or added to the episode's reward "
+        "(the sample's return over its turns)",
+    )
 
     def relative_to(self, base_dir: Path) -> ToolsSpec:
         """File paths (``file.py:fn``, ``env.py``) made absolute against the job file's directory."""
@@ -70,7 +113,13 @@ class ToolsSpec(_Strict):
         environment = self.environment
         if environment is not None and environment.module.endswith(".py"):
             environment = environment.model_copy(update={"module": str((base_dir / environment.module).resolve())})
-        return self.model_copy(update={"functions": functions, "environment": environment})
+        servers = {
+            name: server.model_copy(update={"cwd": str((base_dir / (server.cwd or ".")).resolve())})
+            if server.command is not None
+            else server
+            for name, server in self.mcp_servers.items()
+        }
+        return self.model_copy(update={"functions": functions, "environment": environment, "mcp_servers": servers})
 
 
 def _absolute_target(target: str, base_dir: Path) -> str:

@@ -6,6 +6,8 @@
 - Llama 3.1/3.2/3.3 JSON: ``{"name": ..., "parameters": {...}}``, after ``<|python_tag|>`` or bare (several
   separated by ``;``). Llama 3.2/4 "pythonic": ``[name(key=value, ...), ...]``.
 - Mistral: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` or ``[TOOL_CALLS]name[ARGS]{...}``.
+- gpt-oss harmony: ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>``
+  (``openrft.tools.harmony``; read from the text with its special tokens kept).
 
 Markup that names no tag (bare JSON, pythonic) counts as a call only when every name in it is a tool the row
 offers, so an answer that merely is JSON is not taken for a call. Calls come out in OpenAI's shape,
@@ -22,12 +24,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from openrft.tools.harmony import is_harmony, parse_harmony
+
 HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 QWEN_XML_FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|\Z)", re.DOTALL)
 QWEN_XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|\Z)", re.DOTALL)
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_TAG = "[TOOL_CALLS]"
 MISTRAL_ARGS = "[ARGS]"
+MISTRAL_CALL_ID = "[CALL_ID]"
 FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
 
 
@@ -136,6 +141,7 @@ def _mistral_args(rest: str) -> tuple[list[tuple[str, Any]], list[str]]:
         if not chunk.strip():
             continue
         name, _, arguments = chunk.partition(MISTRAL_ARGS)
+        name = name.partition(MISTRAL_CALL_ID)[0]  # [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} (v11 tokenizers)
         values = _json_values(arguments)
         if name.strip() and values and len(values) == 1 and isinstance(values[0], dict):
             calls.append((name.strip(), values[0]))
@@ -197,6 +203,8 @@ def parse_tool_calls(text: str, names: Collection[str] = (), id_prefix: str = "c
         content, found, malformed = _tagged_json(text, PYTHON_TAG)
     elif MISTRAL_TAG in text:
         content, found, malformed = _tagged_json(text, MISTRAL_TAG)
+    elif is_harmony(text):
+        content, found, malformed = parse_harmony(text)
     else:
         untagged = _untagged(text, names)
         content, found = ("", untagged) if untagged else (text, [])

@@ -2,44 +2,67 @@
 
 ``ToolGenerator`` wraps any generator (in-process, a replica thread's, a remote server's) and keeps its
 interface: ``generate(prompts, params, seed)`` returns ``params.n`` completions per prompt, each now a
-whole episode. The first turn samples the ``n`` episodes of a prompt from one shared prefill; then, turn
-by turn, the calls each episode's last turn made run (concurrently across episodes), their results go
-back as ``tool`` messages through the chat template, and every episode still going generates its next
-turn. An episode ends at an answer without a call, after ``max_turns`` model turns, when the token budget
-(``params.max_new_tokens``, tool results included) is spent, or when a tool cannot answer.
+whole episode. Each prompt is a ``RowPrompt``: its token ids and the dataset row they were rendered from,
+so rows are found by what they are, never by their tokens (rows with the same prompt keep their own data).
+
+An episode: the environment (when the job has one) is made and ``reset`` with the row, and may open the
+conversation with observation messages; the model writes its first turn (the ``n`` episodes of a prompt
+without an observation share one prefill); then, turn by turn, the calls each episode's last turn made
+run (concurrently across episodes), their results go back as ``tool`` messages through the chat template,
+and every episode still going generates its next turn. An episode ends at an answer without a call, after
+``max_turns`` model turns, when the token budget (``params.max_new_tokens``, tool results included) is
+spent, when a tool cannot answer, or when the environment's ``step`` says it is done. The environment is
+closed at the end whatever happened.
 
 The episode's tokens: the model's own (``loss_mask`` 1, with their log-probs) and the tool results with
-the chat template's tokens around them (``loss_mask`` 0, log-prob 0). The template's part is found by
-rendering the conversation with and without the tool messages and keeping the difference, so the model's
-sampled tokens are never re-tokenized.
+the chat template's tokens around them (``loss_mask`` 0, log-prob 0), computed from the template itself
+(``openrft.tools.continuation``), so the model's sampled tokens are never re-tokenized.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
+import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from openrft.data.records import Example
-from openrft.errors import OpenRFTError
 from openrft.rewards.remote import gather_all
 from openrft.rewards.types import RewardFailure
 from openrft.rewards.views import openai_item
-from openrft.rollout.prompts import chat_text
+from openrft.rollout.prompts import render_prompt
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.rewards import SandboxSpec
 from openrft.spec.tools import ToolsSpec
-from openrft.tools.calls import parse_tool_calls, tool_names
+from openrft.tools.calls import MISTRAL_TAG, PYTHON_TAG, parse_tool_calls, tool_names
+from openrft.tools.continuation import ToolTemplateError, call_id, continuation_ids
+from openrft.tools.harmony import MARKERS as HARMONY_MARKERS
 from openrft.tools.runners import CallContext, ToolBox, ToolResult
 
 T = TypeVar("T")
+MAX_CHARS_PER_TOKEN = 16
+"""A bound on the characters of one token, for cutting tool content to a token budget before tokenizing it."""
+CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"|to=functions\.([^\s<]+)|\[TOOL_CALLS\]\s*(\w+)')
 
 
-class ToolTemplateError(OpenRFTError):
-    """The model's chat template cannot continue a conversation with tool results."""
+class RowPrompt(list):
+    """A prompt's token ids (a list) that carry the dataset row they were rendered from and its index."""
+
+    example: Example
+    index: int
+
+    def __init__(self, ids: list[int], example: Example, index: int):
+        super().__init__(ids)
+        self.example, self.index = example, index
+
+
+def row_prompts(examples: list[Example], prompt_ids: list[list[int]], start: int = 0) -> list[RowPrompt]:
+    """Each prompt with its row (``start``: the index of the first row)."""
+    return [RowPrompt(ids, example, start + i) for i, (example, ids) in enumerate(zip(examples, prompt_ids))]
 
 
 class ToolService:
@@ -54,7 +77,7 @@ class ToolService:
 
     @staticmethod
     async def _make(spec: ToolsSpec, sandbox: SandboxSpec) -> ToolBox:
-        return ToolBox(spec, sandbox)
+        return await ToolBox(spec, sandbox).start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -77,6 +100,9 @@ class EpisodeStats:
     errors: dict[str, int] = field(default_factory=dict)
     latency_s: dict[str, float] = field(default_factory=dict)
     malformed: int = 0
+    rejected: int = 0  # calls over max_calls_per_turn, answered with an error and not run
+    environment_done: bool = False
+    close_error: str | None = None
 
     def record(self, name: str, result: ToolResult) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -91,6 +117,9 @@ class EpisodeStats:
             "errors": dict(self.errors),
             "latency_s": dict(self.latency_s),
             "malformed": self.malformed,
+            "rejected": self.rejected,
+            "environment_done": self.environment_done,
+            "close_error": self.close_error,
         }
 
 
@@ -109,18 +138,23 @@ class Episode:
     example: Example
     prompt_ids: list[int]
     budget: int
+    episode_id: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
-    turns: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)  # opening observation, then the episode's messages
+    opened: bool = False  # the environment's reset gave opening messages: the prompt is the episode's own
     pending: list[dict[str, Any]] = field(default_factory=list)  # the calls of the last turn, not yet run
+    refused: dict[str, str] = field(default_factory=dict)  # call id -> the error that answers it (not run)
     stats: EpisodeStats = field(default_factory=EpisodeStats)
     versions: list[int] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)  # per model turn, from the environment's steps
     finish_reason: str | None = None
     failure: tuple[str, str] | None = None
     final_text: str = ""
     environment: Any = None
     environment_reward: float | None = None
+    environment_state: Any = None
 
     @property
     def done(self) -> bool:
@@ -141,23 +175,42 @@ class Episode:
     def messages(self) -> list[dict[str, Any]]:
         return [*self.example.messages, *self.turns]
 
-    def completion(self) -> Completion:
-        metadata: dict[str, Any] = {"tools": self.stats.as_dict()}
+    def fail(self, failure: RewardFailure) -> None:
+        if self.failure is None:
+            self.failure = (failure.kind, failure.message)
+        self.finish_reason = self.finish_reason or "tool_error"
+        self.pending = []
+
+    def completion(self, policy_version: int) -> Completion:
+        metadata: dict[str, Any] = {"tools": self.stats.as_dict(), "episode_id": self.episode_id}
         if self.failure is not None:
             metadata["tool_failure"] = list(self.failure)
         if self.environment_reward is not None:
             metadata["environment_reward"] = self.environment_reward
+        if self.environment_state is not None:
+            metadata["environment_state"] = self.environment_state
+        if any(self.turn_rewards):
+            metadata["turn_rewards"] = list(self.turn_rewards)
         return Completion(
             prompt_ids=list(self.prompt_ids),
             token_ids=self.token_ids,
             logprobs=self.logprobs,
             text=self.final_text,
             finish_reason=self.finish_reason or "length",
-            policy_version=min(self.versions),
+            policy_version=min(self.versions) if self.versions else policy_version,
             metadata=metadata,
             loss_mask=self.loss_mask,
             turns=self.turns,
         )
+
+
+def _row(prompt: list[int]) -> tuple[Example, int]:
+    if not isinstance(prompt, RowPrompt):
+        raise TypeError(
+            "a tool episode starts from a RowPrompt (the prompt's tokens and its dataset row: "
+            "openrft.tools.episodes.row_prompts); this prompt is a plain list of token ids"
+        )
+    return prompt.example, prompt.index
 
 
 class ToolGenerator:
@@ -168,16 +221,15 @@ class ToolGenerator:
         inner: Any,
         service: ToolService,
         tokenizer,
-        examples: dict[tuple[int, ...], Example],
         eos_token_ids: list[int],
         reasoning_effort: str | None = None,
     ):
         if not getattr(tokenizer, "chat_template", None):
             raise ToolTemplateError("multi-turn rollouts with tools need a model whose tokenizer has a chat template")
         self.inner, self.service, self.tokenizer = inner, service, tokenizer
-        self.examples = examples
         self.eos_token_ids = set(eos_token_ids)
         self.reasoning_effort = reasoning_effort
+        self.spec = service.spec
         self.max_turns = service.spec.max_turns
 
     # the Generator interface, delegated -------------------------------------------------------------
@@ -206,37 +258,60 @@ class ToolGenerator:
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
     ) -> list[list[Completion]]:
-        groups = self.inner.generate(prompts, params, seed)
-        episodes: list[list[Episode]] = []
-        for prompt, group in zip(prompts, groups):
-            example = self.examples.get(tuple(prompt))
-            if example is None:
-                raise KeyError("a prompt of this job's datasets was expected; this one is unknown")
+        groups: list[list[Episode]] = []
+        for prompt in prompts:
+            example, index = _row(prompt)
             budget = params.completion_limit(len(prompt))  # the whole episode: max_new_tokens, within max_length
-            row = [Episode(example, list(prompt), budget) for _ in group]
-            for episode, completion in zip(row, group):
-                self._model_turn(episode, completion)
-            episodes.append(row)
-        flat = [e for row in episodes for e in row]
-        self.service.run(self._start_environments(flat))
-        turn = 1
-        while True:
-            self.service.run(self._run_calls([e for e in flat if e.pending]))
+            groups.append(
+                [Episode(example, list(prompt), budget, f"{index}-{uuid.uuid4().hex[:16]}") for _ in range(params.n)]
+            )
+        flat = [e for group in groups for e in group]
+        try:
+            self.service.run(self._start_environments(flat))
             for episode in flat:
-                if episode.pending and not episode.done:
-                    self._tool_turn(episode)
-                episode.pending = []
-            going = [e for e in flat if not e.done]
-            if not going:
-                break
-            turn_params = replace(params, n=1, max_new_tokens=max(e.remaining for e in going))
-            turn_seed = None if seed is None else seed + 7919 * turn
-            next_turns = self.inner.generate([e.context for e in going], turn_params, turn_seed)
-            for episode, (completion,) in zip(going, next_turns):
+                if episode.opened:
+                    episode.budget = params.completion_limit(len(episode.prompt_ids))
+            self._first_turns(prompts, groups, params, seed)
+            turn = 1
+            while True:
+                self.service.run(self._run_calls([e for e in flat if e.pending]))
+                for episode in flat:
+                    if episode.pending and not episode.done:
+                        self._tool_turn(episode)
+                    episode.pending, episode.refused = [], {}
+                going = [e for e in flat if not e.done]
+                if not going:
+                    break
+                turn_params = replace(params, n=1, max_new_tokens=max(e.remaining for e in going))
+                turn_seed = None if seed is None else seed + 7919 * turn
+                next_turns = self.inner.generate([e.context for e in going], turn_params, turn_seed)
+                for episode, (completion,) in zip(going, next_turns):
+                    self._model_turn(episode, completion)
+                turn += 1
+            self.service.run(self._finish_environments(flat))
+        finally:
+            self.service.run(self._close_environments(flat))
+        version = self.inner.policy_version
+        return [[e.completion(version) for e in group] for group in groups]
+
+    def _first_turns(
+        self, prompts: list[list[int]], groups: list[list[Episode]], params: SamplingParams, seed: int | None
+    ) -> None:
+        """The first model turn: the ``n`` episodes of a prompt from one shared prefill, unless an episode's
+        environment opened the conversation (then each such episode from its own prompt)."""
+        shared = [i for i, group in enumerate(groups) if not any(e.opened for e in group)]
+        if shared:
+            sampled = self.inner.generate([list(prompts[i]) for i in shared], params, seed)
+            for i, completions in zip(shared, sampled):
+                for episode, completion in zip(groups[i], completions):
+                    if not episode.done:
+                        self._model_turn(episode, completion)
+        own = [e for i, group in enumerate(groups) if i not in set(shared) for e in group if not e.done]
+        if own:
+            own_params = replace(params, n=1, max_new_tokens=max(e.remaining for e in own))
+            own_seed = None if seed is None else seed + 7907
+            for episode, (completion,) in zip(own, self.inner.generate([e.context for e in own], own_params, own_seed)):
                 self._model_turn(episode, completion)
-            turn += 1
-        self.service.run(self._finish_environments(flat))
-        return [[e.completion() for e in row] for row in episodes]
 
     def _model_turn(self, episode: Episode, completion: Completion) -> None:
         """Append one sampled turn (cut to the budget) and decide: answer, calls to run, or the end."""
@@ -249,27 +324,59 @@ class ToolGenerator:
         episode.loss_mask += [1] * len(tokens)
         episode.versions.append(completion.policy_version)
         episode.stats.turns += 1
+        episode.turn_rewards.append(0.0)
+        turn = episode.stats.turns
         text = completion.text if finish == completion.finish_reason else self._decode(tokens)
-        parsed = parse_tool_calls(text, episode.offered, id_prefix=f"call_{episode.stats.turns}_")
+        call_text = self._call_text(text, tokens)
+        parsed = parse_tool_calls(call_text, episode.offered)
+        calls = [{**c, "id": call_id(turn, i)} for i, c in enumerate(parsed.calls)]
         episode.stats.malformed += len(parsed.malformed)
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.content if parsed.calls else text}
-        if parsed.calls:
-            message["tool_calls"] = parsed.calls
+        if self.spec.malformed_call_message is not None:
+            for block in parsed.malformed:  # answered with an error message, so the model learns the format
+                refused = self._refused_call(block, call_id(turn, len(calls)))
+                episode.refused[refused["id"]] = self.spec.malformed_call_message.format(
+                    error="the call's arguments are not a JSON object or its markup is broken"
+                )
+                calls.append(refused)
+        for extra in calls[self.spec.max_calls_per_turn :]:
+            episode.refused.setdefault(
+                extra["id"], f"error: at most {self.spec.max_calls_per_turn} tool calls run per turn; this one did not"
+            )
+            episode.stats.rejected += 1
+        content = parsed.content if calls or call_text is not text else text
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
         episode.turns.append(message)
-        episode.final_text = message["content"]
-        if not parsed.calls:
+        episode.final_text = content
+        if not calls:
             episode.finish_reason = finish
         elif finish != "stop":
             episode.finish_reason = "length"
-        elif episode.stats.turns >= self.max_turns:
+        elif turn >= self.max_turns:
             episode.finish_reason = "max_turns"
         else:
-            episode.pending = parsed.calls
+            episode.pending = calls
 
-    def _decode(self, tokens: list[int]) -> str:
+    @staticmethod
+    def _refused_call(block: str, id: str) -> dict[str, Any]:
+        """A call block that could not be read, as a call (its text as the arguments) to answer with an error."""
+        match = CALL_NAME.search(block)
+        name = next((g for g in match.groups() if g), "invalid") if match else "invalid"
+        return {"id": id, "type": "function", "function": {"name": name, "arguments": block}}
+
+    def _decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
         if tokens and tokens[-1] in self.eos_token_ids:
             tokens = tokens[:-1]
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+
+    def _call_text(self, text: str, tokens: list[int]) -> str:
+        """The text the calls are read from: the turn's text, or the turn with its special tokens kept when
+        those hold the call markup (Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``, harmony's
+        channels are special tokens of their tokenizers)."""
+        raw = self._decode(tokens, skip_special_tokens=False)
+        markers = (MISTRAL_TAG, PYTHON_TAG, "<tool_call>", *HARMONY_MARKERS)
+        return raw if any(m in raw and m not in text for m in markers) else text
 
     async def _start_environments(self, episodes: list[Episode]) -> None:
         factory = self.service.box.environment
@@ -277,12 +384,18 @@ class ToolGenerator:
             return
 
         async def start(episode: Episode) -> None:
+            example = episode.example
             try:
-                episode.environment = await factory.start({"id": episode.example.id, **openai_item(episode.example)})
+                episode.environment, opening = await factory.start({"id": example.id, **openai_item(example)})
             except RewardFailure as failure:
-                episode.failure = (failure.kind, failure.message)
-                episode.finish_reason = "tool_error"
-                episode.pending = []
+                episode.fail(failure)
+                return
+            if opening:
+                episode.turns = opening
+                episode.opened = True
+                episode.prompt_ids = render_prompt(
+                    self.tokenizer, [*example.messages, *opening], example.tools, self.reasoning_effort
+                )
 
         await gather_all(start(e) for e in episodes)
 
@@ -295,29 +408,60 @@ class ToolGenerator:
             if episode.environment is None or episode.failure is not None:
                 return
             try:
-                episode.environment_reward = await factory.final_reward(episode.environment)
+                episode.environment_reward = await factory.final_reward(episode.environment, episode.messages())
+                episode.environment_state = await factory.state(episode.environment)
             except RewardFailure as failure:
                 episode.failure = (failure.kind, failure.message)
 
         await gather_all(finish(e) for e in episodes)
 
+    async def _close_environments(self, episodes: list[Episode]) -> None:
+        box = self.service.box
+
+        async def close(episode: Episode) -> None:
+            await box.end_episode(episode.episode_id)
+            if episode.environment is not None and box.environment is not None:
+                episode.stats.close_error = await box.environment.close(episode.environment)
+                episode.environment = None
+
+        await asyncio.gather(*(close(e) for e in episodes))
+
     async def _run_calls(self, episodes: list[Episode]) -> None:
         box = self.service.box
 
         async def one(episode: Episode, call: dict[str, Any]) -> tuple[Episode, dict[str, Any], ToolResult]:
-            context = CallContext(episode.example.id, episode.messages(), episode.environment)
+            refusal = episode.refused.get(call["id"])
+            if refusal is not None:
+                return episode, call, ToolResult(content=refusal, error_kind="refused")
+            context = CallContext(
+                episode.example.id, episode.messages(), episode.environment, episode.episode_id, episode.stats.turns
+            )
             name = call["function"]["name"]
             arguments = json.loads(call["function"]["arguments"])
             return episode, call, await box.call(name, arguments, call["id"], episode.offered, context)
 
         results = await gather_all(one(e, c) for e in episodes if not e.done for c in e.pending)
         for episode, call, result in results:
-            episode.stats.record(call["function"]["name"], result)
+            name = call["function"]["name"]
+            if result.error_kind != "refused":
+                episode.stats.record(name, result)
             if result.fatal and episode.failure is None:
                 episode.failure = (result.error_kind or "runtime_error", result.content)
                 episode.finish_reason = "tool_error"
-            name = call["function"]["name"]
-            episode.turns.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": result.content})
+            if result.reward is not None:
+                episode.turn_rewards[-1] += result.reward
+            if result.done and not episode.done:
+                episode.stats.environment_done = True
+                episode.finish_reason = "stop"  # the environment ended the episode: no further model turn
+            content = self._within_budget(result.content, episode.remaining)
+            episode.turns.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": content})
+
+    def _within_budget(self, content: str, remaining: int) -> str:
+        """A tool's content cut to the episode's remaining tokens: what does not fit is never templated or
+        tokenized whole (a first cut at ``MAX_CHARS_PER_TOKEN`` characters a token keeps that cheap)."""
+        head = content[: max(remaining, 1) * MAX_CHARS_PER_TOKEN]
+        ids = self.tokenizer(head, add_special_tokens=False)["input_ids"]
+        return head if len(ids) <= remaining else self.tokenizer.decode(ids[: max(remaining, 0)])
 
     def _tool_turn(self, episode: Episode) -> None:
         """Append the tool messages' tokens (masked) and the start of the model's next turn."""
@@ -341,35 +485,6 @@ class ToolGenerator:
     def continuation(self, episode: Episode, before: list[dict], after: list[dict]) -> list[int]:
         last = episode.token_ids[-1] if episode.token_ids else None
         return continuation_ids(self.tokenizer, before, after, episode.example.tools, self.reasoning_effort, last)
-
-
-def continuation_ids(
-    tokenizer,
-    before: list[dict[str, Any]],
-    after: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    reasoning_effort: str | None,
-    last_token: int | None,
-) -> list[int]:
-    """Token ids that follow the model's end-of-turn token ``last_token``: the chat template's rendering of
-    what ``after`` adds to ``before`` (the tool messages) and the next assistant turn's header."""
-    head = chat_text(tokenizer, before, tools, reasoning_effort, add_generation_prompt=False)
-    full = chat_text(tokenizer, after, tools, reasoning_effort, add_generation_prompt=True)
-    if not full.startswith(head):
-        raise ToolTemplateError(
-            "the chat template renders a conversation differently once tool messages follow it, so the "
-            "tool results cannot be appended to the model's tokens; use a template that renders history "
-            "the same way whatever comes after it"
-        )
-    end = tokenizer.decode([last_token], skip_special_tokens=False) if last_token is not None else ""
-    cut = head.rfind(end) if end else -1
-    trailing = head[cut + len(end) :] if cut >= 0 else ""  # what the template writes after the end token
-    return tokenizer(trailing + full[len(head) :], add_special_tokens=False)["input_ids"]
-
-
-def examples_by_prompt(examples: list[Example], prompt_ids: list[list[int]]) -> dict[tuple[int, ...], Example]:
-    """Each prompt's example, for the generator to find the tools (and the row) of the prompts it is given."""
-    return {tuple(ids): example for example, ids in zip(examples, prompt_ids)}
 
 
 class _ReplicaTurns(PolicyVersioned):
@@ -416,13 +531,12 @@ def tool_generators(spec, parts) -> tuple[ToolService, Any]:
     from openrft.engine.async_rollouts import GeneratorReplica
 
     datasets = parts.datasets
-    examples = examples_by_prompt(datasets.train + datasets.validation, parts.train_prompts + parts.val_prompts)
+    parts.train_prompts[:] = row_prompts(datasets.train, parts.train_prompts)
+    parts.val_prompts[:] = row_prompts(datasets.validation, parts.val_prompts, start=len(datasets.train))
     service = ToolService(spec.tools, spec.reward.sandbox)
 
     def episodes(generator) -> ToolGenerator:
-        return ToolGenerator(
-            generator, service, parts.tokenizer, examples, parts.eos_ids, spec.sampling.reasoning_effort
-        )
+        return ToolGenerator(generator, service, parts.tokenizer, parts.eos_ids, spec.sampling.reasoning_effort)
 
     def wrap(generator):
         if isinstance(generator, GeneratorReplica):

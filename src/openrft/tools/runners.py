@@ -13,11 +13,13 @@ Every call ends in a ``ToolResult``. Two kinds of failure, kept apart:
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib
 import importlib.util
 import inspect
 import json
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,11 +41,23 @@ class ToolConfigError(OpenRFTError):
 
 
 @dataclass
+class Step:
+    """What an environment's ``step`` may return instead of the bare tool message: the message, whether the
+    episode ends with it (the model gets no further turn), and a reward for the turn that made the call."""
+
+    content: Any
+    done: bool = False
+    reward: float | None = None
+
+
+@dataclass
 class ToolResult:
     content: str
     error_kind: str | None = None  # a RewardOutcome error kind, or "tool_error" / "unknown_tool"
     fatal: bool = False
     latency_s: float = 0.0
+    done: bool = False  # an environment ended the episode
+    reward: float | None = None  # an environment's reward for the turn
 
     @property
     def ok(self) -> bool:
@@ -52,11 +66,14 @@ class ToolResult:
 
 @dataclass
 class CallContext:
-    """What a runner may send along with a call: the row's id and the conversation so far."""
+    """What a runner may send along with a call: the row's id, the episode's, the model turn that made the
+    call (1 = the first) and the conversation so far."""
 
     example_id: str
     messages: list[dict[str, Any]]
     environment: Any = None  # this episode's Environment instance, when the job has one
+    episode_id: str = ""
+    turn: int = 0
 
 
 class ToolRunner(Protocol):
@@ -72,11 +89,24 @@ def _failure(exc: RewardFailure) -> ToolResult:
     return ToolResult(content=exc.message, error_kind=exc.kind, fatal=True)
 
 
+TOOL_RESPONSE_BYTES = 1 << 20
+"""The most of an HTTP tool's answer read (a 32 MB answer took a job process to 3.5 GB)."""
+
+
 class HttpTool:
-    """``POST url {name, arguments, call_id, example_id, messages}`` -> ``{"content": str}`` or ``{"error": str}``."""
+    """``POST url {name, arguments, call_id, example_id, episode_id, turn, messages}`` -> ``{"content": str}``
+    or ``{"error": str}``."""
 
     def __init__(self, name: str, spec: HttpToolSpec, client: httpx.AsyncClient):
-        self.endpoint = RemoteEndpoint(spec.url, spec.remote, 30.0, f"tool {name}", client)
+        self.endpoint = RemoteEndpoint(
+            spec.url,
+            spec.remote,
+            30.0,
+            f"tool {name}",
+            client,
+            kind="endpoint of",
+            max_response_bytes=TOOL_RESPONSE_BYTES,
+        )
 
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
         body = {
@@ -84,10 +114,12 @@ class HttpTool:
             "arguments": arguments,
             "call_id": call_id,
             "example_id": context.example_id,
+            "episode_id": context.episode_id,
+            "turn": context.turn,
             "messages": context.messages,
         }
         try:
-            answer = await self.endpoint.post_json(body)
+            answer = await self.endpoint.post_json(body, key=context.example_id)
         except RewardFailure as exc:
             return _failure(exc)
         if isinstance(answer, dict) and isinstance(answer.get("error"), str):
@@ -118,11 +150,48 @@ def load_module(module: str, what: str):
         raise ToolConfigError(f"{what}: cannot import {module}: {type(exc).__name__}: {exc}") from None
 
 
+class ToolTimeout(Exception):
+    """Raised inside a tool's worker thread that ran past its time limit, to stop it."""
+
+
 async def _in_thread(function, args: tuple, kwargs: dict, timeout_s: float) -> Any:
-    """Call a sync or async function with a time limit (a sync one in a worker thread, not killed on timeout)."""
+    """Call a sync or async function with a time limit. A sync one runs in a thread of its own; on timeout
+    ``ToolTimeout`` is raised inside that thread (it stops at its next Python instruction, so a tool in a
+    Python loop does not keep running; one blocked inside a C call stops when the call returns)."""
     if inspect.iscoroutinefunction(function):
         return await asyncio.wait_for(function(*args, **kwargs), timeout_s)
-    return await asyncio.wait_for(asyncio.to_thread(function, *args, **kwargs), timeout_s)
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def work() -> None:
+        try:
+            try:
+                value, ok = function(*args, **kwargs), True
+            except ToolTimeout:
+                raise
+            except BaseException as exc:  # handed to the caller
+                value, ok = exc, False
+            loop.call_soon_threadsafe(settle, ok, value)
+        except (ToolTimeout, RuntimeError):  # stopped on timeout; or the loop closed meanwhile
+            pass
+
+    thread = threading.Thread(target=work, name="openrft-tool-call", daemon=True)
+    thread.start()
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+    except TimeoutError:
+        stop_thread(thread)
+        raise
+
+
+def stop_thread(thread: threading.Thread) -> None:
+    """Raise ToolTimeout in ``thread`` (CPython's asynchronous exception), once."""
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(ToolTimeout))
 
 
 class PythonTool:
@@ -168,8 +237,26 @@ class PythonTool:
         return ToolResult(content=as_content(value))
 
 
+def observation_messages(value: Any) -> list[dict[str, Any]]:
+    """What ``reset`` returned as the episode's opening messages: nothing (None), a user message (a string),
+    a message (a dict with a role) or a list of them."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    messages = value if isinstance(value, list) else [value]
+    for message in messages:
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str) and "content" in message):
+            raise RewardFailure(
+                "invalid_output",
+                f"environment reset returned {str(value)[:120]!r}: an opening observation is a string, a message "
+                "{'role': ..., 'content': ...} or a list of messages",
+            )
+    return [dict(m) for m in messages]
+
+
 class EnvironmentFactory:
-    """Makes one ``Environment(config)`` per rollout; runs its ``reset``, ``step`` and ``reward``."""
+    """Makes one ``Environment(config)`` per episode; runs its ``reset``, ``step``, ``reward`` and ``close``."""
 
     def __init__(self, spec: EnvironmentSpec):
         self.spec = spec
@@ -179,17 +266,30 @@ class EnvironmentFactory:
                 f"tools.environment: {spec.module} has no class {spec.class_name} with a step(name, arguments) method"
             )
 
-    async def start(self, row: dict[str, Any]) -> Any:
-        """A new environment, reset with the dataset row (raises RewardFailure when it cannot start)."""
+    async def _call(self, what: str, method, *args: Any) -> Any:
+        try:
+            return await _in_thread(method, args, {}, self.spec.timeout_s)
+        except TimeoutError:
+            raise RewardFailure("timeout", f"environment {what} ran past {self.spec.timeout_s:g} s") from None
+        except RewardFailure:
+            raise
+        except Exception as exc:
+            raise RewardFailure("runtime_error", f"environment {what}: {type(exc).__name__}: {exc}") from None
+
+    async def start(self, row: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+        """A new environment reset with the dataset row, and its opening messages (raises RewardFailure when
+        it cannot start; the environment made is then closed)."""
         try:
             environment = self.cls(self.spec.config)
-            if callable(getattr(environment, "reset", None)):
-                await _in_thread(environment.reset, (row,), {}, self.spec.timeout_s)
-        except TimeoutError:
-            raise RewardFailure("timeout", f"environment reset ran past {self.spec.timeout_s:g} s") from None
         except Exception as exc:
-            raise RewardFailure("runtime_error", f"environment reset: {type(exc).__name__}: {exc}") from None
-        return environment
+            raise RewardFailure("runtime_error", f"environment {self.spec.class_name}(config): {exc}") from None
+        reset = getattr(environment, "reset", None)
+        try:
+            opening = await self._call("reset", reset, row) if callable(reset) else None
+            return environment, observation_messages(opening)
+        except RewardFailure:
+            await self.close(environment)
+            raise
 
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
         try:
@@ -199,24 +299,70 @@ class EnvironmentFactory:
             return ToolResult(content=message, error_kind="timeout", fatal=True)
         except Exception as exc:
             return ToolResult(content=f"error: {type(exc).__name__}: {exc}", error_kind="tool_error")
+        if isinstance(value, Step):
+            try:
+                reward = None if value.reward is None else _number(value.reward, f"environment step {name}: reward")
+            except RewardFailure as failure:
+                return ToolResult(content=failure.message, error_kind=failure.kind, fatal=True)
+            return ToolResult(content=as_content(value.content), done=bool(value.done), reward=reward)
         return ToolResult(content=as_content(value))
 
-    async def final_reward(self, environment: Any) -> float | None:
-        """The environment's own reward for the episode, if it has a ``reward()`` that returns a number."""
+    async def final_reward(self, environment: Any, messages: list[dict[str, Any]]) -> float | None:
+        """The environment's own reward for the episode, if it has a ``reward()`` that returns a number;
+        ``reward(messages)`` when it takes an argument (the whole conversation: prompt and episode)."""
         reward = getattr(environment, "reward", None)
         if not callable(reward):
             return None
-        try:
-            value = await _in_thread(reward, (), {}, self.spec.timeout_s)
-        except TimeoutError:
-            raise RewardFailure("timeout", f"environment reward ran past {self.spec.timeout_s:g} s") from None
-        except Exception as exc:
-            raise RewardFailure("runtime_error", f"environment reward: {type(exc).__name__}: {exc}") from None
-        if value is None:
+        value = await self._call("reward", reward, *([messages] if _takes_argument(reward) else []))
+        return None if value is None else _number(value, "environment reward")
+
+    async def state(self, environment: Any) -> Any:
+        """The environment's ``state()`` (JSON) at the episode's end, for the job's reward; None without one."""
+        state = getattr(environment, "state", None)
+        if not callable(state):
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            raise RewardFailure("invalid_output", f"environment reward returned {value!r}, not a number")
-        return float(value)
+        value = await self._call("state", state)
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise RewardFailure(
+                "invalid_output", f"environment state() returned {str(value)[:120]!r}, not JSON"
+            ) from None
+        return value
+
+    async def close(self, environment: Any) -> str | None:
+        """Call ``close()`` if the environment has one; its failure is returned (reported, never raised)."""
+        close = getattr(environment, "close", None)
+        if not callable(close):
+            return None
+        try:
+            await self._call("close", close)
+        except RewardFailure as failure:
+            return failure.message
+        return None
+
+
+def _takes_argument(method) -> bool:
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise RewardFailure("invalid_output", f"{what} returned {value!r}, not a number")
+    return float(value)
+
+
+def truncated(content: str, limit: int | None) -> str:
+    """``content`` cut to ``limit`` characters, the cut said at the end (within the limit)."""
+    if limit is None or len(content) <= limit:
+        return content
+    note = f"\n[truncated: {len(content):,} characters, the first {{kept:,}} shown]"
+    kept = max(0, limit - len(note.format(kept=limit)))
+    return content[:kept] + note.format(kept=kept)
 
 
 class ToolBox:
@@ -239,6 +385,23 @@ class ToolBox:
             else:
                 self.runners[name] = PythonTool(name, runner, self.pool if runner.sandboxed else None)
         self.environment = EnvironmentFactory(spec.environment) if spec.environment else None
+        self.mcp: list[Any] = []
+
+    async def start(self) -> ToolBox:
+        """Connect to the MCP servers and route each of their tools there (``openrft.tools.mcp``)."""
+        if self.spec.mcp_servers:
+            from openrft.tools.mcp import McpTool, discover
+
+            servers = {name: McpTool(name, server) for name, server in self.spec.mcp_servers.items()}
+            self.mcp = list(servers.values())
+            for tool, (server, _) in (await discover(self.spec)).items():
+                self.runners[tool] = servers[server]
+        return self
+
+    async def end_episode(self, episode_id: str) -> None:
+        """Close what an episode held open (its MCP sessions)."""
+        for server in self.mcp:
+            await server.end_episode(episode_id)
 
     async def call(
         self, name: str, arguments: dict[str, Any], call_id: str, offered: set[str], context: CallContext
@@ -251,10 +414,13 @@ class ToolBox:
         else:
             async with self.semaphore:
                 result = await runner.run(name, arguments, call_id, context)
+        result.content = truncated(result.content, self.spec.max_output_chars)
         result.latency_s = timer.elapsed
         return result
 
     async def aclose(self) -> None:
+        for server in self.mcp:
+            await server.aclose()
         if self.pool is not None:
             await self.pool.aclose()
         await self.client.aclose()

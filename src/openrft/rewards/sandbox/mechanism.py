@@ -169,13 +169,19 @@ def weak_command(scratch: str, memory_limit_mb: int, extra_paths: list[str]) -> 
 WEAK_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+WEAK_OPTION = (
+    "set openrft.sandbox_isolation: weak (in a Nova recipe, a Vertex request or an OpenAI job; "
+    "reward.sandbox.isolation: weak in an OpenRFT spec) to run user code without isolation"
+)
+
+
 @functools.cache
 def strict_unavailable() -> str | None:
     """Why strict isolation cannot run here (None when it can): bwrap missing or refused."""
     if bwrap_path() is None:
         return (
-            "bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: apt-get install bubblewrap) "
-            "or set reward.sandbox.isolation: weak to run user code without isolation"
+            "bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: apt-get install bubblewrap) or "
+            f"{WEAK_OPTION}"
         )
     import tempfile
 
@@ -189,8 +195,7 @@ def strict_unavailable() -> str | None:
     if done.returncode != 0:
         return (
             f"bubblewrap could not start a sandbox here (exit {done.returncode}: {done.stderr.strip()[:300]}); "
-            "user namespaces may be disabled. Set reward.sandbox.isolation: weak to run user code "
-            "without isolation"
+            f"user namespaces may be disabled. Install bubblewrap where it can run, or {WEAK_OPTION}"
         )
     return None
 

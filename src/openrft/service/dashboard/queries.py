@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from openrft.charts import VALIDATION_PREFIX, charts_data
+from openrft.charts import VALIDATION_PREFIX, charts_data, overlaid
+from openrft.engine.mlflow_tracking import flatten
+from openrft.rewards.types import ERROR_KINDS
 from openrft.service.store import Store
 from openrft.service.store.models import Checkpoint, Event, Job, StepMetrics
 
@@ -36,12 +38,15 @@ def latest_rewards(store: Store, job_id: str) -> tuple[float | None, float | Non
     return train, validation
 
 
+def job_summary_name(job: Job) -> str | None:
+    return job.display_name or job.suffix or (job.spec or {}).get("name")
+
+
 def job_summary(store: Store, job: Job) -> dict[str, Any]:
     train, validation = latest_rewards(store, job.id)
-    spec = job.spec or {}
     return {
         "id": job.id,
-        "name": job.display_name or job.suffix or spec.get("name"),
+        "name": job_summary_name(job),
         "status": job.status,
         "control": job.control,
         "dialect": job.api,
@@ -90,4 +95,42 @@ def job_page(store: Store, job: Job, after_event: int) -> dict[str, Any]:
         "charts": [c.to_json() for c in charts_data(rows)],
         "checkpoints": checkpoints(store, job.id),
         "events": events_after(store, job.id, after_event),
+    }
+
+
+def samples_overview(store: Store, job_id: str) -> dict[str, Any]:
+    """What the samples view offers to choose from: each recorded (kind, step) with its count, mean reward and
+    errors, the graders that scored them, the error kinds."""
+    return {
+        "steps": store.sample_steps(job_id),
+        "graders": store.sample_graders(job_id),
+        "error_kinds": list(ERROR_KINDS),
+    }
+
+
+HIDDEN_SETTINGS = ("metadata", "output_dir", "data.train", "data.validation")
+"""Left out of the settings shown side by side: the server's paths of the datasets and outputs, and metadata."""
+
+
+def settings(job: Job) -> dict[str, str]:
+    """A job's resolved spec as flat ``section.field`` settings (as MLflow gets them as params)."""
+    flat = flatten(job.spec or {})
+    return {k: v for k, v in flat.items() if k not in HIDDEN_SETTINGS and not k.startswith("metadata.")}
+
+
+def comparison(store: Store, jobs: list[Job]) -> dict[str, Any]:
+    """Two or more jobs: their summaries, every chart with each job's lines on the same axes, and their settings
+    side by side (the ones that differ first)."""
+    names = [f"{job_summary_name(job)} ({job.id[-6:]})" for job in jobs]
+    runs = [(name, metric_rows(store, job.id)) for name, job in zip(names, jobs)]
+    per_job = [settings(job) for job in jobs]
+    keys = sorted({k for s in per_job for k in s})
+    rows = [{"name": k, "values": [s.get(k) for s in per_job]} for k in keys]
+    for row in rows:
+        row["differs"] = len(set(row["values"])) > 1
+    rows.sort(key=lambda r: not r["differs"])  # stable: the differing settings first, each group by name
+    return {
+        "jobs": [{**job_summary(store, job), "label": name} for name, job in zip(names, jobs)],
+        "charts": [c.to_json() for c in overlaid(runs)],
+        "settings": rows,
     }

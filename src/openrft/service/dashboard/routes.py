@@ -10,6 +10,7 @@ from fastapi.responses import FileResponse
 
 from openrft.service.auth import current_owner
 from openrft.service.dashboard import queries
+from openrft.service.errors import ApiError
 
 # UI routes: kept out of the OpenAPI document (docs/openapi.json), which describes the public API
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
@@ -41,3 +42,29 @@ def job(
     """One job's page: summary, chart series, checkpoints, new events."""
     store = request.app.state.store
     return queries.job_page(store, store.get_job(owner, job_id), after_event)
+
+
+@router.get("/v1/dashboard/jobs/{job_id}/samples")
+def samples(request: Request, owner: Owner, job_id: str) -> dict[str, Any]:
+    """The samples view's choices: recorded steps with their counts and mean rewards, graders, error kinds.
+    The samples themselves come from the API's ``/v1/fine_tuning/jobs/{id}/samples``."""
+    store = request.app.state.store
+    store.get_job(owner, job_id)
+    return queries.samples_overview(store, job_id)
+
+
+MAX_COMPARED = 8
+
+
+@router.get("/v1/dashboard/compare")
+def compare(
+    request: Request,
+    owner: Owner,
+    jobs: Annotated[str, Query(max_length=1000, description="job ids, comma-separated")],
+) -> dict[str, Any]:
+    """Two or more of the tenant's jobs: curves overlaid and settings side by side."""
+    store = request.app.state.store
+    ids = list(dict.fromkeys(i.strip() for i in jobs.split(",") if i.strip()))
+    if not 2 <= len(ids) <= MAX_COMPARED:
+        raise ApiError(400, f"jobs: {len(ids)} job id(s) given; compare 2 to {MAX_COMPARED}", "invalid_request", "jobs")
+    return queries.comparison(store, [store.get_job(owner, i) for i in ids])

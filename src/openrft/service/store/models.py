@@ -122,3 +122,24 @@ class Checkpoint(Base):
     metrics: Mapped[Any] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (UniqueConstraint("job_id", "step"),)
+
+
+class Sample(Base):
+    """One recorded sample of a job (``engine/samples.py``): the record in ``data``, and the fields the samples
+    route filters and sorts by as columns. ``graders`` is ``|name|name|``, for a LIKE match on one name."""
+
+    __tablename__ = "samples"
+
+    seq: Mapped[int] = mapped_column(Seq, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(40))
+    kind: Mapped[str] = mapped_column(String(8))  # train | eval
+    step: Mapped[int] = mapped_column(Integer)
+    example_id: Mapped[str] = mapped_column(String(200))
+    reward: Mapped[float | None] = mapped_column(Float, nullable=True)
+    advantage: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    graders: Mapped[str] = mapped_column(Text)
+    bytes: Mapped[int] = mapped_column(Integer)
+    data: Mapped[Any] = mapped_column(JSON)
+
+    __table_args__ = (Index(None, "job_id", "kind", "step"), Index(None, "job_id", "example_id"))

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 
 from openrft.service.store.base import Repo, now, now_s
-from openrft.service.store.models import Checkpoint, Event, Job, StepMetrics
+from openrft.service.store.models import Checkpoint, Event, Job, Sample, StepMetrics
 
 
 @dataclass
@@ -85,9 +85,10 @@ class ProgressRepo(Repo):
             )
 
     def truncate_after(self, job_id: str, step: int) -> None:
-        """Forget metrics (rows and events) past ``step``: the run resumes from its checkpoint there."""
+        """Forget metrics (rows and events) and samples past ``step``: the run resumes from its checkpoint there."""
         with self.session() as s:
             s.execute(delete(StepMetrics).where(StepMetrics.job_id == job_id, StepMetrics.step > step))
+            s.execute(delete(Sample).where(Sample.job_id == job_id, Sample.step > step))
             s.execute(delete(Event).where(Event.job_id == job_id, Event.type == "metrics", Event.step > step))
             s.execute(update(Job).where(Job.id == job_id).values(last_step=step))
 

@@ -7,9 +7,10 @@ from openrft.service.store.files import FilesRepo
 from openrft.service.store.jobs import JobsRepo
 from openrft.service.store.keys import KeysRepo
 from openrft.service.store.progress import ProgressRepo
+from openrft.service.store.samples import SamplesRepo
 
 
-class Store(KeysRepo, FilesRepo, JobsRepo, ProgressRepo):
+class Store(KeysRepo, FilesRepo, JobsRepo, ProgressRepo, SamplesRepo):
     @classmethod
     def open(cls, url: str, run_migrations: bool = True) -> Store:
         engine = make_engine(url)

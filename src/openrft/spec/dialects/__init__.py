@@ -66,7 +66,7 @@ def detect_dialect(document: Any) -> Dialect:
     if isinstance(document, dict):
         if "training_config" in document or "run" in document or is_bedrock_request(document):
             return "nova"
-        if "reinforcementTuningSpec" in document:
+        if "reinforcementTuningSpec" in document or "reinforcement_tuning_spec" in document:
             return "vertex"
         if "method" in document or "training_file" in document:
             return "openai"

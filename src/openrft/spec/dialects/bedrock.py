@@ -161,13 +161,19 @@ def _resolve(
         )
     tracking_from_metadata(b, tags, "jobTags")
     b.model(request.baseModelIdentifier, base_dir, "baseModelIdentifier")
-    base_learning_rate(b, request.baseModelIdentifier, request.openrft)  # informational: learningRate is set
+    base_learning_rate(b, request.openrft)  # informational: learningRate is set
     training = request.trainingDataConfig
     if training.s3Uri is None:
         why = "invocation logs are read only by Bedrock" if training.invocationLogsConfig else "it is required"
         b.problem("trainingDataConfig.s3Uri", f"is not given ({why}): give the training JSONL file")
     b.user("data.train", resolve_location(training.s3Uri or "<missing>", base_dir), "trainingDataConfig.s3Uri")
-    b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", "Bedrock's limit of 20K prompts")
+    limit = "Bedrock's limit of 20K prompts"
+    if b.mapped_model is not None:  # Bedrock's limits are its rules for its Nova models
+        limit += (
+            f" for {request.baseModelIdentifier}, kept for the model it is mapped to (the hyperParameters ranges "
+            "too); openrft.max_train_examples caps the examples read"
+        )
+    b.default("data.train_examples_limit", TRAIN_LIMIT, "trainingDataConfig.s3Uri", limit)
     validators = request.validationDataConfig.validators if request.validationDataConfig else []
     if len(validators) > 1:
         b.warn("validationDataConfig.validators", f"lists {len(validators)} files; OpenRFT validates on the first")

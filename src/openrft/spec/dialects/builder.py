@@ -23,10 +23,12 @@ _RAW = object()
 CLOUD_ONLY_MODEL = re.compile(
     r"^(amazon\.nova|nova-(micro|lite|pro|premier)|arn:aws(-[a-z]+)?:(bedrock|sagemaker):|[a-z0-9-]+\.[\w.-]+:\d+"
     r"|gemini-|projects/[^/]+/locations/[^/]+/(models|endpoints|publishers)/"
-    r"|ft:|gpt-(3\.5|4|5)|o[1-9](-|$)|(babbage|davinci)-0)"
+    r"|ft:|gpt-(3\.5|4|5)|o[1-9](-|$)|(babbage|davinci)-0"
+    r"|(openai|qwen|meta|mistral|deepseek|amazon|anthropic|cohere|nvidia|google|moonshotai|minimax)\.[\w.:-]+$)"
 )
 """Amazon Nova models (``nova-lite-2/prod``, ``amazon.nova-2-lite-v1:0:256k``), Bedrock model ids
-(``openai.gpt-oss-20b-1:0``), Bedrock/SageMaker ARNs, Gemini models and Vertex resource names, and OpenAI's
+(``openai.gpt-oss-20b-1:0``, and without a version as Bedrock's OpenAI-compatible API names them:
+``openai.gpt-oss-20b``), Bedrock/SageMaker ARNs, Gemini models and Vertex resource names, and OpenAI's
 hosted models (``o4-mini-2025-04-16``, ``gpt-4.1``, ``ft:...``; not the open-weight ``openai/gpt-oss-*``)."""
 
 
@@ -38,6 +40,8 @@ class SpecBuilder:
         self.problems: list[FieldProblem] = list(problems or [])
         self.warnings: list[FieldProblem] = []
         self.model_map: dict[str, str] = {}
+        self.mapped_model: str | None = None
+        """The job's own model name when ``model_map`` replaced it (``model`` records it)."""
 
     def set(self, path: str, value: Any, origin: Origin, field: str | None = None, note: str | None = None) -> Any:
         self.values[path] = value
@@ -68,10 +72,13 @@ class SpecBuilder:
         (``openrft.model_map``, ``--map-model``) is replaced by its local model; a model that only runs
         in a cloud service (Amazon Nova, a Bedrock ARN) must be mapped."""
         if value in self.model_map:
+            self.mapped_model = value
             location = resolve_location(self.model_map[value], base_dir, model=True)
             if Path(location).is_absolute() and not Path(location).is_dir():
                 self.problem(f"openrft.model_map.{value}", "is not an existing model directory", location)
-            return self.set("model.name_or_path", location, "user", field, f"{value!r} mapped by openrft.model_map")
+            return self.set(
+                "model.name_or_path", location, "user", field, f"{value!r} mapped by --map-model / openrft.model_map"
+            )
         if CLOUD_ONLY_MODEL.match(value):
             self.problem(
                 field,

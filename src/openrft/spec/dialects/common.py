@@ -30,13 +30,17 @@ from openrft.spec.job import (
     MAX_THREADS,
     DataSpec,
     ModelSpec,
+    RolloutCorrectionSpec,
 )
 from openrft.spec.locations import is_remote
 from openrft.spec.provenance import OPENRFT_DEFAULT
 from openrft.spec.tools import ToolsSpec
+from openrft.textlines import LinesUnreadable, text_lines
 
 DatasetSizer = Callable[[str], int]
 """Number of examples in a dataset file, given its resolved location; raises DatasetUnreadable."""
+
+MAX_SAMPLE_PROMPTS = 100_000
 
 BASE_LEARNING_RATES: dict[str, float] = {"openrft-demo": 2e-4}
 """Base learning rates of known models (what Vertex/OpenAI multipliers scale); others get ModelSpec's."""
@@ -88,9 +92,15 @@ class OpenRFTExtensions(Strict):
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     generator_base_url: str | None = None
+    generation_engine: Literal["auto", "local", "server", "vllm"] = "auto"
+    rollout_correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
+    min_p: float = Field(0.0, ge=0, lt=1)
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
     tensorboard: bool = True
+    sample_prompts_per_step: Annotated[int, closed(0, MAX_SAMPLE_PROMPTS)] = 2
+    eval_samples: bool = True
+    samples_max_mb: float = Field(256.0, gt=0, le=1e6)
     base_learning_rate: float | None = Field(None, gt=0, le=1, description="what a learning-rate multiplier scales")
     max_length: Annotated[int, closed(2, MAX_LENGTH)] | None = Field(None, description="prompt + response tokens")
     max_new_tokens: Annotated[int, closed(1, MAX_NEW_TOKENS)] | None = None
@@ -110,6 +120,9 @@ class OpenRFTExtensions(Strict):
         default_factory=dict, description="a cloud-only model name or ARN -> a local path or Hugging Face id"
     )
     tools: ToolsSpec | None = None
+    sandbox_isolation: Literal["strict", "weak"] = Field(
+        "strict", description="the reward and tool sandbox: strict needs bubblewrap; weak is a plain subprocess"
+    )
 
 
 EXTENSION_TARGETS = {
@@ -133,13 +146,20 @@ EXTENSION_TARGETS = {
     "runtime": "rollout.runtime",
     "ray_address": "rollout.ray_address",
     "generator_base_url": "rollout.generator_base_url",
+    "generation_engine": "rollout.engine",
+    "rollout_correction": "rollout.correction",
+    "min_p": "sampling.min_p",
     "device": "runtime.device",
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
+    "sample_prompts_per_step": "tracking.sample_prompts_per_step",
+    "eval_samples": "tracking.eval_samples",
+    "samples_max_mb": "tracking.samples_max_mb",
     "replicas": "rollout.replicas",
     "learner_sharding": "rollout.learner_sharding",
     "generation_replicas": "rollout.generation_replicas",
     "tools": "tools",
+    "sandbox_isolation": "reward.sandbox.isolation",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
 apply themselves (they combine with dialect fields), rollout_strategy and age_tolerance go together
@@ -186,14 +206,27 @@ def tracking_from_metadata(b: SpecBuilder, values: dict[str, str], field: str) -
             b.user(f"tracking.{name}", values[name], f"{field}.{name}")
 
 
-def base_learning_rate(b: SpecBuilder, model: str, ext: OpenRFTExtensions) -> float:
-    """``model.base_learning_rate``: the extension's, else the model's known rate, else ModelSpec's default."""
+def base_learning_rate(b: SpecBuilder, ext: OpenRFTExtensions, service_rule: str | None = None) -> float:
+    """``model.base_learning_rate``: the extension's, else the known rate of the model that trains, else
+    ModelSpec's default. The model that trains is the job's model after ``--map-model``/``openrft.model_map``:
+    a mapping substitutes the name and nothing else, so a mapped job resolves as the same job written with
+    the local model. ``service_rule`` says what the service's own rule for its cloud model would be."""
     if ext.base_learning_rate is not None:
         return b.user("model.base_learning_rate", ext.base_learning_rate, "openrft.base_learning_rate")
+    model = b.values.get("model.name_or_path", "")
+    whose = f"the base rate of {model}"
+    if b.mapped_model is not None:
+        whose += f", the model the job's {b.mapped_model!r} is mapped to"
+        if service_rule:
+            whose += f" ({service_rule})"
     if model in BASE_LEARNING_RATES:
-        return b.default("model.base_learning_rate", BASE_LEARNING_RATES[model], None, f"base rate of {model}")
-    rate = ModelSpec.model_fields["base_learning_rate"].default
-    return b.default("model.base_learning_rate", rate, None, "OpenRFT's base rate for models without a known one")
+        rate, note = BASE_LEARNING_RATES[model], whose
+    else:
+        rate = ModelSpec.model_fields["base_learning_rate"].default
+        note = f"OpenRFT's base rate for models without a known one ({model or 'no model'})"
+        if b.mapped_model is not None:
+            note += f", applied to the model the job's {b.mapped_model!r} is mapped to"
+    return b.default("model.base_learning_rate", rate, None, f"{note}; openrft.base_learning_rate sets another")
 
 
 # Dataset sizes ----------------------------------------------------------------------------------
@@ -210,8 +243,12 @@ def count_examples(location: str) -> int:
     path = Path(location)
     if not path.is_file():
         raise DatasetUnreadable("does not exist or is not a file")
-    with path.open(encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
+    try:
+        return sum(1 for line in text_lines(path.read_bytes()) if line.strip())
+    except LinesUnreadable as exc:
+        raise DatasetUnreadable(f"line {exc.line}: {exc.reason}" if exc.line else exc.reason) from None
+    except OSError as exc:
+        raise DatasetUnreadable(f"cannot be read ({exc.strerror})") from None
 
 
 def training_prompts(
@@ -235,6 +272,9 @@ def training_prompts(
         total = sizer(data.train)
     except DatasetUnreadable as exc:
         if needed_for is None:
+            return None
+        if not is_remote(data.train) and Path(data.train).is_file():  # there, but not readable as text
+            b.problem(train_field, f"{exc}, and {needed_for} needs its number of prompts", data.train)
             return None
         hint = f", {alternative}" if alternative else ""
         b.problem(

@@ -92,8 +92,8 @@ class NovaGenerator(Strict):
 
 class NovaApiEndpoint(Strict):
     lambda_arn: str | None = None
-    lambda_concurrency_limit: int = Field(12, ge=1)
-    lambda_batch_size: int = Field(128, ge=1)
+    lambda_concurrency_limit: int = Field(12, ge=1, le=1000)  # AWS Lambda's default account concurrency
+    lambda_batch_size: int = Field(128, ge=1, le=4096)
 
 
 class NovaRewards(Strict):
@@ -224,7 +224,7 @@ def _resolve(
         b.model(run.model_type, base_dir, "run.model_type")
     else:
         b.problem("run.model_name_or_path", "is required (or run.model_type)")
-    base_learning_rate(b, run.model_name_or_path or run.model_type or "", ext)  # informational: lr is set
+    base_learning_rate(b, ext)  # informational: lr is set
     if run.model_type:
         b.user("metadata", {"model_type": run.model_type}, "run.model_type")
     if run.data_s3_path:

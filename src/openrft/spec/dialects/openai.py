@@ -241,7 +241,7 @@ def _resolve(
         )
 
     b.model(job.model, base_dir, "model")
-    base_rate = base_learning_rate(b, job.model, ext)
+    base_rate = base_learning_rate(b, ext, f"OpenAI's base rate for {job.model} is not published")
     train = resolve_file(b, job.training_file, "training_file", base_dir, resolver)
     if train is not None:
         b.user("data.train", train, "training_file")

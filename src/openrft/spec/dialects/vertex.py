@@ -33,7 +33,7 @@ from openrft.spec.dialects.common import (
 )
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.locations import resolve_location
-from openrft.spec.provenance import Resolution
+from openrft.spec.provenance import Resolution, Source
 from openrft.spec.rewards import VertexReward
 
 MAX_STEPS = 500
@@ -97,18 +97,59 @@ class VertexRequest(Strict):
     openrft: OpenRFTExtensions = OpenRFTExtensions()
 
 
+PROTO_MAPS = ("labels", "openrft")
+"""Fields whose keys are the user's own (a map) or OpenRFT's (snake_case by design), never renamed."""
+
+
+def json_name(name: str) -> str:
+    """A proto field name as its JSON name: ``tuned_model_display_name`` -> ``tunedModelDisplayName``."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def canonical_names(value: Any, path: str = "", problems: list[FieldProblem] | None = None) -> Any:
+    """``value`` with every proto field name (snake_case) written as its JSON name (lowerCamelCase).
+
+    The proto3 JSON mapping has parsers accept both spellings, and the Python SDK and gcloud write the proto
+    names, so a request in either reads the same; errors and ``spec explain`` then name the canonical JSON
+    fields. A field given in both spellings is a problem (appended to ``problems``)."""
+    if isinstance(value, list):
+        return [canonical_names(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = json_name(key) if isinstance(key, str) and "_" in key.strip("_") else key
+        where = f"{path}.{name}" if path else name
+        if name in out and problems is not None:
+            problems.append(FieldProblem(where, f"is also given as {key}: write it once"))
+        out[name] = item if name in PROTO_MAPS else canonical_names(item, where, problems)
+    return out
+
+
 def parse_request(
     raw: Any, base_dir: Path | None = None, source: str | None = None, dataset_size: DatasetSizer = count_examples
 ) -> Resolution:
-    """Validate a Vertex request (already loaded from JSON) and resolve it."""
+    """Validate a Vertex request (already loaded from JSON, in JSON or proto field names) and resolve it."""
     if not isinstance(raw, dict):
         raise SpecError(
             [FieldProblem("<root>", "a Vertex request is a JSON object with reinforcementTuningSpec")], source
         )
-    request, problems = validate_all(VertexRequest, raw)
+    spelling: list[FieldProblem] = []
+    canonical = canonical_names(raw, problems=spelling)
+    request, problems = validate_all(VertexRequest, canonical)
+    problems = spelling + problems
     if request is None:
         raise SpecError(problems, source)
-    return _resolve(request, base_dir or Path.cwd(), source, dataset_size, problems)
+    resolution = _resolve(request, base_dir or Path.cwd(), source, dataset_size, problems)
+    if canonical_names(raw) != raw:
+        resolution.provenance["dialect"] = Source(
+            "derived",
+            None,
+            "a Vertex reinforcementTuningSpec request, written with proto field names (shown here "
+            "with their JSON names)",
+        )
+    return resolution
 
 
 def _resolve(
@@ -135,7 +176,7 @@ def _resolve(
             b.warn(name, f"is not used by OpenRFT ({why}); ignored")
 
     b.model(request.baseModel, base_dir, "baseModel")
-    base_rate = base_learning_rate(b, request.baseModel, ext)
+    base_rate = base_learning_rate(b, ext, f"Vertex's base rate for {request.baseModel} is not published")
 
     _data(b, rts, base_dir)
     batch, samples = hp.batchSize, hp.samplesPerPrompt

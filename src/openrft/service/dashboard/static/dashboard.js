@@ -1,5 +1,6 @@
-// The OpenRFT dashboard: the job list at /, one job at /?job=ID. Polls the server's JSON routes; charts are
-// drawn with uPlot from the series the server resolves (openrft.charts: the same ones `openrft plot` draws).
+// The OpenRFT dashboard: the job list at /, one job at /?job=ID (curves, samples, checkpoints, events), runs
+// compared at /?compare=ID,ID. Polls the server's JSON routes; charts are drawn with uPlot from the series the
+// server resolves (openrft.charts: the same ones `openrft plot` draws).
 "use strict";
 
 const KEY_STORAGE = "openrft-api-key";
@@ -11,8 +12,14 @@ const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2"
 const TERMINAL = ["succeeded", "failed", "cancelled"];
 
 const $ = (id) => document.getElementById(id);
-const jobId = new URLSearchParams(location.search).get("job");
-const state = { timer: null, lastEvent: 0, plots: new Map(), job: null };
+const params = new URLSearchParams(location.search);
+const jobId = params.get("job");
+const compareIds = (params.get("compare") || "").split(",").filter(Boolean);
+const SAMPLES_PAGE = 25;
+const state = {
+  timer: null, lastEvent: 0, plots: new Map(), comparePlots: new Map(), job: null, selected: new Set(),
+  samples: { overview: null, order: "step", offset: 0, shown: null, latest: null },
+};
 
 class AuthNeeded extends Error {}
 
@@ -42,7 +49,7 @@ async function api(path, options = {}) {
 
 function showKeyForm(reason) {
   stopPolling();
-  for (const id of ["list-view", "job-view"]) $(id).hidden = true;
+  for (const id of ["list-view", "job-view", "compare-view"]) $(id).hidden = true;
   $("key-reason").textContent = reason || "";
   $("key-view").hidden = false;
   $("key-input").focus();
@@ -114,6 +121,17 @@ async function loadList() {
   for (const job of page.data) {
     const row = document.createElement("tr");
     row.dataset.jobId = job.id;
+    const pick = document.createElement("input");
+    pick.type = "checkbox";
+    pick.className = "pick";
+    pick.checked = state.selected.has(job.id);
+    pick.setAttribute("aria-label", `compare ${job.id}`);
+    pick.addEventListener("change", () => {
+      if (pick.checked) state.selected.add(job.id);
+      else state.selected.delete(job.id);
+      $("compare-selected").disabled = state.selected.size < 2;
+    });
+    cell(row, pick);
     const link = document.createElement("a");
     link.href = `/?job=${encodeURIComponent(job.id)}`;
     link.textContent = job.name ? `${job.name} (${job.id})` : job.id;
@@ -219,10 +237,9 @@ function plotOptions(chart, width) {
   return options;
 }
 
-function renderCharts(charts) {
-  const holder = $("charts");
+function renderCharts(charts, holder = $("charts"), plots = state.plots) {
   for (const chart of charts) {
-    let entry = state.plots.get(chart.title);
+    let entry = plots.get(chart.title);
     const signature = JSON.stringify([chart.lines.map((l) => l.name), Boolean(chart.band)]);
     if (!entry) {
       const box = document.createElement("div");
@@ -237,7 +254,7 @@ function renderCharts(charts) {
       box.append(title, area, empty);
       holder.appendChild(box);
       entry = { box, area, empty, plot: null, signature: null };
-      state.plots.set(chart.title, entry);
+      plots.set(chart.title, entry);
     }
     entry.box.dataset.points = String(chart.points);
     entry.empty.hidden = chart.points > 0;
@@ -293,7 +310,284 @@ async function loadJob() {
   renderCharts(page.charts);
   renderCheckpoints(page.checkpoints);
   appendEvents(page.events);
+  await refreshSamples();
   return page.job.active ? ACTIVE_POLL_MS : IDLE_POLL_MS;
+}
+
+// samples ----------------------------------------------------------------------------------------------
+
+function samplesUrl(query) {
+  const search = new URLSearchParams();
+  for (const [k, v] of Object.entries(query)) if (v !== null && v !== undefined && v !== "") search.set(k, v);
+  return `/v1/fine_tuning/jobs/${encodeURIComponent(jobId)}/samples?${search}`;
+}
+
+function option(value, text) {
+  const o = document.createElement("option");
+  o.value = value;
+  o.textContent = text;
+  return o;
+}
+
+/** The recorded steps of the chosen kind in the step menu ("latest" first), keeping the user's choice. */
+function renderStepMenu() {
+  const overview = state.samples.overview;
+  const kind = $("s-kind").value;
+  const steps = overview.steps.filter((s) => s.kind === kind);
+  const menu = $("s-step");
+  const chosen = menu.value;
+  const latest = steps.length ? steps[steps.length - 1] : null;
+  const signature = JSON.stringify([kind, steps]);
+  if (menu.dataset.signature === signature) return latest ? latest.step : null; // unchanged: keep it open
+  menu.dataset.signature = signature;
+  const items = [option("", latest ? `latest (${latest.step})` : "latest"), option("all", "every step")];
+  for (const s of steps.slice().reverse()) {
+    const mean = s.mean_reward === null ? "—" : Number(s.mean_reward).toFixed(3);
+    const errors = s.errors ? `, ${s.errors} errors` : "";
+    items.push(option(String(s.step), `${s.step}: ${s.samples} samples, mean ${mean}${errors}`));
+  }
+  menu.replaceChildren(...items);
+  menu.value = [...menu.options].some((o) => o.value === chosen) ? chosen : "";
+  return latest ? latest.step : null;
+}
+
+function renderGraderMenus() {
+  const overview = state.samples.overview;
+  const graders = $("s-grader");
+  const chosen = graders.value;
+  if (graders.dataset.signature === JSON.stringify(overview.graders)) return;
+  graders.dataset.signature = JSON.stringify(overview.graders);
+  graders.replaceChildren(option("", "every grader"), ...overview.graders.map((g) => option(g, g)));
+  graders.value = overview.graders.includes(chosen) ? chosen : "";
+  const errors = $("s-error");
+  if (errors.options.length === 2) errors.append(...overview.error_kinds.map((k) => option(k, k)));
+}
+
+/** The query of the samples table: the controls' filters, the sort order and the page. */
+function sampleQuery(latest) {
+  const step = $("s-step").value;
+  return {
+    kind: $("s-kind").value,
+    step: step === "all" ? null : step === "" ? latest : step,
+    grader: $("s-grader").value,
+    error_kind: $("s-error").value,
+    min_reward: $("s-min").value,
+    max_reward: $("s-max").value,
+    order: state.samples.order,
+    offset: state.samples.offset,
+    limit: SAMPLES_PAGE,
+  };
+}
+
+/** Poll: the recorded steps; the table again only when what it shows changed (a new latest step). */
+async function refreshSamples(force = false) {
+  state.samples.overview = await api(`/v1/dashboard/jobs/${encodeURIComponent(jobId)}/samples`);
+  renderGraderMenus();
+  const latest = renderStepMenu();
+  if (latest === null && $("s-kind").value === "eval" && state.samples.overview.steps.length) {
+    $("s-kind").value = "train"; // nothing evaluated yet: show training samples
+    return refreshSamples(true);
+  }
+  const query = JSON.stringify(sampleQuery(latest));
+  if (!force && query === state.samples.shown) return;
+  state.samples.shown = query;
+  await loadSamples(sampleQuery(latest));
+}
+
+function graderSummary(graders) {
+  return Object.entries(graders || {})
+    .map(([name, g]) => `${name} ${g.score === null ? "—" : Number(g.score).toFixed(3)}`)
+    .join(", ");
+}
+
+function shorten(text, width = 160) {
+  const flat = String(text ?? "").replace(/\s+/g, " ").trim();
+  return flat.length > width ? `${flat.slice(0, width - 1)}…` : flat;
+}
+
+async function loadSamples(query) {
+  const page = await api(samplesUrl(query));
+  const body = $("samples").querySelector("tbody");
+  body.replaceChildren();
+  for (const s of page.data) {
+    const row = document.createElement("tr");
+    row.dataset.sampleId = s.id;
+    row.className = s.error_kind ? "failed" : "";
+    cell(row, String(s.step), "num");
+    cell(row, s.example_id);
+    cell(row, String(s.sample_index), "num");
+    cell(row, fmtNumber(s.reward, 3), "num reward");
+    cell(row, fmtNumber(s.advantage, 3), "num");
+    cell(row, String(s.policy_age), "num");
+    cell(row, s.error_kind || "");
+    cell(row, graderSummary(s.graders));
+    cell(row, shorten(s.response), "response");
+    row.addEventListener("click", () => showSample(s));
+    body.appendChild(row);
+  }
+  $("no-samples").hidden = page.data.length > 0 || query.offset > 0;
+  $("s-prev").disabled = query.offset === 0;
+  $("s-next").disabled = !page.has_more;
+  const first = page.data.length ? query.offset + 1 : 0;
+  $("s-page").textContent = page.data.length ? `samples ${first}–${query.offset + page.data.length}` : "";
+  for (const th of $("samples").querySelectorAll("th.sortable")) {
+    const order = state.samples.order;
+    th.classList.toggle("sorted", order.replace("-", "") === th.dataset.order);
+    th.dataset.direction = order.startsWith("-") ? "descending" : "ascending";
+  }
+}
+
+function block(title, text, className = "") {
+  const box = document.createElement("div");
+  box.className = `message ${className}`;
+  const head = document.createElement("div");
+  head.className = "role";
+  head.textContent = title;
+  const pre = document.createElement("pre");
+  pre.textContent = text;
+  box.append(head, pre);
+  return box;
+}
+
+function messageText(message) {
+  const content = typeof message.content === "string" ? message.content : JSON.stringify(message.content);
+  const calls = (message.tool_calls || []).map((c) => {
+    const fn = c.function || c;
+    return `→ ${fn.name}(${typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments)})`;
+  });
+  return [content || "", ...calls].filter(Boolean).join("\n");
+}
+
+/** A sample's whole trajectory: prompt, each turn (tool calls and results), the answer, what graded it. */
+async function showSample(s) {
+  const detail = $("sample-detail");
+  $("detail-title").textContent =
+    `${s.kind === "eval" ? "Validation" : "Training"} sample ${s.sample_index} of example ${s.example_id}, step ${s.step}`;
+  const body = $("detail-body");
+  body.replaceChildren();
+  for (const m of s.prompt) body.appendChild(block(m.role, messageText(m), m.role));
+  if (s.turns) {
+    for (const m of s.turns) body.appendChild(block(m.role === "tool" ? `tool ${m.name || ""}` : m.role, messageText(m), m.role));
+  } else {
+    body.appendChild(block("assistant (response)", s.response, "assistant"));
+  }
+  const facts = document.createElement("dl");
+  facts.className = "info";
+  facts.append(
+    info("Reward", fmtNumber(s.reward)),
+    info("Advantage", fmtNumber(s.advantage)),
+    info("Policy version / age", `${s.policy_version} / ${s.policy_age}`),
+    info("Finish", `${s.finish_reason}, ${s.response_tokens} tokens`),
+  );
+  if (s.error_kind) facts.append(info("Error", `${s.error_kind}: ${s.error_message || ""}`));
+  body.appendChild(facts);
+  const graders = document.createElement("table");
+  graders.className = "grid graders";
+  graders.innerHTML = "<thead><tr><th>Grader</th><th class='num'>Score</th><th>Explanation</th></tr></thead>";
+  const tbody = document.createElement("tbody");
+  for (const [name, g] of Object.entries(s.graders || {})) {
+    const row = document.createElement("tr");
+    cell(row, name);
+    cell(row, fmtNumber(g.score), "num");
+    const why = document.createElement("pre");
+    why.textContent = g.explanation || "";
+    cell(row, why);
+    tbody.appendChild(row);
+  }
+  for (const [name, value] of Object.entries(s.metrics || {})) {
+    const row = document.createElement("tr");
+    cell(row, `metric ${name}`);
+    cell(row, fmtNumber(value), "num");
+    cell(row, "");
+    tbody.appendChild(row);
+  }
+  graders.appendChild(tbody);
+  body.appendChild(graders);
+  detail.hidden = false;
+  await showAcross(s);
+  detail.scrollIntoView({ block: "start" });
+}
+
+/** How one validation prompt's answers changed: its samples at every evaluation, oldest first. */
+async function showAcross(s) {
+  const page = await api(samplesUrl({ kind: "eval", example_id: s.example_id, limit: 500 }));
+  const body = $("across").querySelector("tbody");
+  body.replaceChildren();
+  for (const a of page.data) {
+    const row = document.createElement("tr");
+    if (a.id === s.id) row.className = "current";
+    cell(row, String(a.step), "num");
+    cell(row, String(a.sample_index), "num");
+    cell(row, fmtNumber(a.reward, 3), "num");
+    cell(row, graderSummary(a.graders));
+    cell(row, shorten(a.response, 240), "response");
+    body.appendChild(row);
+  }
+  $("across").hidden = page.data.length === 0;
+  $("no-across").hidden = page.data.length > 0;
+}
+
+function resetSamples() {
+  state.samples.offset = 0;
+  refreshSamples(true).catch(showFailure);
+}
+
+function showFailure(e) {
+  if (e instanceof AuthNeeded) return;
+  $("failure").textContent = e.message;
+  $("failure").hidden = false;
+}
+
+// runs compared ----------------------------------------------------------------------------------------
+
+async function loadCompare() {
+  const page = await api(`/v1/dashboard/compare?jobs=${compareIds.map(encodeURIComponent).join(",")}`);
+  $("compare-view").hidden = false;
+  $("where").textContent = `${page.jobs.length} runs compared`;
+  const body = $("compare-jobs").querySelector("tbody");
+  body.replaceChildren();
+  page.jobs.forEach((job, i) => {
+    const row = document.createElement("tr");
+    const swatch = document.createElement("span");
+    swatch.className = "swatch";
+    swatch.style.background = COLORS[i % COLORS.length];
+    const link = document.createElement("a");
+    link.href = `/?job=${encodeURIComponent(job.id)}`;
+    link.textContent = job.label;
+    const name = document.createElement("span");
+    name.append(swatch, link);
+    cell(row, name);
+    cell(row, statusBadge(job.status));
+    cell(row, `${job.step} / ${job.total_steps}`, "num");
+    cell(row, fmtNumber(job.train_reward), "num");
+    cell(row, fmtNumber(job.validation_reward), "num");
+    body.appendChild(row);
+  });
+  renderCharts(page.charts, $("compare-charts"), state.comparePlots);
+  renderSettings(page.jobs, page.settings);
+  return page.jobs.some((j) => j.active) ? ACTIVE_POLL_MS * 3 : IDLE_POLL_MS;
+}
+
+function renderSettings(jobs, settings) {
+  const head = document.createElement("tr");
+  for (const title of ["Setting", ...jobs.map((j) => j.label)]) {
+    const th = document.createElement("th");
+    th.textContent = title;
+    head.appendChild(th);
+  }
+  $("settings").querySelector("thead").replaceChildren(head);
+  const only = $("only-differences").checked;
+  const body = $("settings").querySelector("tbody");
+  body.replaceChildren();
+  for (const s of settings) {
+    if (only && !s.differs) continue;
+    const row = document.createElement("tr");
+    row.className = s.differs ? "differs" : "";
+    row.dataset.setting = s.name;
+    cell(row, s.name);
+    for (const v of s.values) cell(row, v === null ? "—" : v);
+    body.appendChild(row);
+  }
 }
 
 async function act(action) {
@@ -317,7 +611,8 @@ async function act(action) {
 function start() {
   $("key-view").hidden = true;
   $("forget-key").hidden = !sessionStorage.getItem(KEY_STORAGE);
-  if (jobId) poll(loadJob, ACTIVE_POLL_MS);
+  if (compareIds.length) poll(loadCompare, IDLE_POLL_MS);
+  else if (jobId) poll(loadJob, ACTIVE_POLL_MS);
   else poll(loadList, LIST_POLL_MS);
 }
 
@@ -334,8 +629,38 @@ $("forget-key").addEventListener("click", () => {
   location.reload();
 });
 for (const action of ["pause", "resume", "cancel"]) $(action).addEventListener("click", () => act(action));
+for (const id of ["s-kind", "s-step", "s-grader", "s-error", "s-min", "s-max"]) {
+  $(id).addEventListener("change", resetSamples);
+}
+$("sample-controls").addEventListener("submit", (event) => {
+  event.preventDefault();
+  resetSamples();
+});
+for (const th of $("samples").querySelectorAll("th.sortable")) {
+  th.addEventListener("click", () => {
+    const key = th.dataset.order;
+    const order = state.samples.order;
+    state.samples.order = order === `-${key}` ? key : `-${key}`; // descending first, then ascending
+    resetSamples();
+  });
+}
+$("s-prev").addEventListener("click", () => {
+  state.samples.offset = Math.max(0, state.samples.offset - SAMPLES_PAGE);
+  refreshSamples(true).catch(showFailure);
+});
+$("s-next").addEventListener("click", () => {
+  state.samples.offset += SAMPLES_PAGE;
+  refreshSamples(true).catch(showFailure);
+});
+$("detail-close").addEventListener("click", () => {
+  $("sample-detail").hidden = true;
+});
+$("compare-selected").addEventListener("click", () => {
+  location.href = `/?compare=${[...state.selected].map(encodeURIComponent).join(",")}`;
+});
+$("only-differences").addEventListener("change", () => poll(loadCompare, IDLE_POLL_MS));
 window.addEventListener("resize", () => {
-  for (const entry of state.plots.values()) {
+  for (const entry of [...state.plots.values(), ...state.comparePlots.values()]) {
     if (entry.plot) entry.plot.setSize({ width: Math.max(entry.box.clientWidth - 16, 300), height: 220 });
   }
 });

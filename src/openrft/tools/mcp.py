@@ -1,0 +1,200 @@
+"""MCP servers as tool sources, through the official ``mcp`` Python SDK (``pip install 'openrft[mcp]'``).
+
+A server is started as a subprocess (stdio) or reached over streamable HTTP. Its tools' schemas are read
+from it (``tools/list``) and added, in OpenAI's shape, to every dataset row that does not already offer a
+tool of that name, so the chat template shows them to the model. Calls run as ``tools/call`` with
+``_meta`` ``{"openrft/episode_id", "openrft/turn"}``: how a server keeps state per episode over streamable
+HTTP, whose current protocol is stateless. With ``session: episode`` each episode also gets a client
+session of its own (for a stdio server: a process of its own), opened at the episode's first call and
+closed when the episode ends; ``shared`` (the default) uses one session for every call.
+
+An MCP client session lives inside anyio scopes that must be entered and left by one task, so each session
+is held open by a task of its own and calls reach it through a queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from openrft.data.records import Example
+from openrft.errors import OpenRFTError
+from openrft.spec.tools import McpServerSpec, ToolsSpec
+from openrft.tools.runners import CallContext, ToolConfigError, ToolResult
+
+
+class McpUnavailable(OpenRFTError):
+    """The ``mcp`` package is not installed."""
+
+
+def _client_class():
+    try:
+        from mcp import Client
+    except ImportError:
+        raise McpUnavailable(
+            "tools.mcp_servers needs the official MCP SDK: pip install 'openrft[mcp]' (the `mcp` package)"
+        ) from None
+    return Client
+
+
+def _target(spec: McpServerSpec) -> Any:
+    if spec.url is not None:
+        return spec.url
+    from mcp import StdioServerParameters
+
+    command, *args = spec.command or []
+    return StdioServerParameters(command=command, args=args, env=spec.env or None, cwd=spec.cwd)
+
+
+class McpSession:
+    """One client session, held open by its own task; ``call`` sends it a request and waits for the answer."""
+
+    def __init__(self, name: str, spec: McpServerSpec):
+        self.name, self.spec = name, spec
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> McpSession:
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._serve(ready))
+        await ready
+        return self
+
+    async def _serve(self, ready: asyncio.Future) -> None:
+        Client = _client_class()
+        try:
+            async with Client(_target(self.spec), read_timeout_seconds=self.spec.timeout_s) as client:
+                ready.set_result(None)
+                while (item := await self._queue.get()) is not None:
+                    method, args, answer = item
+                    try:
+                        if method == "call_tool":  # (name, arguments, _, _, meta)
+                            result = await client.call_tool(args[0], args[1], meta=args[4])
+                        else:
+                            result = await getattr(client, method)(*args)
+                        answer.set_result(result)
+                    except Exception as exc:
+                        if not answer.done():
+                            answer.set_exception(exc)
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(
+                    ToolConfigError(f"tools.mcp_servers.{self.name}: cannot connect: {type(exc).__name__}: {exc}")
+                )
+            while not self._queue.empty():  # requests that will not be served
+                item = self._queue.get_nowait()
+                if item is not None and not item[2].done():
+                    item[2].set_exception(ConnectionError(f"MCP server {self.name} closed: {exc}"))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def request(self, method: str, *args: Any) -> Any:
+        if self._task is None or self._task.done():
+            raise ConnectionError(f"MCP server {self.name}: the session is closed")
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self._queue.put((method, args, answer))
+        return await answer
+
+    async def aclose(self) -> None:
+        if self._task is not None and not self._task.done():
+            await self._queue.put(None)
+            try:
+                await asyncio.wait_for(self._task, 10)
+            except (TimeoutError, Exception):
+                self._task.cancel()
+
+
+def openai_tool(tool: Any) -> dict[str, Any]:
+    """An MCP tool description in OpenAI's ``tools`` shape."""
+    function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema or {"type": "object"}}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+async def discover(spec: ToolsSpec) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every MCP tool: name -> (server name, its OpenAI schema). Two servers with one tool name are an error."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for server, server_spec in spec.mcp_servers.items():
+        session = await McpSession(server, server_spec).start()
+        try:
+            listed = await session.request("list_tools")
+        finally:
+            await session.aclose()
+        for tool in listed.tools:
+            if tool.name in found:
+                raise ToolConfigError(
+                    f"tools.mcp_servers: the tool {tool.name!r} is offered by both {found[tool.name][0]} and {server}"
+                )
+            if tool.name in spec.functions:
+                raise ToolConfigError(f"tools.mcp_servers.{server}: {tool.name!r} is also in tools.functions")
+            found[tool.name] = (server, openai_tool(tool))
+    return found
+
+
+def add_mcp_tools(spec: ToolsSpec, examples: list[Example]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The servers' tools added to every row that does not offer a tool of that name (before the prompts are
+    rendered, so that the chat template shows them)."""
+    found = asyncio.run(discover(spec))
+    schemas = [schema for _, schema in found.values()]
+    for example in examples:
+        offered = {t["function"]["name"] for t in example.tools or [] if isinstance(t.get("function"), dict)}
+        extra = [s for s in schemas if s["function"]["name"] not in offered]
+        if extra:
+            example.tools = [*(example.tools or []), *extra]
+    return found
+
+
+def _content(result: Any) -> str:
+    """A ``tools/call`` result as the tool message: its text blocks, or its structured content as JSON."""
+    texts = [getattr(block, "text", None) for block in result.content or []]
+    if any(t is not None for t in texts):
+        return "\n".join(t for t in texts if t is not None)
+    if result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False)
+    return json.dumps([block.model_dump(mode="json") for block in result.content or []])
+
+
+class McpTool:
+    """The runner of one MCP server's tools: a shared session, or one per episode."""
+
+    def __init__(self, name: str, spec: McpServerSpec):
+        self.name, self.spec = name, spec
+        self.sessions: dict[str, McpSession] = {}
+        self._opening: dict[str, asyncio.Task] = {}
+
+    async def _session(self, episode_id: str) -> McpSession:
+        key = episode_id if self.spec.session == "episode" else ""
+        if key not in self.sessions:
+            if key not in self._opening:  # concurrent first calls of one key open one session
+                self._opening[key] = asyncio.create_task(McpSession(self.name, self.spec).start())
+            try:
+                self.sessions[key] = await self._opening[key]
+            finally:
+                self._opening.pop(key, None)
+        return self.sessions[key]
+
+    async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
+        try:
+            session = await self._session(context.episode_id)
+            meta = {"openrft/episode_id": context.episode_id, "openrft/turn": context.turn}
+            call = session.request("call_tool", name, arguments, None, None, meta)
+            result = await asyncio.wait_for(call, self.spec.timeout_s)
+        except TimeoutError:
+            message = f"MCP server {self.name}: {name} did not answer within {self.spec.timeout_s:g} s"
+            return ToolResult(content=message, error_kind="timeout", fatal=True)
+        except Exception as exc:
+            message = f"MCP server {self.name}: {name}: {type(exc).__name__}: {exc}"
+            return ToolResult(content=message, error_kind="server_error", fatal=True)
+        if result.is_error:
+            return ToolResult(content=f"error: {_content(result)}", error_kind="tool_error")
+        return ToolResult(content=_content(result))
+
+    async def end_episode(self, episode_id: str) -> None:
+        if self.spec.session == "episode" and episode_id in self.sessions:
+            await self.sessions.pop(episode_id).aclose()
+
+    async def aclose(self) -> None:
+        sessions, self.sessions = list(self.sessions.values()), {}
+        await asyncio.gather(*(s.aclose() for s in sessions))

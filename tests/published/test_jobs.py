@@ -1,0 +1,90 @@
+"""Every published job shape of the corpus resolves with the mappings a user passes, to the same JobSpec as
+the job written with those local names (a mapping substitutes names and locations, nothing else), with the
+values its service's rules give; ``spec explain`` says whose learning-rate rule applied."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from openrft.cli import main
+from openrft.spec.dialects import read_document, resolve_document, resolve_job
+from openrft.spec.mapping import apply_mappings
+from openrft.spec.provenance import leaf_paths
+from tests.published.jobs import DEMO, JOBS, PublishedJob
+
+NAMES_ONLY = {"metadata": True}  # where a job keeps the cloud model's own name (Nova's model_type), by design
+
+
+def mapped(job: PublishedJob):
+    return resolve_job(
+        job.path,
+        mappings={"model_map": job.models, "lambda_map": job.lambdas},
+        replacements=job.replace,
+    )
+
+
+def written_directly(job: PublishedJob, tmp_path: Path):
+    document = copy.deepcopy(read_document(job.path))
+    for dotted, value in job.direct.items():
+        *parents, last = dotted.split(".")
+        node: Any = document
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[last] = value
+    path = tmp_path / job.file
+    path.write_text(yaml.safe_dump(document) if job.file.endswith(".yaml") else json.dumps(document))
+    return resolve_job(path)
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[j.file for j in JOBS])
+def test_a_mapped_job_resolves_as_the_job_written_with_local_names(job, tmp_path):
+    by_mapping, direct = mapped(job), written_directly(job, tmp_path)
+    assert by_mapping.spec.model_dump(exclude=NAMES_ONLY) == direct.spec.model_dump(exclude=NAMES_ONLY)
+    assert by_mapping.spec.model.name_or_path == DEMO
+    assert not [w for w in by_mapping.warnings if "matches no value" in str(w)]  # every mapping was used
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[j.file for j in JOBS])
+def test_a_published_job_resolves_to_its_services_values(job):
+    values = leaf_paths(mapped(job).spec.model_dump(mode="json"))
+    for path, expected in job.expect.items():
+        assert values[path] == pytest.approx(expected), path
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[j.file for j in JOBS])
+def test_a_published_job_validates_from_the_command_line(job, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENRFT_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")  # a judge endpoint (not called here)
+    options = [*job.cli_options(), "--output", str(tmp_path / "run")]  # over the output location it may name
+    assert main(["spec", "validate", str(job.path), *options]) == 0, capsys.readouterr().err
+    assert "valid:" in capsys.readouterr().out
+
+
+def test_explain_names_the_model_whose_rate_applied_and_the_option_that_changes_it(capsys):
+    job = next(j for j in JOBS if j.file == "vertex_quickstart_cloud_run.json")
+    assert main(["spec", "explain", str(job.path), *job.cli_options()]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "model.base_learning_rate" in x)
+    assert "the base rate of openrft-demo, the model the job's 'gemini-3.5-flash' is mapped to" in line
+    assert "Vertex's base rate for gemini-3.5-flash is not published" in line
+    assert "openrft.base_learning_rate sets another" in line
+
+
+def test_explain_names_the_cloud_model_whose_bedrock_limits_applied(capsys, tmp_path):
+    job = next(j for j in JOBS if j.file == "bedrock_customization_job.json")
+    assert main(["spec", "explain", str(job.path), *job.cli_options(), "--output", str(tmp_path), "--all"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "data.train_examples_limit" in x)
+    assert "Bedrock's limit of 20K prompts for arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-2-lite" in line
+    assert "kept for the model it is mapped to" in line
+
+
+def test_the_base_rate_option_still_wins_over_the_mapped_models(tmp_path):
+    job = next(j for j in JOBS if j.file == "openai_cookbook_score_model.json")
+    document, _ = apply_mappings(read_document(job.path), job.replace)
+    document["openrft"] = {"base_learning_rate": 1e-5, "model_map": job.models}
+    resolution = resolve_document(document, base_dir=tmp_path, source=job.file)
+    assert resolution.spec.optimizer.lr == pytest.approx(1e-5) and resolution.spec.model.name_or_path == DEMO
