@@ -159,3 +159,14 @@ def test_spec_validate_refuses_a_bad_file_in_one_line_without_a_traceback(tmp_pa
         f"error: {job} is not a valid job: {data}:4: <line>: is not valid UTF-8 (byte 0xc3 at column 15): save the "
         "file as UTF-8 (or with a UTF-16 byte-order mark)"
     )
+
+
+def test_a_compressed_file_that_expands_past_the_cap_is_refused(tmp_path, monkeypatch):
+    from openrft import textlines
+
+    monkeypatch.setattr(textlines, "MAX_DECOMPRESSED_BYTES", 1024**2)  # 1 MiB instead of 1 GiB
+    path = tmp_path / "train.jsonl.gz"
+    path.write_bytes(gzip.compress(jsonl().encode() * 20_000))  # about 4 MiB of lines, 30 KiB on disk
+    with pytest.raises(DatasetError) as info:
+        load_dataset(str(path))
+    assert str(info.value.problems[0]) == f"{path}: expands past 1 MiB when gzip-decompressed; split the dataset"

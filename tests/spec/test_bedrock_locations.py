@@ -13,6 +13,8 @@ import pytest
 
 from openrft.cli import build_parser, main
 from openrft.cli.spec import resolve_from_args
+from openrft.engine.metrics import read_metrics
+from openrft.engine.samples import read_samples
 from tests.published.jobs import JOBS
 
 JOB = next(j for j in JOBS if j.file == "bedrock_customization_job.json")
@@ -62,10 +64,10 @@ def test_every_location_of_the_request_maps_relative_to_the_working_directory(un
 def test_train_writes_to_output_and_nothing_to_the_request_location(unreachable_s3, tmp_path, capsys):
     """Two steps of the published request on the demo model, mapped as documented, with a local handler."""
     handler = tmp_path / "reward.py"
-    handler.write_text(
+    handler.write_text(  # its optional metrics_list items are malformed (no name): dropped, counted, recorded
         "def lambda_handler(event, context):\n"
         "    return [{'id': s['id'], 'aggregate_reward_score': float(s['messages'][-1]['content'].strip() == "
-        "str(s['reference_answer']))} for s in event]\n"
+        "str(s['reference_answer'])), 'metrics_list': [{'metric': 'accuracy', 'value': 0.0}]} for s in event]\n"
     )
     small = tmp_path / "train.jsonl"
     train = Path(JOB.replace["s3://corpus-bucket/rft-data/train.jsonl"])
@@ -82,3 +84,7 @@ def test_train_writes_to_output_and_nothing_to_the_request_location(unreachable_
     assert "uploaded" not in out
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary.get("output_uri") is None
+    step = next(row for row in read_metrics(run / "metrics.jsonl") if row.get("step") == 1 and "reward/warnings" in row)
+    assert step["reward/warnings"] == step["reward/samples"] > 0 and step["reward/errors"] == 0
+    trained = [r for r in read_samples(run) if r["kind"] == "train"]
+    assert trained and all(r["warnings"] and r["warnings"][0].endswith("has no name; dropped") for r in trained)

@@ -99,6 +99,7 @@ def sample_records(
                     "reward": _number(outcome.score) if outcome.ok else None,
                     "error_kind": outcome.error_kind,
                     "error_message": cut(outcome.error_message) if outcome.error_message else None,
+                    "warnings": cut(outcome.warnings),
                     "graders": graders_of(outcome, reward_name),
                     "metrics": {k: _number(v) for k, v in outcome.metrics.items()},
                     "advantage": advantage,
