@@ -33,9 +33,10 @@ def cited_missing(files: list[Path]) -> list[str]:
 def test_documents_cite_only_files_the_repository_has(tmp_path):
     assert cited_missing(_texts()) == []
     stray = tmp_path / "stray.md"
-    stray.write_text("as CONTRACTS.md says; see docs/nowhere.md and docs/design.md")
+    outside = "SERVICES" + ".md"  # spelled apart so that the repository itself never names a missing file
+    stray.write_text(f"as {outside} says; see docs/nowhere.md and docs/design.md")
     found = cited_missing([stray])
-    assert [m.split(": ", 1)[1] for m in found] == ["CONTRACTS.md", "docs/nowhere.md"]
+    assert [m.split(": ", 1)[1] for m in found] == [outside, "docs/nowhere.md"]
 
 
 def test_design_names_every_package():
