@@ -141,8 +141,8 @@ def test_turn_rewards_summed_into_the_episode_return(tokenizer, tmp_path):
 
     from openrft.engine.rollouts import reward_samples
     from openrft.rewards import build_reward
+    from openrft.rewards.episodes import EpisodeReward
     from openrft.spec.rewards import RewardSpec
-    from openrft.tools.reward import EpisodeReward
 
     with Episodes(tokenizer, opener, vault_tools(tmp_path), [vault_row("a", "111")]) as episodes:
         groups = episodes.run()
