@@ -9,16 +9,17 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from openrft.service.store import CheckpointRecord, Conflict, NotFound, Store
+from openrft.service.store.base import QuotaExceeded
 from openrft.service.store.models import Base, Job
 
 
-def make_job(store: Store, owner: str = "alice", status: str = "queued") -> Job:
+def make_job(store: Store, owner: str = "alice", status: str = "queued", max_queued: int | None = None) -> Job:
     from openrft.service.store.base import new_id
 
     job = Job(
         id=new_id("ftjob-"), owner=owner, api="openai", status=status, request={}, spec={}, model="m", total_steps=4
     )
-    return store.create_job(job)
+    return store.create_job(job, max_queued=max_queued)
 
 
 def test_migrations_match_the_models(store):
@@ -161,3 +162,40 @@ def test_keys_hash_and_revoke(store):
     assert secret not in {k.key_hash for k in store.list_keys()}
     assert store.owner_for_key(secret + "x") is None
     assert store.revoke_key(key.id) and store.owner_for_key(secret) is None and not store.any_keys()
+
+
+def test_claims_take_turns_across_tenants(store):
+    """One tenant's queued backlog does not keep another's job queued: claims go round-robin."""
+    greedy = [make_job(store, owner="greedy") for _ in range(30)]
+    polite, late = make_job(store, owner="polite"), make_job(store, owner="late")
+    order = [store.claim_job("w").id for _ in range(5)]
+    assert order[:3] == [greedy[0].id, polite.id, late.id]  # each tenant's oldest, tenants in first-seen order
+    assert order[3:] == [greedy[1].id, greedy[2].id]  # the others have nothing queued
+    second_polite = make_job(store, owner="polite")
+    assert store.claim_job("w").id == second_polite.id  # polite's last claim is older than greedy's
+    assert store.claim_job("w").id == greedy[3].id
+
+
+def test_queued_jobs_are_capped_per_tenant(store):
+    for _ in range(3):
+        make_job(store, "alice", max_queued=3)
+    with pytest.raises(QuotaExceeded) as caught:
+        make_job(store, "alice", max_queued=3)
+    assert caught.value.status == 429 and "limit of 3 queued jobs" in str(caught.value)
+    make_job(store, "bob", max_queued=3)  # another tenant's room is its own
+    store.claim_job("w")  # one of alice's starts: room for one more
+    paused = store.request_pause("alice", make_job(store, "alice", max_queued=3).id)
+    make_job(store, "alice", max_queued=3)
+    with pytest.raises(QuotaExceeded):
+        store.request_resume("alice", paused.id, max_queued=3)  # a resumed job counts as queued again
+    assert store.get_job("alice", paused.id).status == "paused"
+
+
+def test_stored_bytes_are_capped_per_tenant(store):
+    store.add_file("alice", "a.jsonl", "fine-tune", 600, "s1", max_bytes=1000)
+    with pytest.raises(QuotaExceeded) as caught:
+        store.add_file("alice", "b.jsonl", "fine-tune", 401, "s2", max_bytes=1000)
+    assert caught.value.status == 413 and "limit of 1,000 bytes" in str(caught.value)
+    store.add_file("alice", "b.jsonl", "fine-tune", 400, "s2", max_bytes=1000)
+    store.add_file("bob", "c.jsonl", "fine-tune", 1000, "s3", max_bytes=1000)
+    assert store.stored_bytes("alice") == 1000 and store.stored_bytes("carol") == 0

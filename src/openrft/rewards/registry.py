@@ -16,6 +16,7 @@ import importlib
 import pkgutil
 import time
 from types import ModuleType
+from typing import Protocol
 
 import httpx
 
@@ -28,6 +29,11 @@ from openrft.rewards.judge import JUDGE_TIMEOUT_S, ChatJudge, judge_api_key, req
 from openrft.rewards.kinds import Needs
 from openrft.rewards.types import RewardFunction, RewardOutcome, RewardSample, checked
 from openrft.spec.rewards import RewardConfig, RewardSpec
+
+
+class Cancellable(Protocol):
+    def attach(self) -> None:
+        """Called inside the scoring coroutine: from then on, cancelling it cancels that coroutine's task."""
 
 
 @functools.cache
@@ -128,11 +134,16 @@ class ManagedReward:
         finally:
             await self.context.aclose()
 
-    def score_one(self, example: Example, response: str, step: int = 0) -> RewardOutcome:
+    def score_one(
+        self, example: Example, response: str, step: int = 0, cancellation: Cancellable | None = None
+    ) -> RewardOutcome:
         """Score one response (checked like a job's), then close: a reward tried once (``graders/run``,
-        ``openrft rewards test``)."""
+        ``openrft rewards test``). A ``cancellation`` (the service's, when the client hangs up) stops it: its
+        sandbox is killed and ``asyncio.CancelledError`` raised."""
 
         async def go() -> RewardOutcome:
+            if cancellation is not None:
+                cancellation.attach()
             try:
                 started = time.perf_counter()
                 outcome = checked((await self.score([RewardSample(example, response, step=step)]))[0], self.name)

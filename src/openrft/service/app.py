@@ -30,7 +30,13 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
         app.state.store = store
         app.state.auth = Authenticator(store, require_key=not config.loopback_only)
         app.state.submitter = Submitter(store, config)
-        app.state.grader_pool = WorkPool(config.grader_workers, config.grader_queue_limit, "openrft-graders")
+        app.state.grader_pool = WorkPool(
+            config.grader_workers,
+            config.grader_queue_limit,
+            "openrft-graders",
+            tenant_workers=config.grader_workers_per_tenant,
+            tenant_calls=config.grader_calls_per_tenant,
+        )
     install_handlers(app)
     app.add_middleware(BodyLimit, max_request_bytes=config.max_request_bytes, max_upload_bytes=config.max_upload_bytes)
     app.add_middleware(InternalErrors)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -36,6 +36,13 @@ class ServiceConfig:
     sandbox_max_output_mb: int = 16  # ... reward.sandbox.output_limit_mb
     grader_workers: int = 8  # graders/run and reward validation calls run at once (each in its own sandbox)
     grader_queue_limit: int = 64  # more calls wait; past that, 429
+    # per tenant (API key): quotas and fair shares (docs/service.md, "Tenants share fairly")
+    grader_workers_per_tenant: int = 4  # of the grader_workers, the most one tenant's calls hold at once
+    grader_calls_per_tenant: int = 16  # one tenant's calls running and waiting; past that, 429
+    max_queued_jobs_per_tenant: int | None = 100  # jobs waiting to start; past that, 429 (None: no cap)
+    max_stored_mb_per_tenant: int | None = 4096  # bytes of files; past that, 413 (None: no cap)
+    # object-store prefixes (s3://, gs://, hf://) each tenant may name, by key id or name ("*": every tenant)
+    store_prefixes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, data_dir: str | Path | None = None, database_url: str | None = None, **kwargs) -> ServiceConfig:
@@ -54,6 +61,10 @@ class ServiceConfig:
     def ensure_dirs(self) -> None:
         for path in (self.data_dir, self.files_dir, self.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def max_stored_bytes_per_tenant(self) -> int | None:
+        return None if self.max_stored_mb_per_tenant is None else self.max_stored_mb_per_tenant << 20
 
     @property
     def loopback_only(self) -> bool:

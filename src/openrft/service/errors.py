@@ -16,6 +16,7 @@ from openrft.data.loader import DatasetError
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.errors import OpenRFTError
 from openrft.service.store import Conflict, NotFound
+from openrft.service.store.base import QuotaExceeded
 from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document
 from openrft.spec.errors import SpecError, join_path
 
@@ -30,6 +31,7 @@ GOOGLE_STATUS = {
     409: "FAILED_PRECONDITION",
     413: "OUT_OF_RANGE",
     429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
     507: "RESOURCE_EXHAUSTED",
@@ -128,6 +130,11 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict):
         return error_response(request.url.path, ApiError(409, str(exc), exc.code))
+
+    @app.exception_handler(QuotaExceeded)
+    async def _quota(request: Request, exc: QuotaExceeded):
+        headers = {"Retry-After": "60"} if exc.status == 429 else None
+        return error_response(request.url.path, ApiError(exc.status, str(exc), exc.code, headers=headers))
 
     @app.exception_handler(SpecError)
     async def _spec_error(request: Request, exc: SpecError):

@@ -5,7 +5,10 @@ this module maps requests and errors."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
+
+from fastapi import Request
 
 from openrft.data.records import Example
 from openrft.data.validation import check_messages
@@ -13,7 +16,7 @@ from openrft.errors import OpenRFTError
 from openrft.rewards.config_files import reward_spec_from_document
 from openrft.rewards.kinds.openai_graders import run_view
 from openrft.rewards.kinds.vertex import validate_view
-from openrft.rewards.registry import ManagedReward, build_reward
+from openrft.rewards.registry import Cancellable, ManagedReward, build_reward
 from openrft.rewards.types import RewardOutcome
 from openrft.rewards.validation import example_from_line
 from openrft.service.config import ServiceConfig
@@ -65,8 +68,32 @@ def _item_example(item: Any, reference_answer: Any) -> Example:
     return Example(id=str(fields.get("id", "item")), messages=messages, fields=fields, tools=fields.pop("tools", None))
 
 
+async def in_pool(request: Request, owner: str, function: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run a grader call of ``owner`` in the server's grader pool, in that tenant's turn (429 past its share),
+    cancelled (its sandbox killed) if the client hangs up."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    pool = request.app.state.grader_pool
+    return await pool.run(function, *args, tenant=owner, disconnected=disconnected, cancellable=True)
+
+
+def _score(reward: ManagedReward, example: Example, response: str, cancellation: Cancellable | None) -> RewardOutcome:
+    try:
+        return reward.score_one(example, response, cancellation=cancellation)
+    except asyncio.CancelledError:
+        raise ApiError(499, "the client closed the connection; the grader call was stopped", "client_closed") from None
+
+
 def run(
-    grader: dict[str, Any], model_sample: str, item: Any, reference_answer: Any, tenant: ServiceConfig | None
+    grader: dict[str, Any],
+    model_sample: str,
+    item: Any,
+    reference_answer: Any,
+    tenant: ServiceConfig | None,
+    cancellation: Cancellable | None = None,
 ) -> dict[str, Any]:
     spec, reward = _checked_reward(grader, "grader", tenant)
     try:
@@ -75,7 +102,7 @@ def run(
     except BaseException:
         asyncio.run(reward.aclose())
         raise
-    outcome = reward.score_one(example, model_sample)
+    outcome = _score(reward, example, model_sample, cancellation)
     _refuse_over_limit(outcome, "model_sample")
     return run_view(spec, outcome)
 
@@ -92,7 +119,9 @@ def validate_grader(grader: dict[str, Any], tenant: ServiceConfig | None) -> dic
     return {"grader": grader}
 
 
-def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -> dict[str, Any]:
+def validate_vertex_reward(
+    body: dict[str, Any], tenant: ServiceConfig | None, cancellation: Cancellable | None = None
+) -> dict[str, Any]:
     key = "singleRewardConfig" if "singleRewardConfig" in body else "compositeRewardConfig"
     spec, reward = _checked_reward({key: body[key]}, key, tenant)
     try:
@@ -102,6 +131,6 @@ def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -
         raise ApiError(400, str(exc), "invalid_example", "example") from None
     parts = body["sampleResponse"].get("parts") or []
     response = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-    outcome = reward.score_one(example, response)
+    outcome = _score(reward, example, response, cancellation)
     _refuse_over_limit(outcome, "sampleResponse")
     return validate_view(spec, outcome)

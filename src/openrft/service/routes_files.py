@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +15,8 @@ from openrft.service.auth import current_owner
 from openrft.service.errors import ApiError
 from openrft.service.schemas import FileDeleted, FileObject, Page
 from openrft.service.store.base import new_id
+from openrft.service.store.files import quota_message
+from openrft.service.tenancy import is_operator
 from openrft.service.views import openai_file
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
@@ -53,13 +54,26 @@ def check_jsonl(path: Path) -> None:
         raise ApiError(400, "file: holds no JSON lines (it is empty or only whitespace)", "invalid_file_format", "file")
 
 
-def _store_upload(source, target: Path) -> None:
+class _PastQuota(Exception):
+    pass
+
+
+def _copy_at_most(source, out, max_bytes: int | None) -> None:
+    copied = 0
+    while chunk := source.read(1 << 20):
+        copied += len(chunk)
+        if max_bytes is not None and copied > max_bytes:
+            raise _PastQuota
+        out.write(chunk)
+
+
+def _store_upload(source, target: Path, max_bytes: int | None = None) -> None:
     """Copy the upload to ``target`` through a temporary name, so that no partial file is ever left under the
-    files directory; a full disk is a 507 that says so."""
+    files directory; a full disk is a 507 that says so. Past ``max_bytes`` (the tenant's room left), _PastQuota."""
     partial = target.with_name(f".{target.name}.partial")
     try:
         with partial.open("wb") as out:
-            shutil.copyfileobj(source, out, length=1 << 20)
+            _copy_at_most(source, out, max_bytes)
         partial.rename(target)
     except OSError as exc:
         partial.unlink(missing_ok=True)
@@ -84,12 +98,21 @@ def upload_file(
             "purpose",
         )
     store, config = request.app.state.store, request.app.state.config
+    cap = None if is_operator(owner) else config.max_stored_bytes_per_tenant
+    used = store.stored_bytes(owner) if cap is not None else 0
+    if cap is not None and used >= cap:
+        raise ApiError(413, quota_message(used, None, cap), "storage_quota_exceeded", "file")
     file_id = new_id("file-")
     target = config.files_dir / file_id
-    _store_upload(file.file, target)
+    try:
+        _store_upload(file.file, target, None if cap is None else cap - used)
+    except _PastQuota:
+        size = file.size if file.size is not None else cap - used + 1
+        raise ApiError(413, quota_message(used, size, cap), "storage_quota_exceeded", "file") from None
     try:
         check_jsonl(target)
-        row = store.add_file(owner, clean_filename(file.filename), purpose, target.stat().st_size, file_id, file_id)
+        size = target.stat().st_size
+        row = store.add_file(owner, clean_filename(file.filename), purpose, size, file_id, file_id, max_bytes=cap)
     except BaseException:
         target.unlink(missing_ok=True)
         raise

@@ -64,7 +64,8 @@ def pause_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
 
 @router.post("/jobs/{job_id}/resume", response_model=FineTuningJob)
 def resume_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
-    return openai_job(request.app.state.store.request_resume(owner, job_id))
+    max_queued = request.app.state.submitter.max_queued(owner)
+    return openai_job(request.app.state.store.request_resume(owner, job_id, max_queued))
 
 
 @router.get("/jobs/{job_id}/events", response_model=Page[JobEvent])
@@ -154,11 +155,11 @@ def list_samples(
 
 @router.post("/alpha/graders/run")
 async def run_grader(request: Request, owner: Owner, body: GraderRunRequest) -> dict[str, Any]:
-    """Graders run in a bounded pool of the server: 429 with Retry-After when it is full."""
+    """Graders run in a bounded pool of the server, each API key in its turn: 429 with Retry-After when it is
+    full or the key has its share; a call whose client hangs up is stopped."""
     tenant = tenant_config(request.app.state.config, owner)
-    return await request.app.state.grader_pool.run(
-        graders.run, body.grader, body.model_sample, body.item, body.reference_answer, tenant
-    )
+    args = (body.grader, body.model_sample, body.item, body.reference_answer, tenant)
+    return await graders.in_pool(request, owner, graders.run, *args)
 
 
 @router.post("/alpha/graders/validate")

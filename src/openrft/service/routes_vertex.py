@@ -82,7 +82,9 @@ def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
                 "singleRewardConfig",
             )
         tenant = tenant_config(request.app.state.config, owner)
-        pool = request.app.state.grader_pool  # it runs the reward once: in the grader pool, 429 when full
-        return await pool.run(graders.validate_vertex_reward, body.model_dump(exclude_none=True), tenant)
+        # it runs the reward once: in the grader pool, in the key's turn, 429 when full
+        return await graders.in_pool(
+            request, owner, graders.validate_vertex_reward, body.model_dump(exclude_none=True), tenant
+        )
 
     return router

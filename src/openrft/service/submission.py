@@ -150,6 +150,7 @@ class Submitter:
             asyncio.run(reward.aclose())
 
     def create(self, owner: str, document: dict[str, Any], dialect: str, api: str | None = None) -> Job:
+        self.store.check_queue_room(owner, self.max_queued(owner))  # before the (costly) validation
         prepared = self.prepare(owner, document, dialect)
         spec, body = prepared.spec, document
         train_field, validation_field = DATA_FIELDS[dialect]
@@ -169,7 +170,13 @@ class Submitter:
             user_metadata=body.get("metadata") if dialect == "openai" else body.get("labels"),
             total_steps=spec.training.total_steps,
         )
-        return self.store.create_job(job, f"Validated {job.training_file or 'the training data'}; job queued")
+        return self.store.create_job(
+            job, f"Validated {job.training_file or 'the training data'}; job queued", self.max_queued(owner)
+        )
+
+    def max_queued(self, owner: str) -> int | None:
+        """How many jobs ``owner`` may have waiting to start (None: no cap, the operator)."""
+        return None if is_operator(owner) else self.config.max_queued_jobs_per_tenant
 
 
 OUTPUT_FIELD = {"nova": "run.output_s3_path", "vertex": "outputUri", "openai": "output_dir"}

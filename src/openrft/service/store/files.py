@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
 
-from openrft.service.store.base import Repo, new_id, now_s
+from openrft.service.store.base import QuotaExceeded, Repo, new_id, now_s
 from openrft.service.store.models import StoredFile
 
 
+def quota_message(used: int, size: int | None, max_bytes: int) -> str:
+    adding = f"; this file's {size:,} bytes would pass" if size is not None else ", all of"
+    return (
+        f"this API key stores {used:,} bytes in files{adding} the service's limit of {max_bytes:,} bytes stored "
+        "per API key; delete files (DELETE /v1/files/ID) to make room"
+    )
+
+
+def _owner_bytes(s: Session, owner: str) -> int:
+    return int(s.scalar(select(func.coalesce(func.sum(StoredFile.bytes), 0)).where(StoredFile.owner == owner)))
+
+
 class FilesRepo(Repo):
+    def stored_bytes(self, owner: str) -> int:
+        """The bytes of ``owner``'s files (uploads and jobs' result files)."""
+        with self.session() as s:
+            return _owner_bytes(s, owner)
+
     def add_file(
-        self, owner: str, filename: str, purpose: str, size: int, storage_name: str, file_id: str | None = None
+        self,
+        owner: str,
+        filename: str,
+        purpose: str,
+        size: int,
+        storage_name: str,
+        file_id: str | None = None,
+        max_bytes: int | None = None,
     ) -> StoredFile:
+        """Record a stored file; with ``max_bytes``, refused (QuotaExceeded, 413) when it would take its owner's
+        files past that many bytes."""
         row = StoredFile(
             id=file_id or new_id("file-"),
             owner=owner,
@@ -21,7 +48,11 @@ class FilesRepo(Repo):
             created_at=now_s(),
             storage_name=storage_name,
         )
-        with self.session() as s:
+        with self.owner_session(owner) as s:
+            if max_bytes is not None:
+                used = _owner_bytes(s, owner)
+                if used + size > max_bytes:
+                    raise QuotaExceeded(quota_message(used, size, max_bytes), "storage_quota_exceeded", 413)
             s.add(row)
         return row
 

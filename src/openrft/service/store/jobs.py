@@ -2,6 +2,10 @@
 
 Every state change is a conditional UPDATE (``WHERE status = ...``), so two processes racing on the
 same job cannot both win. Statuses are the OpenAI ones; the Vertex routes map them to JOB_STATE_*.
+
+Claims go round-robin across tenants: the next job is the oldest queued one of the tenant whose last
+claim is the oldest (a tenant never claimed goes first), so one tenant's 500 queued jobs wait their
+turn behind another's single job instead of ahead of it.
 """
 
 from __future__ import annotations
@@ -9,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, aliased
 
-from openrft.service.store.base import Conflict, NotFound, Repo, now, now_s
+from openrft.service.store.base import Conflict, NotFound, QuotaExceeded, Repo, now, now_s
 from openrft.service.store.models import Event, Job
 
+WAITING = ("validating_files", "queued")
 ACTIVE = ("running", "pausing")
 TERMINAL = ("succeeded", "failed", "cancelled")
 STATUSES = ("validating_files", "queued", "running", "pausing", "paused", "succeeded", "failed", "cancelled")
@@ -23,17 +29,38 @@ def _event(job_id: str, message: str, level: str = "info") -> Event:
     return Event(job_id=job_id, created_at=now_s(), level=level, type="message", message=message, data={})
 
 
+def _check_queued(s: Session, owner: str, max_queued: int | None) -> None:
+    """QuotaExceeded (429) when ``owner`` already has ``max_queued`` jobs waiting to start."""
+    if max_queued is None:
+        return
+    waiting = s.scalar(select(func.count()).select_from(Job).where(Job.owner == owner, Job.status.in_(WAITING)))
+    if waiting >= max_queued:
+        raise QuotaExceeded(
+            f"this API key has {waiting} jobs queued, the service's limit of {max_queued} queued jobs per API key; "
+            "submit more when some have started",
+            "queued_jobs_limit",
+            429,
+        )
+
+
 class JobsRepo(Repo):
-    def create_job(self, job: Job, message: str = "Validated the job; queued") -> Job:
+    def create_job(self, job: Job, message: str = "Validated the job; queued", max_queued: int | None = None) -> Job:
+        """Store a new job; with ``max_queued``, refused (QuotaExceeded) when its owner has that many waiting."""
         job.created_at = job.created_at or now_s()
         job.updated_at = now()
         job.attempts = 0
         job.last_step = 0
-        with self.session() as s:
+        with self.owner_session(job.owner) as s:
+            _check_queued(s, job.owner, max_queued)
             s.add(job)
             s.add(_event(job.id, f"Created fine-tuning job: {job.id}"))
             s.add(_event(job.id, message))
         return job
+
+    def check_queue_room(self, owner: str, max_queued: int | None) -> None:
+        """QuotaExceeded now, before a submission is validated, when ``owner`` has no room for another job."""
+        with self.session() as s:
+            _check_queued(s, owner, max_queued)
 
     def get_job(self, owner: str | None, job_id: str) -> Job:
         """A job of ``owner`` (None: any owner, for workers); NotFound otherwise."""
@@ -104,31 +131,51 @@ class JobsRepo(Repo):
                 )
         raise Conflict(f"job {job_id} changed state while being paused; try again", "concurrent_update")
 
-    def request_resume(self, owner: str, job_id: str) -> Job:
+    def request_resume(self, owner: str, job_id: str, max_queued: int | None = None) -> Job:
+        """A paused job queued again; with ``max_queued``, counted against its owner's queued jobs."""
         job = self.get_job(owner, job_id)
         if job.status != "paused":
             raise Conflict(f"job {job_id} is {job.status}: only a paused job can be resumed", "job_not_resumable")
-        if not self._transition(job_id, "paused", "Job resumed: queued", status="queued", control=None):
-            raise Conflict(f"job {job_id} changed state while being resumed; try again", "concurrent_update")
+        with self.owner_session(owner) as s:
+            _check_queued(s, owner, max_queued)
+            resumed = s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status == "paused")
+                .values(status="queued", control=None, updated_at=now())
+            )
+            if resumed.rowcount != 1:
+                raise Conflict(f"job {job_id} changed state while being resumed; try again", "concurrent_update")
+            s.add(_event(job_id, "Job resumed: queued"))
         return self.get_job(owner, job_id)
 
     # workers ---------------------------------------------------------------------------------------------
 
     def claim_job(self, worker_id: str) -> Job | None:
-        """Take the oldest queued job, atomically: one UPDATE; PostgreSQL skips rows another worker locked."""
+        """Take the next queued job, atomically: one UPDATE; PostgreSQL skips rows another worker locked.
+        The next job is the oldest of the tenant claimed least recently (round-robin across tenants)."""
         t = now()
-        oldest = select(Job.seq).where(Job.status == "queued").order_by(Job.seq).limit(1)
+        candidate, other = aliased(Job), aliased(Job)
+        last_claim = (
+            select(func.max(other.claimed_at)).where(other.owner == candidate.owner).correlate(candidate)
+        ).scalar_subquery()
+        nxt = (
+            select(candidate.seq)
+            .where(candidate.status == "queued")
+            .order_by(func.coalesce(last_claim, -1.0), candidate.seq)
+            .limit(1)
+        )
         if self.engine.dialect.name == "postgresql":
-            oldest = oldest.with_for_update(skip_locked=True)
+            nxt = nxt.with_for_update(of=candidate, skip_locked=True)
         with self.session() as s:
             claimed = s.execute(
                 update(Job)
-                .where(Job.seq == oldest.scalar_subquery(), Job.status == "queued")
+                .where(Job.seq == nxt.scalar_subquery(), Job.status == "queued")
                 .values(
                     status="running",
                     worker_id=worker_id,
                     heartbeat_at=t,
                     updated_at=t,
+                    claimed_at=t,
                     attempts=Job.attempts + 1,
                     control=None,
                 )

@@ -71,6 +71,7 @@ class Job(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    claimed_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # its last claim: tenants take turns
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     total_steps: Mapped[int] = mapped_column(Integer)
     last_step: Mapped[int] = mapped_column(Integer, default=0)
@@ -81,7 +82,7 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     error_param: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
-    __table_args__ = (Index(None, "owner", "seq"), Index(None, "status", "seq"))
+    __table_args__ = (Index(None, "owner", "seq"), Index(None, "status", "seq"), Index(None, "owner", "claimed_at"))
 
 
 class Event(Base):
