@@ -23,15 +23,16 @@ H = "method.reinforcement.hyperparameters"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """One server with two tenants and no worker: jobs stay queued."""
+    """One server with two tenants and no worker: jobs stay queued. Alice may name s3://team-a/shared."""
     root = tmp_path_factory.mktemp("robust")
     service = Service(root / "data", f"sqlite:///{root / 'openrft.db'}")
     try:
         keys = service.create_key("alice"), service.create_key("bob")
-        service.serve(workers=0)
+        service.serve(workers=0, extra=("--allow-store-prefix", "alice=s3://team-a/shared"))
         client = httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {keys[0]}"}, timeout=60)
         train = upload(client, small_dataset(root / "train.jsonl", TRAIN, 16))
         validation = upload(client, small_dataset(root / "validation.jsonl", VALIDATION, 4))
+        service.keys = keys
         yield service, client, (train, validation)
         client.close()
     finally:
@@ -204,3 +205,40 @@ def test_the_work_pool_answers_429_past_its_queue():
 
     error = asyncio.run(go())
     assert error.status == 429 and error.headers == {"Retry-After": "5"}
+
+
+@pytest.mark.parametrize(
+    ("key", "field", "location", "allowed"),
+    [
+        (0, "data_s3_path", "s3://team-b/train.jsonl", False),
+        (0, "data_s3_path", "s3://team-a/shared-not/train.jsonl", False),  # a prefix is whole path parts
+        (0, "data_s3_path", "s3://team-a/shared/../private/train.jsonl", False),
+        (0, "data_s3_path", "gs://team-a/shared/train.jsonl", False),
+        (0, "data_s3_path", "hf://datasets/org/name/train.jsonl", False),
+        (1, "output_s3_path", "s3://team-a/shared/out", False),  # bob was allowed nothing
+        (0, "output_s3_path", "s3://team-a/shared/out", True),
+    ],
+)
+def test_object_store_locations_are_refused_outside_the_prefixes_of_the_key(server, key, field, location, allowed):
+    """The service reaches object stores with its own credentials: a tenant names only what the operator allowed."""
+    from tests.service.svc_helpers import tiny_recipe
+
+    service, _client, files = server
+    recipe = tiny_recipe(*files)
+    recipe["run"][field] = location
+    headers = {"Authorization": f"Bearer {service.keys[key]}"}
+    with httpx.Client(base_url=service.base_url, headers=headers, timeout=60) as tenant:
+        if key == 1:  # bob's own files
+            recipe["run"]["data_s3_path"] = upload(tenant, small_dataset(service.data_dir / "b.jsonl", TRAIN, 16))
+            recipe["run"]["validation_data_s3_path"] = recipe["run"]["data_s3_path"]
+        response = tenant.post("/v1/nova/jobs", json=recipe)
+        if allowed:
+            assert response.status_code == 200, response.text
+            tenant.post(f"/v1/fine_tuning/jobs/{response.json()['id']}/cancel")
+            return
+        assert response.status_code == 403, response.text
+        error = response.json()["error"]
+        assert error["param"] == f"run.{field}", error
+        if ".." not in location:
+            assert "--allow-store-prefix" in error["message"], error
+            assert ("allowed: s3://team-a/shared;" if key == 0 else "allowed: none;") in error["message"]

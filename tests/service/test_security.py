@@ -230,3 +230,24 @@ def test_graders_run_on_two_200_kb_texts_answers_400_naming_the_cap_and_the_serv
         assert f"{metric} tokens per text" in error["message"], error
     assert process.memory_info().rss - before < 300 << 20
     assert alice.get("/health").status_code == 200
+
+
+def test_object_store_prefixes_are_whole_path_parts():
+    from openrft.calls.outbound import store_refusal
+    from openrft.cli.serve import store_prefixes
+    from openrft.errors import OpenRFTError
+
+    allowed = ("s3://team-a/shared/", "gs://team-a")
+    assert store_refusal("s3://team-a/shared/x.jsonl", allowed) is None
+    assert store_refusal("S3://team-a/shared", allowed) is None
+    assert store_refusal("gcs://team-a/any/x", allowed) is None  # gcs:// is gs://
+    for url in ("s3://team-a/sharedx/y", "s3://team-a/other", "s3://team-a/shared/./../y", "hf://team-a/shared"):
+        assert store_refusal(url, allowed) is not None, url
+    assert "allowed: none" in store_refusal("s3://b/x", ())
+    assert store_prefixes(["alice=s3://b/p", "alice=hf://datasets/o", "*=gs://pub"]) == {
+        "alice": ("s3://b/p", "hf://datasets/o"),
+        "*": ("gs://pub",),
+    }
+    for bad in ("s3://b/p", "alice=https://b/p", "alice=s3://", "=s3://b"):
+        with pytest.raises(OpenRFTError, match="--allow-store-prefix"):
+            store_prefixes([bad])

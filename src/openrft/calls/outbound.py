@@ -9,6 +9,9 @@ multicast or reserved address is refused unless the operator allows private netw
 local paths (the caller checks those, since only it knows which fields are paths).
 
 Host names are resolved when the job is submitted; every address they resolve to must pass.
+
+Object stores are reached with the operator's credentials, so the service only names, for a tenant, a
+location under a prefix the operator allowed that tenant (``store_refusal``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,35 @@ def refusal(url: str, allow_private: bool) -> str | None:
             "internal addresses for tenants (the operator allows them with openrft serve --allow-private-urls)"
         )
     return None
+
+
+def _store_form(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    scheme = scheme.lower()
+    return f"{'gs' if scheme == 'gcs' else scheme}://{rest}"
+
+
+def is_store_url(url: str) -> bool:
+    return urlparse(url).scheme.lower() in STORE_SCHEMES
+
+
+def store_refusal(url: str, prefixes: tuple[str, ...]) -> str | None:
+    """Why a tenant may not name the object-store location ``url``, or None when it lies under one of
+    ``prefixes`` (whole path parts: ``s3://b/team`` allows ``s3://b/team/x``, not ``s3://b/team-b``)."""
+    form = _store_form(url)
+    parts = form.split("://", 1)[1].split("/")
+    if any(part in (".", "..") for part in parts):
+        return "has a '.' or '..' part; name the object-store location plainly"
+    for prefix in prefixes:
+        allowed = _store_form(prefix).rstrip("/")
+        if form == allowed or form.startswith(allowed + "/"):
+            return None
+    shown = ", ".join(prefixes) if prefixes else "none"
+    return (
+        "is an object-store location, reached with the service's own credentials: a tenant may name only "
+        f"locations under the prefixes the operator allowed its API key (allowed: {shown}; the operator "
+        "allows one with openrft serve --allow-store-prefix KEY=PREFIX)"
+    )
 
 
 def redirect_refusal(source: str, target: str) -> str | None:

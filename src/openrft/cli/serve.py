@@ -30,6 +30,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="let tenants' URLs (datasets, reward endpoints, generator, MLflow) reach loopback, link-local and "
         "private addresses (refused by default: docs/service.md, Security)",
     )
+    p.add_argument(
+        "--allow-store-prefix",
+        action="append",
+        default=[],
+        metavar="KEY=PREFIX",
+        help="let the tenant of an API key (its id or name; '*': every tenant) name object-store locations "
+        "(s3://, gs://, hf://) under PREFIX, reached with this server's credentials (repeatable; none by default)",
+    )
+    p.add_argument("--max-queued-jobs", type=int, default=100, help="jobs one API key may have queued (past it, 429)")
+    p.add_argument("--max-stored-mb", type=int, default=4096, help="MB of files one API key may store (past it, 413)")
+    p.add_argument(
+        "--grader-workers-per-key",
+        type=int,
+        default=4,
+        help="of the 8 grader workers, how many one API key's graders/run calls may hold at once",
+    )
+    p.add_argument(
+        "--grader-calls-per-key",
+        type=int,
+        default=16,
+        help="graders/run calls of one API key running or waiting (past it, 429)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -47,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
     config.heartbeat_timeout_s = args.heartbeat_timeout
     config.max_upload_bytes = args.max_upload_mb << 20
     config.allow_private_urls = args.allow_private_urls
+    config.store_prefixes = store_prefixes(args.allow_store_prefix)
+    config.max_queued_jobs_per_tenant = _at_least(args.max_queued_jobs, 0, "--max-queued-jobs")
+    config.max_stored_mb_per_tenant = _at_least(args.max_stored_mb, 0, "--max-stored-mb")
+    config.grader_workers_per_tenant = _at_least(args.grader_workers_per_key, 1, "--grader-workers-per-key")
+    config.grader_calls_per_tenant = _at_least(args.grader_calls_per_key, 1, "--grader-calls-per-key")
     if args.host not in LOOPBACK_HOSTS and not store.any_keys():
         raise OpenRFTError(
             f"refusing to serve on {args.host} without an API key: create one with "
@@ -71,3 +98,26 @@ def run(args: argparse.Namespace) -> int:
             worker_thread.join(timeout=30)
         store.close()
     return 0
+
+
+def _at_least(value: int, least: int, flag: str) -> int:
+    if value < least:
+        raise OpenRFTError(f"{flag} {value}: must be at least {least}")
+    return value
+
+
+def store_prefixes(values: list[str]) -> dict[str, tuple[str, ...]]:
+    """``KEY=PREFIX`` options -> {key: prefixes}; a prefix must be an object-store URI naming its bucket."""
+    from openrft.calls.outbound import STORE_SCHEMES
+
+    found: dict[str, tuple[str, ...]] = {}
+    for value in values:
+        who, _, prefix = value.partition("=")
+        scheme, _, rest = prefix.partition("://")
+        if not who or scheme.lower() not in STORE_SCHEMES or not rest.split("/")[0]:
+            raise OpenRFTError(
+                f"--allow-store-prefix {value!r}: expected KEY=PREFIX, KEY a key's id or name (or '*') and PREFIX "
+                f"an object-store location with its bucket ({', '.join(s + '://' for s in STORE_SCHEMES)})"
+            )
+        found[who] = (*found.get(who, ()), prefix)
+    return found

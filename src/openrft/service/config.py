@@ -43,6 +43,7 @@ class ServiceConfig:
     max_stored_mb_per_tenant: int | None = 4096  # bytes of files; past that, 413 (None: no cap)
     # object-store prefixes (s3://, gs://, hf://) each tenant may name, by key id or name ("*": every tenant)
     store_prefixes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tenant_store_prefixes: tuple[str, ...] = ()  # those of the tenant a request is checked for (tenant_config)
 
     @classmethod
     def build(cls, data_dir: str | Path | None = None, database_url: str | None = None, **kwargs) -> ServiceConfig:
@@ -61,6 +62,14 @@ class ServiceConfig:
     def ensure_dirs(self) -> None:
         for path in (self.data_dir, self.files_dir, self.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
+
+    def store_prefixes_for(self, key_id: str, key_name: str | None) -> tuple[str, ...]:
+        """The object-store prefixes allowed to the tenant with this key (by its id, its name, or ``*``)."""
+        found: list[str] = []
+        for who in ("*", key_id, key_name):
+            if who is not None:
+                found += [p for p in self.store_prefixes.get(who, ()) if p not in found]
+        return tuple(found)
 
     @property
     def max_stored_bytes_per_tenant(self) -> int | None:

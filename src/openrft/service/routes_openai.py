@@ -157,11 +157,11 @@ def list_samples(
 async def run_grader(request: Request, owner: Owner, body: GraderRunRequest) -> dict[str, Any]:
     """Graders run in a bounded pool of the server, each API key in its turn: 429 with Retry-After when it is
     full or the key has its share; a call whose client hangs up is stopped."""
-    tenant = tenant_config(request.app.state.config, owner)
+    tenant = tenant_config(request.app.state.config, owner, request.app.state.store)
     args = (body.grader, body.model_sample, body.item, body.reference_answer, tenant)
     return await graders.in_pool(request, owner, graders.run, *args)
 
 
 @router.post("/alpha/graders/validate")
 def validate_grader(request: Request, owner: Owner, body: GraderValidateRequest) -> dict[str, Any]:
-    return graders.validate_grader(body.grader, tenant_config(request.app.state.config, owner))
+    return graders.validate_grader(body.grader, tenant_config(request.app.state.config, owner, request.app.state.store))

@@ -81,7 +81,7 @@ def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
                 "invalid_reward",
                 "singleRewardConfig",
             )
-        tenant = tenant_config(request.app.state.config, owner)
+        tenant = tenant_config(request.app.state.config, owner, request.app.state.store)
         # it runs the reward once: in the grader pool, in the key's turn, 429 when full
         return await graders.in_pool(
             request, owner, graders.validate_vertex_reward, body.model_dump(exclude_none=True), tenant

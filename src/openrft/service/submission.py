@@ -22,7 +22,7 @@ from openrft.service.errors import ApiError, check_request_document, from_datase
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 from openrft.service.store.models import Job
-from openrft.service.tenancy import check_model_reference, is_operator, job_problems, raise_problems
+from openrft.service.tenancy import check_model_reference, is_operator, job_problems, raise_problems, tenant_config
 from openrft.spec.dialects import parse_document
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.job import JobSpec
@@ -88,7 +88,9 @@ class Submitter:
             raise from_spec_error(exc) from None
         self._check_locations(owner, spec, dialect, shown)
         if not is_operator(owner):
-            raise_problems(job_problems(spec, self.config, _user_fields(dialect), shown))
+            tenant = tenant_config(self.config, owner, self.store)
+            assert tenant is not None
+            raise_problems(job_problems(spec, tenant, _user_fields(dialect), shown))
         self._validate_data(spec, dialect, shown)
         return Prepared(spec, document)
 

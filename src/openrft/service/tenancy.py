@@ -6,7 +6,9 @@ Two rules, applied by every route that takes a job or a grader:
   ``python_paths``), in-process ``callable`` rewards, which environment variable's secret is sent
   (``api_key_env``), where judges are called (``judge.base_url``) and the Ray cluster are settings of
   the operator: a tenant that sends them gets 403. Sandbox limits a tenant may lower, not raise past
-  the service's caps (400 naming the cap). URLs a tenant names follow ``openrft.calls.outbound``'s policy.
+  the service's caps (400 naming the cap). URLs a tenant names follow ``openrft.calls.outbound``'s policy;
+  an object-store location (``s3://``, ``gs://``, ``hf://``) is reached with the operator's credentials, so
+  it is refused (403) unless it lies under a prefix the operator allowed the tenant (``--allow-store-prefix``).
 - **Every resource a request names belongs to the caller.** File ids, jobs, fine-tuned models
   (``ft:...:ftjob-ID``) and checkpoints (``ftckpt-...``) are looked up with the caller's tenant; another
   tenant's is reported exactly as one that does not exist.
@@ -17,10 +19,11 @@ rules do not apply to them.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
-from openrft.calls.outbound import refusal
+from openrft.calls.outbound import is_store_url, refusal, store_refusal
 from openrft.rewards.registry import needs_of
 from openrft.service.auth import LOCAL_OWNER
 from openrft.service.config import ServiceConfig
@@ -60,6 +63,9 @@ def _operator_only(field: str, value: Any, what: str) -> Problem:
 def url_problem(url: str | None, field: str, config: ServiceConfig) -> Problem | None:
     if not url:
         return None
+    if is_store_url(url):
+        reason = store_refusal(url, config.tenant_store_prefixes)
+        return None if reason is None else (FORBIDDEN, field, reason, url)
     reason = refusal(url, config.allow_private_urls)
     return None if reason is None else (INVALID, field, reason, url)
 
@@ -176,6 +182,10 @@ def check_model_reference(store: Store, owner: str, model: str | None, field: st
         )
 
 
-def tenant_config(config: ServiceConfig, owner: str) -> ServiceConfig | None:
-    """The config whose caps apply to ``owner``'s request, or None for the operator (no tenant checks)."""
-    return None if is_operator(owner) else config
+def tenant_config(config: ServiceConfig, owner: str, store: Store) -> ServiceConfig | None:
+    """The config whose caps apply to ``owner``'s request, with the object-store prefixes the operator allowed
+    that tenant, or None for the operator (no tenant checks)."""
+    if is_operator(owner):
+        return None
+    prefixes = config.store_prefixes_for(owner, store.key_name(owner))
+    return dataclasses.replace(config, tenant_store_prefixes=prefixes)

@@ -30,6 +30,11 @@ class KeysRepo(Repo):
         with self.session() as s:
             return s.scalar(select(ApiKey.id).where(ApiKey.key_hash == hash_key(secret), ApiKey.revoked_at.is_(None)))
 
+    def key_name(self, key_id: str) -> str | None:
+        """The name a key was created with (``openrft keys create --name``), or None."""
+        with self.session() as s:
+            return s.scalar(select(ApiKey.name).where(ApiKey.id == key_id))
+
     def any_keys(self) -> bool:
         with self.session() as s:
             return s.scalar(select(ApiKey.id).where(ApiKey.revoked_at.is_(None)).limit(1)) is not None
