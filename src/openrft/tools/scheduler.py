@@ -19,12 +19,11 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from openrft.rollout.types import Completion, SamplingParams
 
-if TYPE_CHECKING:
-    from openrft.tools.episodes import Episode, ToolGenerator
+Episode = Any  # openrft.tools.episodes.Episode (not imported: episodes imports this module)
 
 GATHER_S = 0.01
 """How long a free generator waits for more results when calls are still in flight: episodes whose tools
@@ -33,9 +32,10 @@ SEED_STRIDE = 7919
 
 
 class EpisodeScheduler:
-    """Runs one ``generate``'s episodes to their ends (see the module docstring)."""
+    """Runs one ``generate``'s episodes to their ends (see the module docstring); ``episodes``: the
+    ``ToolGenerator`` whose turns and calls it schedules."""
 
-    def __init__(self, episodes: ToolGenerator, params: SamplingParams, seed: int | None):
+    def __init__(self, episodes: Any, params: SamplingParams, seed: int | None):
         self.episodes, self.params, self.seed = episodes, params, seed
         self.cap = episodes.spec.max_episodes_in_flight
         self.parallel = max(1, int(getattr(episodes.inner, "concurrent_requests", 1) or 1))
