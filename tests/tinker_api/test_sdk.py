@@ -132,6 +132,18 @@ def test_sampled_logprobs_are_the_learners(client, tokenizer):
         np.testing.assert_allclose(seq.logprobs, learner, atol=1e-4)
 
 
+def test_concurrent_samples_run_as_one_batch_with_the_learners_logprobs(client, tokenizer):
+    tc = trainer(client)
+    sampler = tc.save_weights_and_get_sampling_client().result()
+    prompts = [sequence(tokenizer, text)[:-1] for text in ("What is 1+2? 3", "What is 10-7? 3", "What is 45+45? 90")]
+    params = types.SamplingParams(max_tokens=5)
+    futures = [sampler.sample(types.ModelInput.from_ints(p), 2, params) for p in prompts]  # queued together
+    for prompt, future in zip(prompts, futures):
+        for seq in future.result().sequences:
+            learner = learner_logprobs(tc, prompt + seq.tokens)[len(prompt) - 1 :]
+            np.testing.assert_allclose(seq.logprobs, learner, atol=1e-4)
+
+
 def test_stop_and_limits(client, tokenizer):
     sampler = client.create_sampling_client(base_model=MODEL).result()
     prompt = types.ModelInput.from_ints(sequence(tokenizer, "What is 2+2?"))

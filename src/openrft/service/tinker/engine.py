@@ -8,6 +8,7 @@ order the requests arrived, which is the order the SDK sends a client's requests
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -134,12 +135,15 @@ class Engine:
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
         self._lock = threading.Lock()
+        # the random stream of requests without a seed: one for the server, so calls draw different samples
+        self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
 
     def base(self, name: str) -> BaseModel:
+        key = resolve_model_path(name)  # a registered name and its directory are one model
         with self._lock:
-            if name not in self.bases:
-                self.bases[name] = BaseModel(name)
-            return self.bases[name]
+            if key not in self.bases:
+                self.bases[key] = BaseModel(name)
+            return self.bases[key]
 
     # training ------------------------------------------------------------------------------
 
@@ -222,9 +226,9 @@ class Engine:
         base.activate(sampler.adapter)
         return base.peft
 
-    def sample(self, sampler: Sampler, prompt: list[int], num_samples: int, params, prompt_logprobs: bool):
-        base = sampler.base
-        vocab = base.base.config.vocab_size
+    def check_sample(self, sampler: Sampler, prompt: list[int], num_samples: int, params) -> None:
+        """A sample request's problems, before it is queued (a bad one never fails a batch)."""
+        vocab = sampler.base.base.config.vocab_size
         bad = [t for t in prompt if not 0 <= t < vocab]
         if not prompt:
             raise UserError("prompt is empty")
@@ -232,18 +236,28 @@ class Engine:
             raise UserError(f"prompt holds token {bad[0]}, outside the vocabulary [0, {vocab})")
         if num_samples < 1:
             raise UserError(f"num_samples must be >= 1, got {num_samples}")
-        max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
-        if max_tokens < 1:
-            raise UserError(f"sampling_params.max_tokens must be >= 1, got {max_tokens}")
+        if params.max_tokens is not None and params.max_tokens < 1:
+            raise UserError(f"sampling_params.max_tokens must be >= 1, got {params.max_tokens}")
         if params.temperature < 0 or not 0 < params.top_p <= 1:
             raise UserError(
                 f"sampling_params needs temperature >= 0 and 0 < top_p <= 1, got {params.temperature}, {params.top_p}"
             )
+        if isinstance(params.stop, list | tuple) and any(
+            isinstance(s, int) and not 0 <= s < vocab for s in params.stop
+        ):
+            raise UserError(f"sampling_params.stop holds a token outside the vocabulary [0, {vocab})")
+
+    def sample(self, sampler: Sampler, prompts: list[list[int]], num_samples: int, params, prompt_logprobs: bool):
+        """Per prompt, its ``num_samples`` sequences and (if asked) its prompt log-probs: one generate call
+        for every prompt (they share the parameters)."""
+        base = sampler.base
+        max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
         stop_ids, stop_strings = self._stops(base, params.stop)
-        model = self._ready(sampler)
-        with _adapter_disabled(base, sampler.adapter is None):
+        self._ready(sampler)
+        with _adapter_disabled(base, sampler.adapter is None), torch.no_grad():
             model = base.model
             generator = TransformersGenerator(model, base.tokenizer, stop_ids, base.pad)
+            generator.rng = self.rng
             sampling = SamplingParams(
                 n=num_samples,
                 temperature=params.temperature,
@@ -251,14 +265,16 @@ class Engine:
                 top_p=params.top_p,
                 max_new_tokens=max_tokens,
             )
-            with torch.no_grad():
-                completions = generator.generate([prompt], sampling, seed=params.seed)[0]
-                prompt_lp = None
-                if prompt_logprobs:
+            groups = generator.generate(prompts, sampling, seed=params.seed)
+            prompt_lps: list[list[float] | None] = [None] * len(prompts)
+            if prompt_logprobs:
+                for i, prompt in enumerate(prompts):
                     lp = logprobs_of(model, [prompt], [torch.tensor([*prompt[1:], 0])], base.pad)[0]
-                    prompt_lp = [float("nan"), *lp[:-1].tolist()]
-        sequences = [_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in completions]
-        return sequences, prompt_lp
+                    prompt_lps[i] = [float("nan"), *lp[:-1].tolist()]
+        return [
+            ([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in group], lp)
+            for group, lp in zip(groups, prompt_lps)
+        ]
 
     @staticmethod
     def _stops(base: BaseModel, stop) -> tuple[list[int], list[str]]:

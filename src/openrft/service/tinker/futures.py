@@ -4,6 +4,7 @@ thread, in arrival order; ``retrieve_future`` waits a while for it and answers `
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -33,6 +34,8 @@ class Futures:
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openrft-tinker")
         self._items: OrderedDict[str, Pending] = OrderedDict()
+        self._queues: dict[tuple, list[tuple[Any, Future]]] = {}
+        self._lock = threading.Lock()
 
     def submit(self, owner: str, work: Callable[[], Any], user_errors: tuple[type[BaseException], ...]) -> str:
         request_id = "req_" + uuid.uuid4().hex
@@ -52,6 +55,38 @@ class Futures:
                 break
             self._items.popitem(last=False)
         return request_id
+
+    def submit_batched(
+        self,
+        owner: str,
+        key: tuple,
+        payload: Any,
+        run_batch: Callable[[list[Any]], list[Any]],
+        user_errors: tuple[type[BaseException], ...],
+    ) -> str:
+        """A request that runs together with the others of the same ``key`` still queued when its turn
+        comes (concurrent samples from one sampler: one generate call for all of them)."""
+        request_id = "req_" + uuid.uuid4().hex
+        future: Future = Future()
+        self._items[request_id] = Pending(owner, future)
+        with self._lock:
+            self._queues.setdefault(key, []).append((payload, future))
+        self.executor.submit(self._drain, key, run_batch, user_errors)
+        return request_id
+
+    def _drain(self, key: tuple, run_batch, user_errors) -> None:
+        with self._lock:
+            batch = self._queues.pop(key, [])
+        if not batch:
+            return  # an earlier drain of this key took them
+        try:
+            results = run_batch([payload for payload, _ in batch])
+        except user_errors as exc:
+            results = [Failure(str(exc), "user")] * len(batch)
+        except Exception as exc:
+            results = [Failure(f"{type(exc).__name__}: {exc}", "server")] * len(batch)
+        for (_, future), result in zip(batch, results):
+            future.set_result(result)
 
     def get(self, request_id: str, owner: str) -> Pending | None:
         item = self._items.get(request_id)

@@ -186,7 +186,10 @@ async def get_info(request: Request, who: str = Depends(owner)) -> dict:
     body = read(types.GetInfoRequest, await request.json())
     model = _model(state(request), who, body.model_id)
     data = types.ModelData(
-        arch=model.base.base.config.model_type, model_name=model.base.name, tokenizer_id=model.base.path
+        # the model's directory: the SDK's get_tokenizer() loads from it (offline, docs/tinker.md)
+        arch=model.base.base.config.model_type,
+        model_name=model.base.path,
+        tokenizer_id=model.base.path,
     )
     return dump(
         types.GetInfoResponse(
@@ -386,7 +389,7 @@ def _sampler(st: TinkerState, who: str, sampler_id: str | None):
 async def get_sampler(sampler_id: str, request: Request, who: str = Depends(owner)) -> dict:
     sampler = _sampler(state(request), who, sampler_id)
     return dump(
-        types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.base.name, model_path=sampler.model_path)
+        types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.base.path, model_path=sampler.model_path)
     )
 
 
@@ -405,13 +408,20 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
     if unsupported:
         raise HTTPException(400, f"{unsupported[0]} is not served by OpenRFT's Tinker API (docs/tinker.md)")
 
-    def work() -> bytes:
-        sequences, prompt_lp = st.engine.sample(
-            sampler, prompt, body.num_samples, body.sampling_params, bool(body.prompt_logprobs)
-        )
-        return sample_response(sequences, prompt_lp)
+    try:
+        st.engine.check_sample(sampler, prompt, body.num_samples, body.sampling_params)
+    except UserError as exc:
+        raise HTTPException(400, str(exc)) from None
+    params = body.sampling_params
+    stop = tuple(params.stop) if isinstance(params.stop, list | tuple) else params.stop
+    key = (sampler.sampler_id, body.num_samples, bool(body.prompt_logprobs), params.max_tokens, params.temperature)
+    key += (params.top_k, params.top_p, stop, params.seed, uuid.uuid4().hex if params.seed is not None else None)
 
-    request_id = st.futures.submit(who, work, USER_ERRORS)
+    def run(prompts: list[list[int]]) -> list[bytes]:
+        results = st.engine.sample(sampler, prompts, body.num_samples, params, bool(body.prompt_logprobs))
+        return [sample_response(sequences, prompt_lp) for sequences, prompt_lp in results]
+
+    request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS)
     ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
     return {"request_id": request_id, "sample_sequence_ids": ids}
 
