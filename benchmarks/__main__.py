@@ -28,6 +28,7 @@ SUITES = (
     "threads",
     "long-context",
     "sharding",
+    "tools",
     "vllm",
     "vllm-demo",
 )
@@ -547,6 +548,41 @@ def vllm_demo_suite(args: argparse.Namespace) -> None:
     write_results("vllm_demo", title, body, {"rows": rows, "load": load}, args.out)
 
 
+def tools_suite(args: argparse.Namespace) -> None:
+    import json
+
+    from benchmarks.tools import tool_throughput
+
+    prompts = 16 if args.quick else 64
+    _log(f"tool episodes: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency: independent vs lock-step")
+    r = tool_throughput(prompts=prompts)
+    print(
+        json.dumps(
+            {k: r[k] for k in ("episodes_per_s", "lockstep_episodes_per_s", "speedup", "reward", "lockstep_reward")}
+        )
+    )
+    rows = [{"schedule": s, **r[s]} for s in ("lockstep", "independent")]
+    body = [
+        f"{prompts} validation rows of examples/calculator x 4 episodes, 32 episodes in flight, the calculator "
+        "answering after 0-2 s (fixed per expression), the example's model at temperature 1.",
+        "",
+        *markdown_table(
+            [
+                ("schedule", "schedule"),
+                ("seconds", "seconds:"),
+                ("episodes", "episodes:"),
+                ("episodes_per_s", "episodes/s:"),
+                ("reward", "reward:"),
+                ("calls", "tool calls:"),
+            ],
+            rows,
+        ),
+        "",
+        f"Independent / lock-step: {r['speedup']}x episodes per second.",
+    ]
+    write_results("tools", "Tool episodes with uneven tool latency: independent vs lock-step", body, r, args.out)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -556,6 +592,7 @@ RUNNERS = {
     "threads": thread_settings,
     "long-context": long_context_suite,
     "sharding": sharding_suite,
+    "tools": tools_suite,
     "vllm": vllm_suite,
     "vllm-demo": vllm_demo_suite,
 }
