@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI
@@ -40,6 +41,8 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
     app.include_router(routes_vertex.build_router("v1"))
     app.include_router(routes_vertex.build_router("v1beta1", include_in_schema=False))
 
+    if store is not None:
+        mount_tinker(app)
     dashboard.mount(app)  # the web dashboard at / (service/dashboard)
 
     @app.get("/health", tags=["openrft"])
@@ -47,6 +50,16 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
         return {"status": "ok", "version": __version__}
 
     return app
+
+
+def mount_tinker(app: FastAPI) -> None:
+    """The Tinker API (docs/tinker.md) when the ``tinker`` SDK is installed (its types read the bodies)."""
+    try:
+        from openrft.service.tinker.routes import mount
+    except ImportError as exc:
+        logging.getLogger("openrft.service").info("Tinker API off: %s (pip install 'openrft[tinker]')", exc)
+        return
+    mount(app)
 
 
 def openapi_document() -> dict[str, Any]:
