@@ -30,7 +30,7 @@ def server(tmp_path_factory):
     store = Store.open(service.database_url)  # the keys `openrft keys create` makes, without its process
     keys = tuple("tml-" + store.create_key(name)[1] for name in ("a", "b"))
     store.close()
-    service.serve(workers=0)
+    service.wait_healthy(service.serve(workers=0, wait=False), timeout=180)  # a loaded CI machine starts slowly
     yield service, keys
     service.stop_all()
 
@@ -265,3 +265,16 @@ def test_forward_backward_custom_takes_the_same_step_as_the_builtin_loss(client,
     custom.optim_step(adam).result()
     assert "custom" in out.metrics
     np.testing.assert_allclose(learner_logprobs(custom, tokens), learner_logprobs(builtin, tokens), atol=1e-5)
+
+
+def test_a_model_keeps_only_its_newest_snapshot_samplers(client, tokenizer):
+    from openrft.service.tinker.engine import KEEP_SNAPSHOTS
+
+    tc = trainer(client)
+    prompt = types.ModelInput.from_ints(sequence(tokenizer)[:8])
+    params = types.SamplingParams(max_tokens=2)
+    samplers = [tc.save_weights_and_get_sampling_client().result() for _ in range(KEEP_SNAPSHOTS + 1)]
+    assert len(samplers[-1].sample(prompt, 1, params).result().sequences) == 1
+    assert len(samplers[1].sample(prompt, 1, params).result().sequences) == 1
+    with pytest.raises(tinker.NotFoundError, match="no sampling session"):
+        samplers[0].sample(prompt, 1, params).result()

@@ -25,6 +25,7 @@ ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP = ["gate_proj", "up_proj", "down_proj"]
 UNEMBED = ["lm_head"]
 DEFAULT_MAX_TOKENS = 16
+KEEP_SNAPSHOTS = 16
 
 
 class UserError(ValueError):
@@ -100,6 +101,7 @@ class TrainingModel:
     optimizer: torch.optim.AdamW
     steps: int = 0
     pending_grads: bool = False
+    snapshots: list[str] = field(default_factory=list)  # its snapshot samplers, oldest first
 
 
 @dataclass
@@ -214,6 +216,18 @@ class Engine:
                 base.activate(active)
         sampler = Sampler(sampler_id, owner, base, adapter, weights, model_path, lora)
         self.samplers[sampler_id] = sampler
+        return sampler
+
+    def snapshot_sampler(self, sampler_id: str, model: TrainingModel) -> Sampler:
+        """A sampler of the model's current weights (``save_weights_and_get_sampling_client``). These are
+        ephemeral, as in Tinker: a model keeps its newest ``KEEP_SNAPSHOTS``, older ones read as not found,
+        so a long RL loop does not hold every step's weights."""
+        sampler = self.sampler_for(
+            sampler_id, model.owner, model.base, model.base.state(model.model_id), None, model.lora
+        )
+        model.snapshots.append(sampler_id)
+        while len(model.snapshots) > KEEP_SNAPSHOTS:
+            self.samplers.pop(model.snapshots.pop(0), None)
         return sampler
 
     def _ready(self, sampler: Sampler) -> torch.nn.Module:

@@ -307,13 +307,12 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
         check_name_or_400(body.path)
 
     def work() -> dict:
-        weights = model.base.state(model.model_id)
         if body.path is not None:
             loc = Location(model.model_id, "sampler_weights", body.path)
-            st.checkpoints.save(loc, who, _meta(model), {"adapter": weights}, overwrite=True)
+            st.checkpoints.save(loc, who, _meta(model), {"adapter": model.base.state(model.model_id)}, overwrite=True)
             return dump(types.SaveWeightsForSamplerResponseInternal(path=loc.tinker_path))
         sampler_id = "smp_" + uuid.uuid4().hex
-        st.engine.sampler_for(sampler_id, who, model.base, weights, None, model.lora)
+        st.engine.snapshot_sampler(sampler_id, model)
         return dump(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
 
     return _future(st, who, work)
