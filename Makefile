@@ -51,7 +51,7 @@ vllm-venv:
 # Tests against a real vLLM server (tests/vllm): builds or reuses vLLM's virtualenv, starts a server for the
 # demo model (scripts/vllm_server.sh), runs the tests, stops the server. `.ci/run` runs it after `make test`.
 test-vllm: $(STAMP) vllm-venv
-	VLLM_VENV=$(VLLM_VENV) bash scripts/test_vllm.sh
+	VENV=$(VENV) VLLM_VENV=$(VLLM_VENV) bash scripts/test_vllm.sh
 
 # CPU benchmark suites (not part of `make test`): OpenRFT vs TRL's GRPOTrainer, rollout and learner
 # throughput, memory, optimisations, threads (about 12-20 minutes on 2 cores), and long responses at a

@@ -28,6 +28,7 @@ SUITES = (
     "threads",
     "long-context",
     "sharding",
+    "tools",
     "vllm",
     "vllm-demo",
 )
@@ -437,7 +438,7 @@ def sharding_suite(args: argparse.Namespace) -> None:
 
     _log("sharded learner: one JSON line per configuration (learners, mode)")
     load = {"before": load_average()}
-    layers = 2 if args.quick else LAYERS
+    layers = 2 if args.quick else (args.sharding_layers or LAYERS)
     rows = sharding_rows(args.sharding_steps, args.sharding_timeout, _log, layers)
     load["after"] = load_average()
     columns = [
@@ -448,14 +449,18 @@ def sharding_suite(args: argparse.Namespace) -> None:
         ("state_vs_one_learner", "vs one learner:"),
         ("peak_mib_per_learner", "step peak resident MiB per learner:"),
         ("peak_vs_one_learner", "vs one learner:"),
+        ("peak_above_baseline_mib", "step peak above baseline MiB per learner:"),
+        ("peak_above_baseline_vs_one_learner", "vs one learner:"),
         ("baseline_mib", "libraries MiB:"),
         ("step_s", "step s:"),
+        ("step_per_sample_vs_one_learner", "vs one learner:"),
     ]
     body = [
-        f"The demo model's family (Qwen2, its vocabulary, tied embeddings) at hidden size {HIDDEN}, {layers} layers, "
-        f"MLP {INTERMEDIATE}: random weights built here. One step: {PROMPTS} prompts x {SAMPLES} samples, "
+        f"Qwen2.5-0.5B's shape (hidden {HIDDEN}, 14 heads / 2 KV heads, MLP {INTERMEDIATE}, vocabulary 151,936, tied "
+        f"embeddings) with {layers} of its {LAYERS} layers: random weights built here. "
+        f"One step: {PROMPTS} prompts x {SAMPLES} samples, "
         f"{PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response tokens, no KL (no reference), AdamW (LoRA: rank 16 "
-        "on every linear layer, LoRA+). One learner: the engine's `Learner` in one process; two: `ShardedLearner` "
+        "on every linear layer, LoRA+). One learner: the engine's `Learner` in one process; 2 and 4: `ShardedLearner` "
         "ranks (FSDP2, gloo) under `torch.distributed.run`, the larger rank's figures. Each configuration in fresh "
         f"processes, 1 torch thread each, {args.sharding_steps} timed step(s) after a warm-up. Parameters + AdamW "
         "state: the tensors a learner holds between steps (its shards). Peak: the step's resident high-water mark "
@@ -543,6 +548,41 @@ def vllm_demo_suite(args: argparse.Namespace) -> None:
     write_results("vllm_demo", title, body, {"rows": rows, "load": load}, args.out)
 
 
+def tools_suite(args: argparse.Namespace) -> None:
+    import json
+
+    from benchmarks.tools import tool_throughput
+
+    prompts = 16 if args.quick else 64
+    _log(f"tool episodes: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency: independent vs lock-step")
+    r = tool_throughput(prompts=prompts)
+    print(
+        json.dumps(
+            {k: r[k] for k in ("episodes_per_s", "lockstep_episodes_per_s", "speedup", "reward", "lockstep_reward")}
+        )
+    )
+    rows = [{"schedule": s, **r[s]} for s in ("lockstep", "independent")]
+    body = [
+        f"{prompts} validation rows of examples/calculator x 4 episodes, 32 episodes in flight, the calculator "
+        "answering after 0-2 s (fixed per expression), the example's model at temperature 1.",
+        "",
+        *markdown_table(
+            [
+                ("schedule", "schedule"),
+                ("seconds", "seconds:"),
+                ("episodes", "episodes:"),
+                ("episodes_per_s", "episodes/s:"),
+                ("reward", "reward:"),
+                ("calls", "tool calls:"),
+            ],
+            rows,
+        ),
+        "",
+        f"Independent / lock-step: {r['speedup']}x episodes per second.",
+    ]
+    write_results("tools", "Tool episodes with uneven tool latency: independent vs lock-step", body, r, args.out)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -552,6 +592,7 @@ RUNNERS = {
     "threads": thread_settings,
     "long-context": long_context_suite,
     "sharding": sharding_suite,
+    "tools": tools_suite,
     "vllm": vllm_suite,
     "vllm-demo": vllm_demo_suite,
 }
@@ -586,6 +627,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--long-generate", **lengths, help="long-context: lengths to generate")
     parser.add_argument("--long-timeout", type=float, default=3600, help="long-context: seconds per measurement")
     parser.add_argument("--sharding-steps", type=int, default=3, help="sharding: timed steps per configuration")
+    parser.add_argument("--sharding-layers", type=int, default=None, help="sharding: decoder layers (default 24)")
     parser.add_argument("--sharding-timeout", type=float, default=900, help="sharding: seconds per configuration")
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
     parser.add_argument(

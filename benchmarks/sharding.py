@@ -1,7 +1,8 @@
 """Per-learner memory and step time of the sharded learner (``rollout.learner_sharding: fsdp``) against one learner.
 
-The model is the demo's family (``scripts/build_demo_model.py``: Qwen2, the demo's vocabulary, tied
-embeddings) scaled to about 59M parameters, random weights built here (nothing downloaded). Each
+The model is Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocabulary
+151,936, tied embeddings; its published config.json), random weights built here (nothing downloaded);
+``layers`` fewer for a lighter run of the same width and vocabulary. Each
 configuration runs in fresh processes: one learner is the engine's ``Learner`` in one process; N learners
 are ``ShardedLearner`` ranks under ``torch.distributed.run`` (gloo). Per learner (the largest over the
 ranks):
@@ -10,6 +11,7 @@ ranks):
   shards' bytes, counted tensor by tensor; gradients are freed after each step);
 - ``peak_mib_per_learner``: the step's resident-memory high-water mark (``/proc/self/clear_refs`` reset
   just before it), the whole process (libraries ``baseline_mib`` included);
+- ``peak_above_baseline_mib``: that peak less the process's resident memory before the model is built;
 - ``step_s``: the median of the timed steps.
 """
 
@@ -30,17 +32,18 @@ import torch
 from benchmarks.common import ROOT
 from benchmarks.learner import _release_free_memory
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 640, 12, 8, 4, 1920
+HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 896, 24, 14, 2, 4864, 151_936  # Qwen2.5-0.5B
+LEARNERS = (1, 2, 4)
 PROMPTS, SAMPLES, PROMPT_TOKENS, RESPONSE_TOKENS = 2, 4, 24, 24
 
 
 def model_config(layers: int = LAYERS):
-    """The demo model's config (vocabulary, tokens, tied embeddings) with larger layers."""
+    """Qwen2.5-0.5B's shape with ``layers`` decoder layers (the demo's special tokens)."""
     from transformers import Qwen2Config
 
     demo = json.loads((ROOT / "src" / "openrft" / "assets" / "demo_model" / "config.json").read_text())
     return Qwen2Config(
-        vocab_size=demo["vocab_size"],
+        vocab_size=VOCAB,
         hidden_size=HIDDEN,
         intermediate_size=INTERMEDIATE,
         num_hidden_layers=layers,
@@ -127,6 +130,7 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
         "parameters": parameters,
         "trainable_parameters": sum(p.numel() for p in learner.policy.model.parameters() if p.requires_grad),
         "peak_mib_per_learner": round(max(peaks), 1),
+        "peak_above_baseline_mib": round(max(peaks) - baseline, 1),
         "state_mib_per_learner": round(held_state_mib(learner.model, learner.optimizer), 1),
         "baseline_mib": round(baseline, 1),
         "step_s": round(statistics.median(times), 3),
@@ -134,7 +138,13 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
     if learners > 1:
         rows: list = [None] * learners
         dist.all_gather_object(rows, row)
-        for key in ("peak_mib_per_learner", "state_mib_per_learner", "baseline_mib", "step_s"):
+        for key in (
+            "peak_mib_per_learner",
+            "peak_above_baseline_mib",
+            "state_mib_per_learner",
+            "baseline_mib",
+            "step_s",
+        ):
             row[key] = max(r[key] for r in rows)  # the largest learner's
         if dist.get_rank() == 0:
             print(json.dumps(row), flush=True)
@@ -164,19 +174,24 @@ def run_configuration(mode: str, learners: int, steps: int, timeout: float, laye
     return json.loads(lines[-1])
 
 
-def sharding_rows(steps: int, timeout: float, log, layers: int = LAYERS) -> list[dict]:
-    """Full fine-tuning and LoRA at 1 and 2 learners (``layers``: fewer for a quick check that it runs)."""
-    rows = []
-    for mode in ("full", "lora"):
-        for learners in (1, 2):
+def sharding_rows(steps: int, timeout: float, log, layers: int = LAYERS, modes=("full", "lora")) -> list[dict]:
+    """Full fine-tuning and LoRA at 1, 2 and 4 learners, one configuration at a time; each row's ratios
+    against one learner's."""
+    rows: list[dict] = []
+    one: dict = {}
+    for mode in modes:
+        for learners in LEARNERS:
             row = run_configuration(mode, learners, steps, timeout, layers)
+            row["layers"] = layers
+            one = row if learners == 1 else one
+            if learners > 1 and "error" not in one and "error" not in row:
+                for key in ("state_mib_per_learner", "peak_mib_per_learner", "peak_above_baseline_mib"):
+                    row[key.replace("_mib_per_learner", "").replace("_mib", "") + "_vs_one_learner"] = round(
+                        row[key] / one[key], 3
+                    )
+                row["step_per_sample_vs_one_learner"] = round(row["step_s"] / one["step_s"], 3)
             log(json.dumps(row))
             rows.append(row)
-    for mode in ("full", "lora"):
-        one, two = (next(r for r in rows if r["mode"] == mode and r["learners"] == n) for n in (1, 2))
-        if "error" not in one and "error" not in two:
-            two["state_vs_one_learner"] = round(two["state_mib_per_learner"] / one["state_mib_per_learner"], 3)
-            two["peak_vs_one_learner"] = round(two["peak_mib_per_learner"] / one["peak_mib_per_learner"], 3)
     return rows
 
 

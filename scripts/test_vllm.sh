@@ -8,4 +8,4 @@ trap 'bash scripts/vllm_server.sh stop' EXIT
 started=$SECONDS
 url="$(bash scripts/vllm_server.sh start)"
 echo "vLLM server at $url (started in $((SECONDS - started)) s)"
-OPENRFT_VLLM_URL="$url" OPENRFT_VLLM_TESTS=1 .venv/bin/pytest tests/vllm -q -p no:cacheprovider "$@"
+OPENRFT_VLLM_URL="$url" OPENRFT_VLLM_TESTS=1 "${VENV:-.venv}/bin/pytest" tests/vllm -q -p no:cacheprovider "$@"

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from openrft.service.errors import ApiError
-from openrft.service.work_pool import WorkPool
+from openrft.service.graders import WorkPool
 from tests.rewards.helpers import require_bwrap
 
 

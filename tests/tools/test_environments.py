@@ -200,7 +200,9 @@ def test_an_endpoint_down_for_every_row_ends_the_job_naming_the_tool(tokenizer, 
     rows = [Example(id=f"r{i}", messages=use("broken").messages, tools=use("broken").tools) for i in range(4)]
     with Episodes(tokenizer, caller, tools, rows) as episodes, pytest.raises(RewardError) as error:
         episodes.run()
-    assert "endpoint of tool broken" in str(error.value) and "for 3 different inputs" in str(error.value)
+    # 3 failures trip it; the episodes' calls run concurrently, so the fourth may have failed by then
+    assert "endpoint of tool broken" in str(error.value)
+    assert re.search(r"for [34] different inputs", str(error.value)), str(error.value)
     assert "reward endpoint" not in str(error.value)
 
 

@@ -88,6 +88,7 @@ def test_an_episode_calls_the_tool_reads_the_result_and_answers(tokenizer, sandb
         require_bwrap()
     tools = {"functions": {"calculator": {"type": "python", "function": f"{CALCULATOR}:calculator"}}}
     tools["functions"]["calculator"]["sandboxed"] = sandboxed
+    tools["schedule"] = "lockstep"  # the batches asserted below (test_scheduler.py: the independent schedule's)
     examples = [question(347, 29, "a"), question(512, 11, "b")]
     sandbox = SandboxSpec(isolation="strict") if sandboxed else None
     with Episodes(tokenizer, calculator_user, tools, examples, sandbox) as episodes:

@@ -114,7 +114,11 @@ def parse_token_id(token: str) -> int:
 
 
 class RemoteGenerator(PolicyVersioned):
-    """A ``Generator`` whose samples come from ``base_url`` (``http://host:8000`` or ``.../v1``)."""
+    """A ``Generator`` whose samples come from ``base_url`` (``http://host:8000`` or ``.../v1``).
+    ``generate`` may be called from several threads at once (one ``httpx.Client``, which is thread-safe):
+    tool episodes keep ``concurrent_requests`` batches in flight and the server batches them together."""
+
+    concurrent_requests = 8
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ is refused by name.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from openrft.spec.job import LoraSpec
 
 
 def import_vllm():
+    # the engine core and its one worker in this process (no engine subprocess importing vLLM and the
+    # model again, no worker pipe): the learner and the engine then share this process's threads
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     try:
         import vllm
     except ImportError as exc:
@@ -66,6 +70,7 @@ class VllmGenerator(PolicyVersioned):
             max_loras=2,
             enable_chunked_prefill=False,  # seeded requests crash the CPU backend with it on
             logprobs_mode="processed_logprobs",
+            distributed_executor_backend="uni",
             **({"gpu_memory_utilization": gpu_memory_utilization} if torch.cuda.is_available() else {}),
         )
         self._lora_request = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI
@@ -11,11 +12,11 @@ from openrft.service import dashboard, routes_files, routes_nova, routes_openai,
 from openrft.service.auth import Authenticator
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import install_handlers
+from openrft.service.graders import WorkPool
 from openrft.service.internal_errors import InternalErrors
 from openrft.service.limits import BodyLimit
 from openrft.service.store import Store
 from openrft.service.submission import Submitter
-from openrft.service.work_pool import WorkPool
 
 DESCRIPTION = """Reinforcement fine-tuning as a service. The OpenAI fine-tuning API (files, jobs, events,
 checkpoints, graders), Vertex-style tuning jobs and Nova recipes share one job store; workers run the jobs."""
@@ -46,6 +47,8 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
     app.include_router(routes_vertex.build_router("v1"))
     app.include_router(routes_vertex.build_router("v1beta1", include_in_schema=False))
 
+    if store is not None:
+        mount_tinker(app)
     dashboard.mount(app)  # the web dashboard at / (service/dashboard)
 
     @app.get("/health", tags=["openrft"])
@@ -53,6 +56,16 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
         return {"status": "ok", "version": __version__}
 
     return app
+
+
+def mount_tinker(app: FastAPI) -> None:
+    """The Tinker API (docs/tinker.md) when the ``tinker`` SDK is installed (its types read the bodies)."""
+    try:
+        from openrft.service.tinker.routes import mount
+    except ImportError as exc:
+        logging.getLogger("openrft.service").info("Tinker API off: %s (pip install 'openrft[tinker]')", exc)
+        return
+    mount(app)
 
 
 def openapi_document() -> dict[str, Any]:

@@ -1,17 +1,26 @@
 """OpenAI ``graders/run`` and ``graders/validate``, and Vertex's reward validation call: the logic is the
 rewards package's (the grader's kind builds and scores it, ``openrft.rewards.validation`` runs it once);
-this module maps requests and errors."""
+this module maps requests and errors, and runs grader calls off the API's event loop (``WorkPool``:
+bounded, each tenant in its turn, stopped when the client hangs up).
+
+The request's documents are bounded (depth, size) and the item's messages checked with the request body
+(``service/schemas.py``), before anything here runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import functools
+import itertools
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from fastapi import Request
 
 from openrft.data.records import Example
-from openrft.data.validation import check_messages
 from openrft.errors import OpenRFTError
 from openrft.rewards.config_files import reward_spec_from_document
 from openrft.rewards.kinds.openai_graders import run_view
@@ -20,7 +29,7 @@ from openrft.rewards.registry import Cancellable, ManagedReward, build_reward
 from openrft.rewards.types import RewardOutcome
 from openrft.rewards.validation import example_from_line
 from openrft.service.config import ServiceConfig
-from openrft.service.errors import ApiError, check_request_document, from_spec_error
+from openrft.service.errors import ApiError, from_spec_error
 from openrft.service.tenancy import raise_problems, reward_problems
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import RewardSpec
@@ -32,7 +41,6 @@ def _checked_reward(
     """The reward spec of a grader or reward config and its reward, built (once), or a 400 naming the user's
     field paths. With ``tenant`` (the service's config), a tenant's request: operator settings are refused
     (403) before anything is built. The caller closes the reward."""
-    check_request_document(document, prefix)
     try:
         spec = reward_spec_from_document(document)
     except SpecError as exc:
@@ -57,14 +65,11 @@ def _prefixed(problems: list[FieldProblem], prefix: str) -> SpecError:
 
 
 def _item_example(item: Any, reference_answer: Any) -> Example:
+    """The request's item (its messages already checked and normalised with the body) as a dataset line."""
     fields = dict(item) if isinstance(item, dict) else {}
     if reference_answer is not None:
         fields.setdefault("reference_answer", reference_answer)
-    messages, problems = check_messages(fields.pop("messages")) if "messages" in fields else ([], [])
-    if problems:
-        raise ApiError(
-            400, "item.messages: " + "; ".join(f"{f}: {m}" for f, m in problems), "invalid_item", "item.messages"
-        )
+    messages = fields.pop("messages", [])
     return Example(id=str(fields.get("id", "item")), messages=messages, fields=fields, tools=fields.pop("tools", None))
 
 
@@ -96,12 +101,7 @@ def run(
     cancellation: Cancellable | None = None,
 ) -> dict[str, Any]:
     spec, reward = _checked_reward(grader, "grader", tenant)
-    try:
-        check_request_document(item, "item")
-        example = _item_example(item, reference_answer)
-    except BaseException:
-        asyncio.run(reward.aclose())
-        raise
+    example = _item_example(item, reference_answer)
     outcome = _score(reward, example, model_sample, cancellation)
     _refuse_over_limit(outcome, "model_sample")
     return run_view(spec, outcome)
@@ -134,3 +134,184 @@ def validate_vertex_reward(
     outcome = _score(reward, example, response, cancellation)
     _refuse_over_limit(outcome, "sampleResponse")
     return validate_view(spec, outcome)
+
+
+T = TypeVar("T")
+
+
+class Cancellation:
+    """Cancels a coroutine run by ``asyncio.run`` in another thread (a grader's sandbox call): the
+    coroutine ``attach``es itself; ``cancel`` from any thread cancels it, now or as soon as it attaches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.cancelled = False
+
+    def attach(self) -> None:
+        with self._lock:
+            self._task, self._loop = asyncio.current_task(), asyncio.get_running_loop()
+            if self.cancelled:
+                self._task.cancel()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            if self._task is not None and self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._task.cancel)
+
+
+class WorkPool:
+    def __init__(
+        self,
+        workers: int,
+        queue_limit: int,
+        name: str = "openrft-work",
+        tenant_workers: int | None = None,
+        tenant_calls: int | None = None,
+    ):
+        self.workers = workers
+        self.queue_limit = queue_limit
+        self.tenant_workers = min(tenant_workers or workers, workers)
+        self.tenant_calls = tenant_calls or workers + queue_limit
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        # only changed on the event loop's thread:
+        self._taken: dict[str, int] = {}  # tenant -> calls running + waiting
+        self._running: dict[str, int] = {}  # tenant -> calls running
+        self._waiting: OrderedDict[str, deque[asyncio.Future]] = OrderedDict()
+        self._served: dict[str, int] = {}  # tenant -> when it last got a worker (a counter)
+        self._turns = itertools.count()
+
+    @property
+    def taken(self) -> int:
+        return sum(self._taken.values())
+
+    def running(self, tenant: str | None = None) -> int:
+        return sum(self._running.values()) if tenant is None else self._running.get(tenant, 0)
+
+    async def run(
+        self,
+        function: Callable[..., T],
+        *args: Any,
+        tenant: str = "",
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+        cancellable: bool = False,
+    ) -> T:
+        """``function(*args)`` on a worker thread, in ``tenant``'s turn. With ``disconnected`` (a coroutine
+        function that returns when the client hangs up) the call is cancelled then: with ``cancellable``,
+        ``function`` takes a ``Cancellation`` as its ``cancellation`` argument and stops when it is cancelled."""
+        self._admit(tenant)
+        self._taken[tenant] = self._taken.get(tenant, 0) + 1
+        try:
+            watcher = asyncio.ensure_future(disconnected()) if disconnected is not None else None
+            try:
+                await self._wait_for_worker(tenant, watcher)
+                try:
+                    return await self._call(function, args, watcher, cancellable)
+                finally:
+                    self._running[tenant] -= 1
+                    self._dispatch()
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+        finally:
+            self._taken[tenant] -= 1
+            if not self._taken[tenant]:
+                del self._taken[tenant]
+
+    def _admit(self, tenant: str) -> None:
+        if self._taken.get(tenant, 0) >= self.tenant_calls:
+            raise ApiError(
+                429,
+                f"this API key has {self.tenant_calls} grader calls running or waiting, the server's limit per "
+                "API key; retry when one has answered",
+                "rate_limit_exceeded",
+                headers={"Retry-After": "5"},
+            )
+        if self.taken >= self.workers + self.queue_limit:
+            raise ApiError(
+                429,
+                f"the server is running {self.workers} grader calls with {self.queue_limit} more waiting; "
+                "retry in a few seconds",
+                "rate_limit_exceeded",
+                headers={"Retry-After": "5"},
+            )
+
+    def _may_start(self, tenant: str) -> bool:
+        return self.running() < self.workers and self.running(tenant) < self.tenant_workers
+
+    async def _wait_for_worker(self, tenant: str, watcher: asyncio.Future | None) -> None:
+        if not self._waiting and self._may_start(tenant):
+            self._start(tenant)
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(tenant, deque()).append(turn)
+        self._dispatch()
+        try:
+            if watcher is None:
+                await turn
+            else:
+                await asyncio.wait([turn, watcher], return_when=asyncio.FIRST_COMPLETED)
+                if not turn.done():
+                    raise ApiError(499, "the client closed the connection while its call waited", "client_closed")
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self._running[tenant] -= 1  # it was given a worker it will not use
+                self._dispatch()
+            else:
+                turn.cancel()
+                self._forget(tenant, turn)
+            raise
+
+    def _start(self, tenant: str) -> None:
+        self._running[tenant] = self._running.get(tenant, 0) + 1
+        self._served[tenant] = next(self._turns)
+
+    def _forget(self, tenant: str, turn: asyncio.Future) -> None:
+        queue = self._waiting.get(tenant)
+        if queue is not None and turn in queue:
+            queue.remove(turn)
+            if not queue:
+                del self._waiting[tenant]
+
+    def _dispatch(self) -> None:
+        """Hand free workers to waiting tenants: fewest calls running first, then the one served longest ago."""
+        while self.running() < self.workers:
+            ready = [t for t in self._waiting if self.running(t) < self.tenant_workers]
+            if not ready:
+                return
+            tenant = min(ready, key=lambda t: (self.running(t), self._served.get(t, -1)))
+            queue = self._waiting[tenant]
+            turn = queue.popleft()
+            if not queue:
+                del self._waiting[tenant]
+            if turn.done():
+                continue
+            self._start(tenant)
+            turn.set_result(None)
+
+    async def _call(
+        self, function: Callable[..., T], args: tuple, watcher: asyncio.Future | None, cancellable: bool
+    ) -> T:
+        loop = asyncio.get_running_loop()
+        cancellation = Cancellation()
+        call = (
+            functools.partial(function, *args, cancellation=cancellation)
+            if cancellable
+            else functools.partial(function, *args)
+        )
+        future = loop.run_in_executor(self._executor, call)
+        if watcher is None:
+            return await future
+        await asyncio.wait([future, watcher], return_when=asyncio.FIRST_COMPLETED)
+        if not future.done():
+            cancellation.cancel()  # the client hung up: stop the work, then give its worker back
+            await asyncio.wait([future])
+            if not future.cancelled():
+                future.exception()  # retrieved: how the stopped call ended is of no use to anyone now
+            raise ApiError(499, "the client closed the connection while its call ran", "client_closed")
+        return future.result()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -96,6 +96,18 @@ class ToolsSpec(_Strict):
         description="the tool message that answers a call block that cannot be read ({error}: what was wrong); "
         "null: such a turn is the episode's answer",
     )
+    schedule: Literal["independent", "lockstep"] = Field(
+        "independent",
+        description="independent: each episode's next turn is sampled as soon as its own calls are back; "
+        "lockstep: turn k of every episode in one batch after every call of turn k-1 (reproducible with a seed)",
+    )
+    max_episodes_in_flight: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="independent schedule: episodes running at once; a generate's further prompts start as "
+        "running episodes end (null: all at once)",
+    )
     turn_rewards: Literal["ignore", "sum"] = Field(
         "ignore",
         description="per-turn rewards an environment's step returns: ignored, or added to the episode's reward "

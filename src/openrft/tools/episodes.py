@@ -43,6 +43,7 @@ from openrft.spec.tools import ToolsSpec
 from openrft.tools.continuation import ToolTemplateError, call_id, continuation_ids
 from openrft.tools.results import CallContext, ToolResult
 from openrft.tools.runners import ToolBox
+from openrft.tools.scheduler import EpisodeScheduler
 
 T = TypeVar("T")
 MAX_CHARS_PER_TOKEN = 16
@@ -79,6 +80,11 @@ class ToolService:
     @staticmethod
     async def _make(spec: ToolsSpec, sandbox: SandboxSpec) -> ToolBox:
         return await ToolBox(spec, sandbox).start()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the tools run on (the episode scheduler submits each episode's calls to it)."""
+        return self._loop
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -272,30 +278,47 @@ class ToolGenerator:
             for episode in flat:
                 if episode.opened:
                     episode.budget = params.completion_limit(len(episode.prompt_ids))
-            self._first_turns(prompts, groups, params, seed)
-            turn = 1
-            while True:
-                self.service.run(self._run_calls([e for e in flat if e.pending]))
-                for episode in flat:
-                    if episode.pending and not episode.done:
-                        self._tool_turn(episode)
-                    episode.pending, episode.refused = [], {}
-                going = [e for e in flat if not e.done]
-                if not going:
-                    break
-                turn_params = replace(params, n=1, max_new_tokens=max(e.remaining for e in going))
-                turn_seed = None if seed is None else seed + 7919 * turn
-                next_turns = self.inner.generate([e.context for e in going], turn_params, turn_seed)
-                for episode, (completion,) in zip(going, next_turns):
-                    self._model_turn(episode, completion)
-                turn += 1
+            if self.spec.schedule == "independent":
+                EpisodeScheduler(self, params, seed).run(prompts, groups)
+            else:
+                self._lockstep(prompts, groups, params, seed)
             self.service.run(self._finish_environments(flat))
         finally:
             self.service.run(self._close_environments(flat))
         version = self.inner.policy_version
         return [[e.completion(version) for e in group] for group in groups]
 
-    def _first_turns(
+    def _lockstep(
+        self, prompts: list[list[int]], groups: list[list[Episode]], params: SamplingParams, seed: int | None
+    ) -> None:
+        """Every episode's turn ``k`` in one batch, once every call of turn ``k - 1`` has come back."""
+        flat = [e for group in groups for e in group]
+        self.first_turns(prompts, groups, params, seed)
+        turn = 1
+        while True:
+            self.service.run(self._run_calls([e for e in flat if e.pending]))
+            for episode in flat:
+                self.after_calls(episode)
+            going = [e for e in flat if not e.done]
+            if not going:
+                break
+            self.next_turns(going, params, None if seed is None else seed + 7919 * turn)
+            turn += 1
+
+    def after_calls(self, episode: Episode) -> None:
+        """Once an episode's calls have come back: their messages (and the next turn's opening) appended."""
+        if episode.pending and not episode.done:
+            self._tool_turn(episode)
+        episode.pending, episode.refused = [], {}
+
+    def next_turns(self, episodes: list[Episode], params: SamplingParams, seed: int | None) -> None:
+        """One later model turn of each episode, sampled in one call of the generator."""
+        turn_params = replace(params, n=1, max_new_tokens=max(e.remaining for e in episodes))
+        sampled = self.inner.generate([e.context for e in episodes], turn_params, seed)
+        for episode, (completion,) in zip(episodes, sampled):
+            self._model_turn(episode, completion)
+
+    def first_turns(
         self, prompts: list[list[int]], groups: list[list[Episode]], params: SamplingParams, seed: int | None
     ) -> None:
         """The first model turn: the ``n`` episodes of a prompt from one shared prefill, unless an episode's

@@ -1,0 +1,96 @@
+"""Tool episodes with uneven tool latency: the independent schedule against lock-step, side by side.
+
+The calculator example's model (examples/calculator/model, not fine-tuned: it calls its tool in about a
+quarter of its episodes) answers the example's validation rows, ``n`` episodes each, at temperature 1 with
+the recipe's budget. Its calculator answers after 0-2 s (``benchmarks/tool_latency.py``). The generator holds
+``in_flight`` episodes at a time in both schedules:
+
+- lock-step (before the independent schedule, and ``tools.schedule: lockstep``): ``generate`` on
+  ``in_flight / n`` prompts at a time, each turn of the batch waiting for its slowest call;
+- independent: one ``generate`` on every prompt with ``tools.max_episodes_in_flight: in_flight``: an episode
+  moves on when its own calls are back, and a new prompt starts as soon as episodes end.
+
+Reward: the share of episodes whose answer is the reference (``exact_match``), to show the schedules sample
+the same task equally well.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from openrft.data.records import Example
+from openrft.rollout.local import TransformersGenerator
+from openrft.rollout.prompts import render_prompt
+from openrft.rollout.types import SamplingParams
+from openrft.spec.rewards import SandboxSpec
+from openrft.spec.tools import ToolsSpec
+from openrft.tools.episodes import ToolGenerator, ToolService, row_prompts
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "calculator"
+
+
+def _examples(count: int) -> list[Example]:
+    rows = [json.loads(line) for line in (EXAMPLE / "validation.jsonl").read_text().splitlines()][:count]
+    return [
+        Example(r["id"], r["messages"], {"reference_answer": r["reference_answer"]}, tools=r["tools"]) for r in rows
+    ]
+
+
+def _run(schedule: str, model, tokenizer, examples, n: int, in_flight: int, seed: int) -> dict:
+    tools = {
+        "max_turns": 3,
+        "schedule": schedule,
+        "functions": {"calculator": {"type": "python", "function": "benchmarks.tool_latency:calculator"}},
+    }
+    tools["functions"]["calculator"]["sandboxed"] = False
+    if schedule == "independent":
+        tools["max_episodes_in_flight"] = in_flight
+    service = ToolService(ToolsSpec.model_validate(tools), SandboxSpec(isolation="weak"))
+    eos = [tokenizer.eos_token_id]
+    inner = TransformersGenerator(model, tokenizer, eos, tokenizer.pad_token_id, seed=seed)
+    episodes = ToolGenerator(inner, service, tokenizer, eos)
+    prompts = row_prompts(examples, [render_prompt(tokenizer, e.messages, e.tools) for e in examples])
+    params = SamplingParams(n=n, temperature=1.0, max_new_tokens=112, max_length=192)
+    chunk = len(prompts) if schedule == "independent" else max(1, in_flight // n)
+    started = time.perf_counter()
+    try:
+        groups = [g for i in range(0, len(prompts), chunk) for g in episodes.generate(prompts[i : i + chunk], params)]
+    finally:
+        service.close()
+    seconds = time.perf_counter() - started
+    completions = [(e, c) for e, group in zip(examples, groups) for c in group]
+    right = sum(c.text.strip() == e.fields["reference_answer"] for e, c in completions)
+    calls = sum(sum(c.metadata["tools"]["calls"].values()) for _, c in completions)
+    return {
+        "seconds": round(seconds, 2),
+        "episodes": len(completions),
+        "episodes_per_s": round(len(completions) / seconds, 3),
+        "reward": round(right / len(completions), 4),
+        "calls": calls,
+    }
+
+
+def tool_throughput(prompts: int = 64, n: int = 4, in_flight: int = 32, seed: int = 0) -> dict:
+    tokenizer = AutoTokenizer.from_pretrained(EXAMPLE / "model")
+    model = AutoModelForCausalLM.from_pretrained(EXAMPLE / "model", dtype=torch.float32)
+    examples = _examples(prompts)
+    lockstep = _run("lockstep", model, tokenizer, examples, n, in_flight, seed)
+    independent = _run("independent", model, tokenizer, examples, n, in_flight, seed)
+    return {
+        "episodes_per_s": independent["episodes_per_s"],
+        "lockstep_episodes_per_s": lockstep["episodes_per_s"],
+        "speedup": round(independent["episodes_per_s"] / lockstep["episodes_per_s"], 2),
+        "reward": independent["reward"],
+        "lockstep_reward": lockstep["reward"],
+        "independent": independent,
+        "lockstep": lockstep,
+        "prompts": prompts,
+        "n": n,
+        "in_flight": in_flight,
+        "tool_latency_s": [0.0, 2.0],
+    }

@@ -1,0 +1,337 @@
+"""The models behind the Tinker routes: one loaded base model per name, shared by every LoRA training
+client on it (each client its own PEFT adapter and AdamW), forward/backward with the built-in losses,
+gradients accumulated until ``optim_step``, sampling through OpenRFT's in-process generator.
+
+Not thread-safe by design: the routes run every call on one worker thread (``futures.Executor``), in the
+order the requests arrived, which is the order the SDK sends a client's requests in.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+import torch
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+from openrft.algo.tinker_losses import LOSSES, LossInputError, check_inputs, resolve_config
+from openrft.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from openrft.rollout.local import TransformersGenerator
+from openrft.rollout.types import SamplingParams
+
+LORA_ALPHA = 32  # Tinker's fixed LoRA alpha: the effective scale alpha / rank
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP = ["gate_proj", "up_proj", "down_proj"]
+UNEMBED = ["lm_head"]
+DEFAULT_MAX_TOKENS = 16
+KEEP_SNAPSHOTS = 16
+
+
+class UserError(ValueError):
+    """A request the API answers with a user error (category ``user``), naming the field and value."""
+
+
+@dataclass
+class LoraSettings:
+    rank: int
+    seed: int | None = None
+    train_mlp: bool = True
+    train_attn: bool = True
+    train_unembed: bool = True
+
+    def peft_config(self, model: torch.nn.Module) -> LoraConfig:
+        names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        wanted = (ATTENTION if self.train_attn else []) + (MLP if self.train_mlp else [])
+        if self.train_unembed and not getattr(model.config, "tie_word_embeddings", False):
+            wanted += UNEMBED  # a tied head is the embedding: an adapter there would train both
+        targets = [t for t in wanted if t in names]
+        if not targets:
+            raise UserError(f"lora_config trains none of this model's layers (train_mlp/attn/unembed): {wanted}")
+        return LoraConfig(r=self.rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=targets, bias="none")
+
+
+class BaseModel:
+    """One base model, loaded once; adapters are added to the one PEFT wrapper by name."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.path = resolve_model_path(name)
+        self.tokenizer = load_tokenizer(name)
+        self.base = load_causal_lm(name, torch.device("cpu"), torch.float32).eval()
+        self.peft = None
+        self.eos = eos_token_ids(self.tokenizer, self.base)
+        self.pad = self.tokenizer.pad_token_id
+        self.loaded: dict[str, object] = {}  # scratch adapter -> the snapshot it holds
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.peft if self.peft is not None else self.base
+
+    def add_adapter(self, name: str, lora: LoraSettings) -> None:
+        config = lora.peft_config(self.base)
+        if lora.seed is not None:
+            torch.manual_seed(lora.seed)
+        if self.peft is None:
+            self.peft = get_peft_model(self.base, config, adapter_name=name).eval()
+        else:
+            self.peft.add_adapter(name, config)
+        self.peft.set_adapter(name)
+
+    def activate(self, name: str | None) -> None:
+        if name is not None:
+            self.peft.set_adapter(name)
+
+    def adapter_parameters(self, name: str) -> list[torch.nn.Parameter]:
+        return [p for n, p in self.peft.named_parameters() if f".{name}." in n]
+
+    def state(self, name: str) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.peft, adapter_name=name).items()}
+
+    def load_state(self, name: str, state: dict[str, torch.Tensor]) -> None:
+        set_peft_model_state_dict(self.peft, state, adapter_name=name)
+
+
+@dataclass
+class TrainingModel:
+    model_id: str
+    owner: str
+    base: BaseModel
+    lora: LoraSettings
+    optimizer: torch.optim.AdamW
+    steps: int = 0
+    pending_grads: bool = False
+    snapshots: list[str] = field(default_factory=list)  # its snapshot samplers, oldest first
+
+
+@dataclass
+class Sampler:
+    sampler_id: str
+    owner: str
+    base: BaseModel
+    adapter: str | None  # the scratch adapter its weights are loaded into; None = the base model
+    weights: dict[str, torch.Tensor] | None
+    model_path: str | None
+    lora: LoraSettings | None = None
+    generator: TransformersGenerator | None = field(default=None, repr=False)
+
+
+def logprobs_of(model: torch.nn.Module, sequences: list[list[int]], targets: list[torch.Tensor], pad: int):
+    """Per sequence, log p(targets[i] | sequence[: i + 1]) at temperature 1: one right-padded batch."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    tgt = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, (seq, target) in enumerate(zip(sequences, targets)):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+        tgt[row, : len(seq)] = target
+    logits = model(input_ids=ids, attention_mask=mask).logits.float()
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    return [logp[row, : len(seq)] for row, seq in enumerate(sequences)]
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.bases: dict[str, BaseModel] = {}
+        self.models: dict[str, TrainingModel] = {}
+        self.samplers: dict[str, Sampler] = {}
+        self._lock = threading.Lock()
+        # the random stream of requests without a seed: one for the server, so calls draw different samples
+        self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+
+    def base(self, name: str) -> BaseModel:
+        key = resolve_model_path(name)  # a registered name and its directory are one model
+        with self._lock:
+            if key not in self.bases:
+                self.bases[key] = BaseModel(name)
+            return self.bases[key]
+
+    # training ------------------------------------------------------------------------------
+
+    def create_model(self, model_id: str, owner: str, base_model: str, lora: LoraSettings) -> TrainingModel:
+        base = self.base(base_model)
+        base.add_adapter(model_id, lora)
+        optimizer = torch.optim.AdamW(base.adapter_parameters(model_id), lr=1e-4, betas=(0.9, 0.95), eps=1e-12)
+        model = TrainingModel(model_id, owner, base, lora, optimizer)
+        self.models[model_id] = model
+        return model
+
+    def forward_backward(self, model: TrainingModel, loss_fn: str, config, data, backward: bool):
+        settings = resolve_config(loss_fn, config)
+        if not data:
+            raise LossInputError("data is empty: forward_backward needs at least one datum")
+        vocab = model.base.base.config.vocab_size
+        for i, datum in enumerate(data):
+            if not datum.tokens:
+                raise LossInputError(f"data[{i}].model_input is empty")
+            check_inputs(loss_fn, datum.inputs, len(datum.tokens), i)
+            for name, values in (
+                ("model_input", torch.tensor(datum.tokens)),
+                ("target_tokens", datum.inputs["target_tokens"]),
+            ):
+                bad = values[(values < 0) | (values >= vocab)]
+                if bad.numel():
+                    raise LossInputError(
+                        f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})"
+                    )
+        model.base.activate(model.model_id)
+        with torch.set_grad_enabled(backward):
+            logps = logprobs_of(
+                model.base.model, [d.tokens for d in data], [d.inputs["target_tokens"] for d in data], model.base.pad
+            )
+            losses = [LOSSES[loss_fn](lp, d.inputs, settings) for lp, d in zip(logps, data)]
+            total = torch.stack(losses).sum()
+            if backward:
+                total.backward()
+                model.pending_grads = True
+        return {"logprobs": [lp.detach() for lp in logps]}, {"loss:sum": float(total.detach())}
+
+    def optim_step(self, model: TrainingModel, params) -> dict[str, float]:
+        for group in model.optimizer.param_groups:
+            group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps)
+            group["weight_decay"] = params.weight_decay
+        parameters = model.base.adapter_parameters(model.model_id)
+        metrics: dict[str, float] = {}
+        if params.grad_clip_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(parameters, params.grad_clip_norm)
+            metrics["grad_norm"] = float(norm)
+        model.optimizer.step()
+        model.optimizer.zero_grad(set_to_none=True)
+        model.steps += 1
+        model.pending_grads = False
+        return metrics
+
+    # sampling ------------------------------------------------------------------------------
+
+    def sampler_for(
+        self, sampler_id: str, owner: str, base: BaseModel, weights, model_path: str | None, lora: LoraSettings | None
+    ) -> Sampler:
+        adapter = None
+        if weights is not None:
+            adapter = f"sampler_r{lora.rank}_{int(lora.train_mlp)}{int(lora.train_attn)}{int(lora.train_unembed)}"
+            if base.peft is None or adapter not in base.peft.peft_config:
+                active = base.peft.active_adapter if base.peft is not None else None
+                base.add_adapter(adapter, lora)
+                base.activate(active)
+        sampler = Sampler(sampler_id, owner, base, adapter, weights, model_path, lora)
+        self.samplers[sampler_id] = sampler
+        return sampler
+
+    def snapshot_sampler(self, sampler_id: str, model: TrainingModel) -> Sampler:
+        """A sampler of the model's current weights (``save_weights_and_get_sampling_client``). These are
+        ephemeral, as in Tinker: a model keeps its newest ``KEEP_SNAPSHOTS``, older ones read as not found,
+        so a long RL loop does not hold every step's weights."""
+        sampler = self.sampler_for(
+            sampler_id, model.owner, model.base, model.base.state(model.model_id), None, model.lora
+        )
+        model.snapshots.append(sampler_id)
+        while len(model.snapshots) > KEEP_SNAPSHOTS:
+            self.samplers.pop(model.snapshots.pop(0), None)
+        return sampler
+
+    def _ready(self, sampler: Sampler) -> torch.nn.Module:
+        base = sampler.base
+        if sampler.adapter is None:
+            return base.base if base.peft is None else None
+        if base.loaded.get(sampler.adapter) is not sampler.weights:
+            base.load_state(sampler.adapter, sampler.weights)
+            base.loaded[sampler.adapter] = sampler.weights
+        base.activate(sampler.adapter)
+        return base.peft
+
+    def check_sample(self, sampler: Sampler, prompt: list[int], num_samples: int, params) -> None:
+        """A sample request's problems, before it is queued (a bad one never fails a batch)."""
+        vocab = sampler.base.base.config.vocab_size
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if not prompt:
+            raise UserError("prompt is empty")
+        if bad:
+            raise UserError(f"prompt holds token {bad[0]}, outside the vocabulary [0, {vocab})")
+        if num_samples < 1:
+            raise UserError(f"num_samples must be >= 1, got {num_samples}")
+        if params.max_tokens is not None and params.max_tokens < 1:
+            raise UserError(f"sampling_params.max_tokens must be >= 1, got {params.max_tokens}")
+        if params.temperature < 0 or not 0 < params.top_p <= 1:
+            raise UserError(
+                f"sampling_params needs temperature >= 0 and 0 < top_p <= 1, got {params.temperature}, {params.top_p}"
+            )
+        if isinstance(params.stop, list | tuple) and any(
+            isinstance(s, int) and not 0 <= s < vocab for s in params.stop
+        ):
+            raise UserError(f"sampling_params.stop holds a token outside the vocabulary [0, {vocab})")
+
+    def sample(self, sampler: Sampler, prompts: list[list[int]], num_samples: int, params, prompt_logprobs: bool):
+        """Per prompt, its ``num_samples`` sequences and (if asked) its prompt log-probs: one generate call
+        for every prompt (they share the parameters)."""
+        base = sampler.base
+        max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
+        stop_ids, stop_strings = self._stops(base, params.stop)
+        self._ready(sampler)
+        with _adapter_disabled(base, sampler.adapter is None), torch.no_grad():
+            model = base.model
+            generator = TransformersGenerator(model, base.tokenizer, stop_ids, base.pad)
+            generator.rng = self.rng
+            sampling = SamplingParams(
+                n=num_samples,
+                temperature=params.temperature,
+                top_k=max(0, params.top_k),
+                top_p=params.top_p,
+                max_new_tokens=max_tokens,
+            )
+            groups = generator.generate(prompts, sampling, seed=params.seed)
+            prompt_lps: list[list[float] | None] = [None] * len(prompts)
+            if prompt_logprobs:
+                for i, prompt in enumerate(prompts):
+                    lp = logprobs_of(model, [prompt], [torch.tensor([*prompt[1:], 0])], base.pad)[0]
+                    prompt_lps[i] = [float("nan"), *lp[:-1].tolist()]
+        return [
+            ([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in group], lp)
+            for group, lp in zip(groups, prompt_lps)
+        ]
+
+    @staticmethod
+    def _stops(base: BaseModel, stop) -> tuple[list[int], list[str]]:
+        if stop is None:
+            return list(base.eos), []
+        if isinstance(stop, str):
+            stop = [stop]
+        ids = [s for s in stop if isinstance(s, int)]
+        strings = []
+        for s in stop:
+            if isinstance(s, str):
+                encoded = base.tokenizer.encode(s, add_special_tokens=False)
+                if len(encoded) == 1:
+                    ids.append(encoded[0])
+                else:
+                    strings.append(s)
+        return ids, strings
+
+
+class _adapter_disabled:
+    """Sampling the base model of a PEFT-wrapped base: the adapters off for the call."""
+
+    def __init__(self, base: BaseModel, disable: bool):
+        self.cm = base.peft.disable_adapter() if disable and base.peft is not None else None
+
+    def __enter__(self):
+        if self.cm is not None:
+            self.cm.__enter__()
+
+    def __exit__(self, *exc):
+        if self.cm is not None:
+            self.cm.__exit__(*exc)
+
+
+def _cut_at_stop_strings(completion, stop_strings: list[str], tokenizer):
+    """(tokens, logprobs, stopped): a completion ends at the token that completes a stop string."""
+    from openrft.service.tinker.wire import WireSequence
+
+    tokens, logprobs = list(completion.token_ids), list(completion.logprobs)
+    stopped = completion.finish_reason == "stop"
+    if stop_strings:
+        for end in range(1, len(tokens) + 1):
+            text = tokenizer.decode(tokens[:end])
+            if any(s in text for s in stop_strings):
+                return WireSequence(tokens[:end], logprobs[:end], True)
+    return WireSequence(tokens, logprobs, stopped)

@@ -1,0 +1,451 @@
+"""The Tinker API (``/api/v1/...``) as the official ``tinker`` SDK calls it: the SDK's own request and
+response models (``tinker.types``) read and write every JSON body, its protobuf module the binary ones.
+
+Authentication: the SDK sends its api_key as ``X-API-Key``; the key is an OpenRFT key (``openrft keys
+create``), given to the SDK with the ``tml-`` prefix the SDK insists on (``tml-ork-...``), and each key is
+its own tenant: models, samplers, futures and checkpoints of another key read as not found.
+Errors: a request that cannot be read answers 400/404 ``{"detail": ...}``; one that fails while it runs
+resolves its future to ``{"error": ..., "category": "user" | "server"}`` (the SDK raises RequestFailedError).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+from tinker import types
+
+from openrft.algo.tinker_losses import LossInputError
+from openrft.errors import ModelNotFoundError, OpenRFTError
+from openrft.models import REGISTERED_MODELS
+from openrft.service.errors import ApiError
+from openrft.service.tinker.checkpoints import CheckpointError, CheckpointStore, Location, check_name, parse
+from openrft.service.tinker.engine import Engine, LoraSettings, UserError
+from openrft.service.tinker.futures import Failure, Futures
+from openrft.service.tinker.wire import WireError, forward_backward_output, read_forward_backward, sample_response
+
+log = logging.getLogger("openrft.tinker")
+PROTO = "application/x-protobuf"
+USER_ERRORS = (UserError, LossInputError, CheckpointError, ModelNotFoundError, WireError)
+SDK_KEY_PREFIX = "tml-"
+
+
+class TinkerState:
+    def __init__(self, data_dir) -> None:
+        self.engine = Engine()
+        self.futures = Futures()
+        self.checkpoints = CheckpointStore(data_dir / "tinker")
+        self.sessions: dict[str, str] = {}  # session id -> owner
+
+
+def owner(request: Request) -> str:
+    key = request.headers.get("x-api-key") or ""
+    if key.startswith(SDK_KEY_PREFIX):
+        key = key[len(SDK_KEY_PREFIX) :]
+    try:
+        return request.app.state.auth.owner(f"Bearer {key}" if key else None)
+    except ApiError as exc:
+        raise HTTPException(exc.status, exc.message) from None
+
+
+def state(request: Request) -> TinkerState:
+    return request.app.state.tinker
+
+
+def read(model: type[BaseModel], body: Any) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise HTTPException(400, f"{where}: {first['msg']} (got {first.get('input')!r})") from None
+
+
+def dump(value: BaseModel) -> dict:
+    return value.model_dump(mode="json", exclude_none=True)
+
+
+router = APIRouter(prefix="/api/v1", include_in_schema=False, dependencies=[Depends(owner)])
+
+
+def _future(st: TinkerState, who: str, work, **extra) -> dict:
+    return {"request_id": st.futures.submit(who, work, USER_ERRORS), **extra}
+
+
+def _new_model_id(st: TinkerState, who: str, session_id: str, seq_id: int) -> str:
+    """The id the SDK derives itself for a model created from a checkpoint: ``SESSION:train:SEQ``."""
+    if st.sessions.get(session_id) != who:
+        raise HTTPException(404, f"no session {session_id!r}")
+    model_id = f"{session_id}:train:{seq_id}"
+    if model_id in st.engine.models:
+        raise HTTPException(400, f"model {model_id!r} exists")
+    return model_id
+
+
+def _model(st: TinkerState, who: str, model_id: str):
+    model = st.engine.models.get(model_id)
+    if model is None or model.owner != who:
+        raise HTTPException(404, f"no training model {model_id!r} (create it with create_lora_training_client)")
+    return model
+
+
+# session and handshake ---------------------------------------------------------------------------
+
+
+@router.post("/client/config")
+async def client_config() -> dict:
+    return dump(
+        types.ClientConfigResponse(
+            pjwt_auth_enabled=False,
+            use_pyqwest_transport=False,
+            proto_compress_fwdbwd=False,
+            sample_use_retrieve_futures=False,
+            custom_loss_server_side=False,
+            sample_join_sampling_session=False,
+        )
+    )
+
+
+@router.post("/client/dynamic_config")
+async def client_dynamic_config() -> dict:
+    return dump(types.ClientDynamicConfigResponse())
+
+
+@router.get("/healthz")
+async def healthz() -> dict:
+    return {"status": "ok"}
+
+
+@router.get("/get_server_capabilities")
+async def capabilities() -> dict:
+    models = [types.SupportedModel(model_name=name, trainable=True, sampleable=True) for name in REGISTERED_MODELS]
+    return dump(types.GetServerCapabilitiesResponse(supported_models=models))
+
+
+@router.post("/create_session")
+async def create_session(request: Request, who: str = Depends(owner)) -> dict:
+    read(types.CreateSessionRequest, await request.json())
+    session_id = "sess_" + uuid.uuid4().hex
+    state(request).sessions[session_id] = who
+    return dump(types.CreateSessionResponse(session_id=session_id))
+
+
+@router.post("/session_heartbeat")
+async def heartbeat() -> dict:
+    return {"type": "session_heartbeat"}
+
+
+@router.post("/sessions/{session_id}/finish")
+async def finish(session_id: str, request: Request) -> dict:
+    state(request).sessions.pop(session_id, None)
+    return {}
+
+
+@router.post("/telemetry")
+async def telemetry() -> dict:
+    return {"status": "accepted"}
+
+
+@router.post("/cancel_future")
+async def cancel_future() -> dict:
+    return {}
+
+
+# training ----------------------------------------------------------------------------------------
+
+
+@router.post("/create_model")
+async def create_model(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.CreateModelRequest, await request.json())
+    if body.lora_config is None:
+        raise HTTPException(400, "lora_config: full fine-tuning is not served; create a LoRA training client")
+    if not 1 <= body.lora_config.rank <= 256:
+        raise HTTPException(400, f"lora_config.rank must be in [1, 256], got {body.lora_config.rank}")
+    if getattr(body.optimizer_config, "type", "adamw") != "adamw":
+        raise HTTPException(400, f"optimizer_config.type {body.optimizer_config.type!r}: only 'adamw' is served")
+    st = state(request)
+    model_id = _new_model_id(st, who, body.session_id, body.model_seq_id)
+    lora = LoraSettings(
+        **body.lora_config.model_dump(include={"rank", "seed", "train_mlp", "train_attn", "train_unembed"})
+    )
+
+    def work() -> dict:
+        st.engine.create_model(model_id, who, body.base_model, lora)
+        return dump(types.CreateModelResponse(model_id=model_id))
+
+    return _future(st, who, work, model_id=model_id)
+
+
+@router.post("/get_info")
+async def get_info(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.GetInfoRequest, await request.json())
+    model = _model(state(request), who, body.model_id)
+    data = types.ModelData(
+        # the model's directory: the SDK's get_tokenizer() loads from it (offline, docs/tinker.md)
+        arch=model.base.base.config.model_type,
+        model_name=model.base.path,
+        tokenizer_id=model.base.path,
+    )
+    return dump(
+        types.GetInfoResponse(
+            model_data=data,
+            model_id=model.model_id,
+            is_lora=True,
+            lora_rank=model.lora.rank,
+            model_name=model.base.name,
+        )
+    )
+
+
+@router.post("/forward_backward")
+async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
+    try:
+        msg = read_forward_backward(await request.body())
+    except WireError as exc:
+        raise HTTPException(400, str(exc)) from None
+    st = state(request)
+    model = _model(st, who, msg.model_id)
+
+    def work() -> bytes:
+        outputs, metrics = st.engine.forward_backward(
+            model, msg.loss_fn, msg.loss_fn_config, msg.data, not msg.forward_only
+        )
+        return forward_backward_output(outputs, metrics)
+
+    return _future(st, who, work, model_id=msg.model_id)
+
+
+@router.post("/optim_step")
+async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.OptimStepRequest, await request.json())
+    if not isinstance(body.optim_params, types.AdamParams):
+        raise HTTPException(400, f"optim_params: only AdamParams are served, got {type(body.optim_params).__name__}")
+    st = state(request)
+    model = _model(st, who, body.model_id)
+    return _future(
+        st, who, lambda: dump(types.OptimStepResponse(metrics=st.engine.optim_step(model, body.optim_params)))
+    )
+
+
+@router.post("/save_weights")
+async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.SaveWeightsRequest, await request.json())
+    st = state(request)
+    model = _model(st, who, body.model_id)
+    name = body.path or f"step-{model.steps:06d}"
+    check_name_or_400(name)
+    loc = Location(model.model_id, "weights", name)
+
+    def work() -> dict:
+        meta = _meta(model)
+        tensors = {"adapter": model.base.state(model.model_id), "optimizer": model.optimizer.state_dict()}
+        st.checkpoints.save(loc, who, meta, tensors, overwrite=body.overwrite)
+        return dump(types.SaveWeightsResponse(path=loc.tinker_path))
+
+    return _future(st, who, work)
+
+
+def _meta(model) -> dict:
+    lora = model.lora
+    return {"base_model": model.base.name, "steps": model.steps, "lora": lora.__dict__}
+
+
+def check_name_or_400(name: str) -> None:
+    try:
+        check_name(name)
+    except CheckpointError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+@router.post("/load_weights")
+async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.LoadWeightsRequest, await request.json())
+    st = state(request)
+    try:
+        loc = parse(body.path)
+    except CheckpointError as exc:
+        raise HTTPException(400, str(exc)) from None
+    if loc.kind != "weights":
+        raise HTTPException(400, f"path {body.path!r} is sampler weights; load_state needs .../weights/NAME")
+    target = _model(st, who, body.model_id) if body.model_id is not None else None
+    if target is None and (body.session_id is None or body.model_seq_id is None):
+        raise HTTPException(400, "load_weights needs model_id, or session_id and model_seq_id for a new model")
+    new_id = None if target is not None else _new_model_id(st, who, body.session_id, body.model_seq_id)
+
+    def work() -> dict:
+        meta, tensors = st.checkpoints.load(loc, who)
+        model = target
+        if model is None:
+            model = st.engine.create_model(
+                new_id, who, body.base_model or meta["base_model"], LoraSettings(**meta["lora"])
+            )
+        elif meta["base_model"] != model.base.name or LoraSettings(**meta["lora"]) != model.lora:
+            raise UserError(
+                f"checkpoint {body.path} is {meta['base_model']} rank {meta['lora']['rank']}: not this model's"
+            )
+        model.base.load_state(model.model_id, tensors["adapter"])
+        if body.optimizer:
+            model.optimizer.load_state_dict(tensors["optimizer"])
+            model.steps = int(meta["steps"])
+        model.optimizer.zero_grad(set_to_none=True)
+        return dump(types.LoadWeightsResponse(path=body.path, model_id=model.model_id))
+
+    return _future(st, who, work)
+
+
+@router.post("/save_weights_for_sampler")
+async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.SaveWeightsForSamplerRequest, await request.json())
+    st = state(request)
+    model = _model(st, who, body.model_id)
+    if body.path is not None:
+        check_name_or_400(body.path)
+
+    def work() -> dict:
+        if body.path is not None:
+            loc = Location(model.model_id, "sampler_weights", body.path)
+            st.checkpoints.save(loc, who, _meta(model), {"adapter": model.base.state(model.model_id)}, overwrite=True)
+            return dump(types.SaveWeightsForSamplerResponseInternal(path=loc.tinker_path))
+        sampler_id = "smp_" + uuid.uuid4().hex
+        st.engine.snapshot_sampler(sampler_id, model)
+        return dump(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
+
+    return _future(st, who, work)
+
+
+@router.get("/training_runs/{model_id}/checkpoints")
+async def list_checkpoints(model_id: str, request: Request, who: str = Depends(owner)) -> dict:
+    found = state(request).checkpoints.list(model_id, who)
+    items = [
+        types.Checkpoint(
+            checkpoint_id=f"{loc.kind}/{loc.name}",
+            checkpoint_type="training" if loc.kind == "weights" else "sampler",
+            time=datetime.fromtimestamp(meta["time"], UTC),
+            tinker_path=loc.tinker_path,
+            size_bytes=size,
+        )
+        for loc, meta, size in found
+    ]
+    return dump(types.CheckpointsListResponse(checkpoints=items))
+
+
+# sampling ----------------------------------------------------------------------------------------
+
+
+@router.post("/create_sampling_session")
+async def create_sampling_session(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.CreateSamplingSessionRequest, await request.json())
+    st = state(request)
+    sampler_id = "smp_" + uuid.uuid4().hex
+    if body.model_path is None and body.base_model is None:
+        raise HTTPException(400, "create_sampling_session needs model_path or base_model")
+    loc = None
+    if body.model_path is not None:
+        try:
+            loc = parse(body.model_path)
+            meta = st.checkpoints.meta(loc, who)
+        except CheckpointError as exc:
+            raise HTTPException(404 if "no checkpoint" in str(exc) else 400, str(exc)) from None
+        base_name = meta["base_model"]
+    else:
+        base_name = body.base_model
+
+    def work() -> str:
+        base = st.engine.base(base_name)
+        if loc is None:
+            st.engine.sampler_for(sampler_id, who, base, None, None, None)
+        else:
+            meta, tensors = st.checkpoints.load(loc, who)
+            st.engine.sampler_for(
+                sampler_id, who, base, tensors["adapter"], body.model_path, LoraSettings(**meta["lora"])
+            )
+        return sampler_id
+
+    # loading a model can take seconds: done on the worker, in order, and waited for here
+    future = st.futures.executor.submit(work)
+    import asyncio
+
+    try:
+        await asyncio.wrap_future(future)
+    except (ModelNotFoundError, OpenRFTError) as exc:
+        raise HTTPException(404, f"base_model {base_name!r}: {exc}") from None
+    return dump(types.CreateSamplingSessionResponse(sampling_session_id=sampler_id))
+
+
+def _sampler(st: TinkerState, who: str, sampler_id: str | None):
+    sampler = st.engine.samplers.get(sampler_id or "")
+    if sampler is None or sampler.owner != who:
+        raise HTTPException(404, f"no sampling session {sampler_id!r}")
+    return sampler
+
+
+@router.get("/samplers/{sampler_id}")
+async def get_sampler(sampler_id: str, request: Request, who: str = Depends(owner)) -> dict:
+    sampler = _sampler(state(request), who, sampler_id)
+    return dump(
+        types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.base.path, model_path=sampler.model_path)
+    )
+
+
+@router.post("/asample")
+async def asample(request: Request, who: str = Depends(owner)) -> dict:
+    body = read(types.SampleRequest, await request.json())
+    st = state(request)
+    sampler = _sampler(st, who, body.sampling_session_id)
+    try:
+        prompt = body.prompt.to_ints()
+    except ValueError as exc:
+        raise HTTPException(400, f"prompt: {exc}") from None
+    unsupported = [
+        k for k in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k") if getattr(body, k)
+    ] + [k for k in ("target_prompt_logprobs", "prompt_logprobs_last_n") if getattr(body, k) is not None]
+    if unsupported:
+        raise HTTPException(400, f"{unsupported[0]} is not served by OpenRFT's Tinker API (docs/tinker.md)")
+
+    try:
+        st.engine.check_sample(sampler, prompt, body.num_samples, body.sampling_params)
+    except UserError as exc:
+        raise HTTPException(400, str(exc)) from None
+    params = body.sampling_params
+    stop = tuple(params.stop) if isinstance(params.stop, list | tuple) else params.stop
+    key = (sampler.sampler_id, body.num_samples, bool(body.prompt_logprobs), params.max_tokens, params.temperature)
+    key += (params.top_k, params.top_p, stop, params.seed, uuid.uuid4().hex if params.seed is not None else None)
+
+    def run(prompts: list[list[int]]) -> list[bytes]:
+        results = st.engine.sample(sampler, prompts, body.num_samples, params, bool(body.prompt_logprobs))
+        return [sample_response(sequences, prompt_lp) for sequences, prompt_lp in results]
+
+    request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS)
+    ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
+    return {"request_id": request_id, "sample_sequence_ids": ids}
+
+
+# futures -----------------------------------------------------------------------------------------
+
+
+@router.post("/retrieve_future")
+async def retrieve_future(request: Request, who: str = Depends(owner)) -> Response:
+    body = read(types.FutureRetrieveRequest, await request.json())
+    st = state(request)
+    item = st.futures.get(body.request_id, who)
+    if item is None:
+        raise HTTPException(404, f"no request {body.request_id!r}")
+    if not await st.futures.wait(item):
+        return JSONResponse({"type": "try_again", "request_id": body.request_id, "queue_state": "active"})
+    result = item.future.result()
+    if isinstance(result, Failure):
+        return JSONResponse({"error": result.message, "category": result.category})
+    if isinstance(result, bytes):
+        return Response(result, media_type=PROTO)
+    return JSONResponse(result)
+
+
+def mount(app) -> None:
+    """The Tinker routes on ``app``, next to the others (not in its OpenAPI document)."""
+    app.state.tinker = TinkerState(app.state.config.data_dir)
+    app.include_router(router)
