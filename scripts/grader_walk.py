@@ -1,12 +1,15 @@
 """The files of ``src/openrft`` a grader passes through from the ``graders/run`` route to its score.
 
-    python scripts/grader_walk.py [--json]
+    python scripts/grader_walk.py [--json] [--tenant]
 
-Runs ``service.graders.run`` (what the route ``POST /v1/fine_tuning/alpha/graders/run`` hands to the
-grader pool; ``routes_openai.py`` and ``work_pool.py`` are counted on top) for a few graders, as the
-operator, and lists every file under ``src/openrft`` whose Python code ran, in the order first entered.
-A measure of how much a reader has to open to follow one request (docs/design.md, "A grader from the
-API to its score").
+Posts each grader to ``POST /v1/fine_tuning/alpha/graders/run`` of the real FastAPI app (``TestClient``,
+a SQLite store in a temporary folder) and lists every file under ``src/openrft`` whose functions ran on
+the call path from the route's handler down to the score, in the order first entered: the handler and
+everything it calls, the grader pool's thread included. What runs before the handler (middleware, the
+API key, parsing the body) and module bodies run by imports are not counted; each grader is posted once
+first so that lazy imports and caches are behind it. A measure of how much a reader has to open to follow
+one request (docs/design.md, "A grader from the API to its score"; tests/service/test_grader_walk.py
+holds it to ``LIMIT``).
 """
 
 from __future__ import annotations
@@ -14,66 +17,120 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "openrft"
-ROUTE_FILES = ["service/routes_openai.py", "service/work_pool.py"]  # the route and the pool it hands to
+ROUTE = "/v1/fine_tuning/alpha/graders/run"
+LIMIT = 10
+"""The most files following one grader may take (issue 25)."""
 
 ITEM = {"reference_answer": "42", "messages": [{"role": "user", "content": "6 * 7?"}]}
-GRADERS = {
-    "string_check": {
-        "type": "string_check",
-        "name": "exact",
-        "input": "{{sample.output_text}}",
-        "reference": "{{item.reference_answer}}",
-        "operation": "eq",
-    },
-    "text_similarity": {
-        "type": "text_similarity",
-        "input": "{{sample.output_text}}",
-        "reference": "{{item.reference_answer}}",
-        "evaluation_metric": "fuzzy_match",
+STRING_CHECK = {
+    "type": "string_check",
+    "name": "exact",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.reference_answer}}",
+    "operation": "eq",
+}
+TEXT_SIMILARITY = {
+    "type": "text_similarity",
+    "name": "close",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.reference_answer}}",
+    "evaluation_metric": "fuzzy_match",
+}
+GRADERS: dict[str, dict[str, Any]] = {
+    "string_check": STRING_CHECK,
+    "text_similarity": TEXT_SIMILARITY,
+    "multi": {
+        "type": "multi",
+        "name": "both",
+        "graders": {"exact": STRING_CHECK, "close": TEXT_SIMILARITY},
+        "calculate_output": "0.5 * exact + 0.5 * close",
     },
 }
-GRADERS["multi"] = {
-    "type": "multi",
-    "graders": {"exact": GRADERS["string_check"], "close": GRADERS["text_similarity"]},
-    "calculate_output": "0.5 * exact + 0.5 * close",
-}
 
 
-def walk(grader: dict) -> tuple[list[str], float]:
-    from openrft.service import graders
+class _CallPath:
+    """Records the source files of the functions called under ``handler`` (or on a thread named
+    ``pool_prefix...``), through ``sys.setprofile`` on every thread."""
 
-    visited: list[str] = []
+    def __init__(self, handler, pool_prefix: str):
+        self.handler = handler
+        self.pool_prefix = pool_prefix
+        self.files: list[str] = []
+        self.recording = False
 
-    def profile(frame, event, arg):
-        if event == "call":
-            path = Path(frame.f_code.co_filename)
-            if path.is_relative_to(SOURCE):
-                name = str(path.relative_to(SOURCE))
-                if name not in visited:
-                    visited.append(name)
+    def _under_handler(self, frame) -> bool:
+        if threading.current_thread().name.startswith(self.pool_prefix):
+            return True
+        while frame is not None:
+            if frame.f_code is self.handler:
+                return True
+            frame = frame.f_back
+        return False
 
-    sys.setprofile(profile)
-    try:
-        answer = graders.run(grader, "42", ITEM, None, None)
-    finally:
+    def profile(self, frame, event, arg) -> None:
+        if not self.recording or event != "call" or frame.f_code.co_name == "<module>":
+            return
+        path = Path(frame.f_code.co_filename)
+        if path.is_relative_to(SOURCE) and self._under_handler(frame):
+            name = str(path.relative_to(SOURCE))
+            if name not in self.files:
+                self.files.append(name)
+
+    def __enter__(self) -> _CallPath:
+        threading.setprofile(self.profile)  # threads started from here on: the client's loop, the pool
+        sys.setprofile(self.profile)
+        return self
+
+    def __exit__(self, *exc) -> None:
         sys.setprofile(None)
-    return ROUTE_FILES + [v for v in visited if v not in ROUTE_FILES], answer["reward"]
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def walks(graders: dict[str, dict[str, Any]], tenant: bool = False) -> dict[str, dict[str, Any]]:
+    """Per grader: the files visited (``visited``, in order), their number and the reward answered."""
+    from fastapi.testclient import TestClient
+
+    from openrft.service import routes_openai
+    from openrft.service.app import create_app
+    from openrft.service.config import ServiceConfig
+    from openrft.service.store import Store
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = ServiceConfig.build(Path(folder) / "data", f"sqlite:///{folder}/openrft.db")
+        store = Store.open(config.database_url)
+        headers = {}
+        if tenant:
+            headers = {"Authorization": f"Bearer {store.create_key('walker')[1]}"}
+            config = ServiceConfig.build(Path(folder) / "data", config.database_url, host="0.0.0.0")
+        results = {}
+        path = _CallPath(routes_openai.run_grader.__code__, "openrft-graders")
+        try:
+            with path, TestClient(create_app(config, store)) as client:
+                for name, grader in graders.items():
+                    body = {"grader": grader, "model_sample": "42", "item": ITEM}
+                    client.post(ROUTE, json=body, headers=headers).raise_for_status()  # warm: imports, caches
+                    path.files, path.recording = [], True
+                    answer = client.post(ROUTE, json=body, headers=headers)
+                    path.recording = False
+                    answer.raise_for_status()
+                    results[name] = {"files": len(path.files), "reward": answer.json()["reward"], "visited": path.files}
+        finally:
+            store.close()
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--tenant", action="store_true", help="post with a tenant's API key to a non-loopback app")
     args = parser.parse_args()
-    import openrft.service.graders  # noqa: F401  (imports are not part of the walk)
-
-    results = {}
-    for name, grader in GRADERS.items():
-        walk(grader)  # the first call imports what the kind imports lazily
-        files, reward = walk(grader)
-        results[name] = {"files": len(files), "reward": reward, "visited": files}
+    results = walks(GRADERS, tenant=args.tenant)
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -88,3 +88,14 @@ def test_the_base_rate_option_still_wins_over_the_mapped_models(tmp_path):
     document["openrft"] = {"base_learning_rate": 1e-5, "model_map": job.models}
     resolution = resolve_document(document, base_dir=tmp_path, source=job.file)
     assert resolution.spec.optimizer.lr == pytest.approx(1e-5) and resolution.spec.model.name_or_path == DEMO
+
+
+def test_a_template_left_without_a_dataset_says_where_to_write_it(capsys, tmp_path):
+    job = next(j for j in JOBS if j.file == "nova_samples_rft_lora.yaml")
+    document = read_document(job.path)
+    document["run"]["data_s3_path"] = None  # as the sample repository publishes it, for its notebooks to fill in
+    path = tmp_path / job.file
+    path.write_text(yaml.safe_dump(document))
+    assert main(["spec", "validate", str(path), *job.cli_options()]) == 2
+    line = next(x for x in capsys.readouterr().err.splitlines() if "run.data_s3_path" in x)
+    assert "is blank: the training dataset" in line and "write it in the recipe" in line

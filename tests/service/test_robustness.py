@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from openrft.service.errors import ApiError
+from openrft.service.graders import WorkPool
 from openrft.service.routes_files import _store_upload
-from openrft.service.work_pool import WorkPool
 from tests.service.svc_helpers import TRAIN, VALIDATION, Service, small_dataset, upload
 
 H = "method.reinforcement.hyperparameters"

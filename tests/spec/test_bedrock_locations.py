@@ -35,7 +35,7 @@ def unreachable_s3(monkeypatch):
 def test_the_unmapped_output_location_is_named_with_the_option_to_map_it(unreachable_s3, capsys):
     assert main(["spec", "validate", str(JOB.path), *JOB.cli_options()]) == 2
     err = capsys.readouterr().err
-    assert f"output: {OUTPUT}: is unreachable" in err
+    assert f"outputDataConfig.s3Uri: {OUTPUT}: is unreachable" in err  # the request's own field
     assert f"--map {OUTPUT}=PATH, or train --output DIR for an output location" in err
 
 

@@ -71,7 +71,8 @@ def test_an_unreachable_output_location_is_named(tmp_path, monkeypatch, capsys):
     )
     assert main(["spec", "validate", path]) == 2
     err = capsys.readouterr().err
-    assert f"output: s3://bucket/out/: is unreachable: the object store 127.0.0.1:{port} does not answer" in err
+    unreachable = f"s3://bucket/out/: is unreachable: the object store 127.0.0.1:{port} does not answer"
+    assert f"run.output_s3_path: {unreachable}" in err  # the recipe's own field
 
 
 def test_every_problem_at_once_datasets_and_outputs_included(tmp_path, monkeypatch, capsys):

@@ -30,7 +30,7 @@ def server(tmp_path_factory):
     store = Store.open(service.database_url)  # the keys `openrft keys create` makes, without its process
     keys = tuple("tml-" + store.create_key(name)[1] for name in ("a", "b"))
     store.close()
-    service.serve(workers=0)
+    service.wait_healthy(service.serve(workers=0, wait=False), timeout=180)  # a loaded CI machine starts slowly
     yield service, keys
     service.stop_all()
 

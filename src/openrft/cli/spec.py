@@ -159,7 +159,8 @@ def run_validate(args: argparse.Namespace) -> int:
         resolution = resolve_from_args(args)
     except SpecError as exc:
         raise with_location_problems(exc) from None
-    report = check_job(resolution.spec)
+    output = resolution.provenance.get("output_dir")
+    report = check_job(resolution.spec, output_field=(output.field if output else None) or "output")
     report["total_steps"] = resolution.total_steps
     report["warnings"] = [str(w) for w in resolution.warnings]
     if args.json:
@@ -211,10 +212,10 @@ def with_location_problems(error: SpecError) -> SpecError:
     return combined
 
 
-def check_job(spec) -> dict[str, Any]:
+def check_job(spec, output_field: str = "output") -> dict[str, Any]:
     """Every problem of a resolved job that can be found without training: the reward can be built, the
     datasets load (all bad lines of both files), the model resolves and, when it is local, every prompt
-    fits ``max_length``, and an object-store output location can be written to."""
+    fits ``max_length``, and an object-store output location (the job's ``output_field``) can be written to."""
     from openrft.data.loader import DatasetError, load_dataset
     from openrft.engine.setup import held_out_validation, render_prompts
     from openrft.models import load_tokenizer, resolve_model_path
@@ -261,7 +262,7 @@ def check_job(spec) -> dict[str, Any]:
         try:
             check_output_location(spec.output_dir)
         except StorageError as exc:
-            problems.append(f"output: {exc}")
+            problems.append(f"{output_field}: {exc}")
     return {
         "valid": not problems,
         "problems": problems,

@@ -9,15 +9,17 @@ a Nova recipe or canonical job file (through the dialect parsers).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
 from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
-from openrft.spec.rewards import RewardSpec, SingleRewardConfig
+from openrft.spec.rewards import Grader, RewardConfig, RewardSpec, SingleRewardConfig
 
-OUR_TYPES = ("preset", "vertex", "openai_grader", "nova_lambda", "callable")
-GRADER_TYPES = ("string_check", "text_similarity", "python", "score_model", "label_model", "multi")
+OUR_TYPES = tuple(config.model_fields["type"].default for config in get_args(get_args(RewardConfig)[0]))
+"""The ``type`` tags of the reward configurations (``RewardConfig``): no list of kinds to keep here."""
+GRADER_TYPES = tuple(get_args(grader.model_fields["type"].annotation)[0] for grader in get_args(get_args(Grader)[0]))
+"""OpenAI's grader types (``spec.rewards.Grader``)."""
 VERTEX_PROTO_KEYS = {
     "weighted_reward_configs",
     "reinforcement_tuning_spec",

@@ -12,11 +12,11 @@ from openrft.service import dashboard, routes_files, routes_nova, routes_openai,
 from openrft.service.auth import Authenticator
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import install_handlers
+from openrft.service.graders import WorkPool
 from openrft.service.internal_errors import InternalErrors
 from openrft.service.limits import BodyLimit
 from openrft.service.store import Store
 from openrft.service.submission import Submitter
-from openrft.service.work_pool import WorkPool
 
 DESCRIPTION = """Reinforcement fine-tuning as a service. The OpenAI fine-tuning API (files, jobs, events,
 checkpoints, graders), Vertex-style tuning jobs and Nova recipes share one job store; workers run the jobs."""

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from openrft.data.loader import DatasetError
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.errors import OpenRFTError
+from openrft.service.schemas import CODED_ERRORS
 from openrft.service.store import Conflict, NotFound
 from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document
 from openrft.spec.errors import SpecError, join_path
@@ -137,6 +138,11 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
+        for item in exc.errors():
+            if item.get("type") in CODED_ERRORS:  # a request's own check (schemas.py): its code, message, param
+                context = item.get("ctx") or {}
+                error = ApiError(400, context["message"], item["type"], context.get("param"))
+                return error_response(request.url.path, error)
         problems = []
         for item in exc.errors():
             loc = [p for p in item.get("loc", ()) if p not in ("body", "query", "path", "header")]

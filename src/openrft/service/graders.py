@@ -1,14 +1,20 @@
 """OpenAI ``graders/run`` and ``graders/validate``, and Vertex's reward validation call: the logic is the
 rewards package's (the grader's kind builds and scores it, ``openrft.rewards.validation`` runs it once);
-this module maps requests and errors."""
+this module maps requests and errors, and runs grader calls off the API's event loop (``WorkPool``).
+
+The request's documents are bounded (depth, size) and the item's messages checked with the request body
+(``service/schemas.py``), before anything here runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from openrft.data.records import Example
-from openrft.data.validation import check_messages
 from openrft.errors import OpenRFTError
 from openrft.rewards.config_files import reward_spec_from_document
 from openrft.rewards.kinds.openai_graders import run_view
@@ -17,7 +23,7 @@ from openrft.rewards.registry import ManagedReward, build_reward
 from openrft.rewards.types import RewardOutcome
 from openrft.rewards.validation import example_from_line
 from openrft.service.config import ServiceConfig
-from openrft.service.errors import ApiError, check_request_document, from_spec_error
+from openrft.service.errors import ApiError, from_spec_error
 from openrft.service.tenancy import raise_problems, reward_problems
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import RewardSpec
@@ -29,7 +35,6 @@ def _checked_reward(
     """The reward spec of a grader or reward config and its reward, built (once), or a 400 naming the user's
     field paths. With ``tenant`` (the service's config), a tenant's request: operator settings are refused
     (403) before anything is built. The caller closes the reward."""
-    check_request_document(document, prefix)
     try:
         spec = reward_spec_from_document(document)
     except SpecError as exc:
@@ -54,14 +59,11 @@ def _prefixed(problems: list[FieldProblem], prefix: str) -> SpecError:
 
 
 def _item_example(item: Any, reference_answer: Any) -> Example:
+    """The request's item (its messages already checked and normalised with the body) as a dataset line."""
     fields = dict(item) if isinstance(item, dict) else {}
     if reference_answer is not None:
         fields.setdefault("reference_answer", reference_answer)
-    messages, problems = check_messages(fields.pop("messages")) if "messages" in fields else ([], [])
-    if problems:
-        raise ApiError(
-            400, "item.messages: " + "; ".join(f"{f}: {m}" for f, m in problems), "invalid_item", "item.messages"
-        )
+    messages = fields.pop("messages", [])
     return Example(id=str(fields.get("id", "item")), messages=messages, fields=fields, tools=fields.pop("tools", None))
 
 
@@ -69,12 +71,7 @@ def run(
     grader: dict[str, Any], model_sample: str, item: Any, reference_answer: Any, tenant: ServiceConfig | None
 ) -> dict[str, Any]:
     spec, reward = _checked_reward(grader, "grader", tenant)
-    try:
-        check_request_document(item, "item")
-        example = _item_example(item, reference_answer)
-    except BaseException:
-        asyncio.run(reward.aclose())
-        raise
+    example = _item_example(item, reference_answer)
     outcome = reward.score_one(example, model_sample)
     _refuse_over_limit(outcome, "model_sample")
     return run_view(spec, outcome)
@@ -105,3 +102,40 @@ def validate_vertex_reward(body: dict[str, Any], tenant: ServiceConfig | None) -
     outcome = reward.score_one(example, response)
     _refuse_over_limit(outcome, "sampleResponse")
     return validate_view(spec, outcome)
+
+
+T = TypeVar("T")
+
+
+class WorkPool:
+    """CPU and subprocess work of requests (grader runs) off the API's event loop, in a bounded pool.
+
+    ``graders/run`` and Vertex's reward validation start a sandbox and wait for user code: seconds each.
+    Run on the server's shared request threads, 40 of them were enough to stall every other route,
+    ``/health`` included. They run here instead: ``workers`` at once, at most ``queue_limit`` more
+    waiting, and a request past that gets 429 with ``Retry-After`` rather than waiting without bound.
+    """
+
+    def __init__(self, workers: int, queue_limit: int, name: str = "openrft-work"):
+        self.workers = workers
+        self.queue_limit = queue_limit
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._taken = 0  # running + waiting; only changed on the event loop's thread
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        if self._taken >= self.workers + self.queue_limit:
+            raise ApiError(
+                429,
+                f"the server is running {self.workers} grader calls with {self.queue_limit} more waiting; "
+                "retry in a few seconds",
+                "rate_limit_exceeded",
+                headers={"Retry-After": "5"},
+            )
+        self._taken += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args))
+        finally:
+            self._taken -= 1
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -5,9 +5,13 @@ Pure pydantic, no server imports: the SDK (``openrft.client``) parses responses 
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+from openrft.data.validation import check_messages
+from openrft.spec.document_limits import DocumentLimitError, check_document
 
 T = TypeVar("T")
 
@@ -118,15 +122,44 @@ class JobCreateRequest(BaseModel):
     hyperparameters: dict[str, Any] | None = None
 
 
+CODED_ERRORS = ("document_too_complex", "invalid_item")
+"""Error types of the validators below; the API answers them as 400 with that code (``service/errors.py``),
+the ``message`` and ``param`` of the error's context."""
+
+
+def _bounded(what: str) -> AfterValidator:
+    """A request's document within the bounds of ``spec/document_limits.py`` (depth, expanded size)."""
+
+    def check(document: Any) -> Any:
+        try:
+            check_document(document, what)
+        except DocumentLimitError as exc:
+            raise PydanticCustomError("document_too_complex", "{message}", {"message": str(exc)}) from None
+        return document
+
+    return AfterValidator(check)
+
+
+def _checked_item(item: Any) -> Any:
+    """A grader's item with its ``messages`` (when it has them) checked and normalised as a dataset line's."""
+    if not isinstance(item, dict) or "messages" not in item:
+        return item
+    messages, problems = check_messages(item["messages"])
+    if problems:
+        message = "item.messages: " + "; ".join(f"{f}: {m}" for f, m in problems)
+        raise PydanticCustomError("invalid_item", "{message}", {"message": message, "param": "item.messages"})
+    return {**item, "messages": messages}
+
+
 class GraderRunRequest(BaseModel):
-    grader: dict[str, Any]
+    grader: Annotated[dict[str, Any], _bounded("grader")]
     model_sample: str
-    item: Any = None
+    item: Annotated[Any, _bounded("item"), AfterValidator(_checked_item)] = None
     reference_answer: Any = None
 
 
 class GraderValidateRequest(BaseModel):
-    grader: dict[str, Any]
+    grader: Annotated[dict[str, Any], _bounded("grader")]
 
 
 # Vertex objects ---------------------------------------------------------------------------------------------
@@ -193,5 +226,5 @@ class ValidateRewardRequest(BaseModel):
 
     sampleResponse: dict[str, Any]
     example: dict[str, Any]
-    singleRewardConfig: dict[str, Any] | None = None
-    compositeRewardConfig: dict[str, Any] | None = None
+    singleRewardConfig: Annotated[dict[str, Any], _bounded("singleRewardConfig")] | None = None
+    compositeRewardConfig: Annotated[dict[str, Any], _bounded("compositeRewardConfig")] | None = None

@@ -19,6 +19,7 @@ JSON is then a ``parse_error``, OpenAI's sample_parse_error).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from openrft.calls.endpoints import Timer, gather_all
@@ -129,7 +130,17 @@ class GraderFunction:
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         if isinstance(self.grader, MultiGrader):
             return await self._multi(samples)
+        if isinstance(self.grader, StringCheckGrader | TextSimilarityGrader):  # pure computation: no task each
+            return [self._computed(s) for s in samples]
         return await gather_all(self._timed(s) for s in samples)
+
+    def _computed(self, sample: RewardSample) -> RewardOutcome:
+        started = time.perf_counter()
+        try:
+            value = self._grade(sample)
+        except RewardFailure as failure:
+            return RewardOutcome.of_failure(failure, latency_s=time.perf_counter() - started)
+        return RewardOutcome(score=value, latency_s=time.perf_counter() - started)
 
     async def _timed(self, sample: RewardSample) -> RewardOutcome:
         timer = Timer()
@@ -137,10 +148,8 @@ class GraderFunction:
         try:
             if isinstance(self.grader, PythonGrader):
                 value, printed = await self._python(sample)
-            elif isinstance(self.grader, ScoreModelGrader | LabelModelGrader):
-                value, reply = await self._model(sample)
             else:
-                value = self._grade(sample)
+                value, reply = await self._model(sample)
         except RewardFailure as failure:
             return RewardOutcome.of_failure(failure, latency_s=timer.elapsed)
         metrics = {"sandbox_weak": 1.0} if isinstance(self.grader, PythonGrader) and self.pool.weak else {}

@@ -227,7 +227,11 @@ def _resolve(
     if run.data_s3_path:
         b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
     else:
-        b.problem("run.data_s3_path", "is required: the training dataset (a local path or a URI)")
+        b.problem(
+            "run.data_s3_path",
+            "is blank: the training dataset is required (a template leaves it for its notebook to fill in): "
+            "write it in the recipe, a local path or a URI (an s3:// one mapped with --map URI=PATH)",
+        )
     if run.validation_data_s3_path:
         b.user(
             "data.validation", resolve_location(run.validation_data_s3_path, base_dir), "run.validation_data_s3_path"
