@@ -73,6 +73,7 @@ def test_runner_arguments():
         "threads",
         "long-context",
         "sharding",
+        "tools",
     ]
     assert args.sharding_steps == 3
     assert args.long_tokens == [4096, 8192, 16384, 32768] and args.long_unchunked == [4096]
