@@ -1,7 +1,5 @@
-"""Run by tests/core/test_sharded.py under ``torchrun --nproc-per-node N``: a sharded learner takes two
-steps on a fixed batch for each job spec in a directory; rank 0 writes what the test compares. With a
-third argument (a directory of such results), each spec's checkpoint there is resumed instead and one
-step taken from it."""
+"""Run by tests/core/test_sharded.py under ``torchrun --nproc-per-node 2``: a sharded learner takes two
+steps on a fixed batch for each job spec in a directory; rank 0 writes what the test compares."""
 
 import os
 import sys
@@ -9,49 +7,19 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from openrft.runtime.sharded import ShardedWorker
 from tests.core.test_sharded import batch
 
 
-def count_gathered_blocks(worker: ShardedWorker) -> list[int]:
-    """Before each block's forward, how many blocks hold gathered (not sharded) parameters."""
-    blocks = worker.policy.blocks
-    counts: list[int] = []
-
-    def gathered(*_):
-        counts.append(sum(not isinstance(next(b.parameters()), DTensor) for b in blocks))
-
-    for block in blocks:
-        block.register_forward_pre_hook(gathered)
-    return counts
-
-
-def all_ranks(value):
-    values = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return values
-
-
-def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
+def main(spec_dir: Path, out: Path) -> None:
     for mode in sorted(p.stem for p in spec_dir.glob("*.json")):
         worker = ShardedWorker((spec_dir / f"{mode}.json").read_text())
         worker.setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None)  # torchrun's group
-        if resume is not None:
-            worker.load_state_dict(torch.load(resume / f"{mode}.pt", weights_only=False)["checkpoint"])
-            worker.step(batch(mode))
-            state = worker.adapter_state()
-            if dist.get_rank() == 0:
-                torch.save({"step2": state}, out / f"{mode}.pt")
-            continue
-        learner = worker.learner
-        passes = all_ranks(len(learner.plan(learner.share(batch(mode)))))
-        counts = count_gathered_blocks(worker)
         results = {"metrics": [worker.step(batch(mode))[0]], "step1": worker.adapter_state()}
-        results["passes"], results["most_gathered_blocks"] = passes, max(all_ranks(max(counts)))
-        results["blocks"] = len(worker.policy.blocks)
-        states = all_ranks(worker.state_dict())
+        state = worker.state_dict()
+        states = [None] * dist.get_world_size()
+        dist.all_gather_object(states, state)
         results["metrics"].append(worker.step(batch(mode))[0])
         results["step2"] = worker.adapter_state()
         files = worker.adapter_files()
@@ -63,5 +31,5 @@ def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
     dist.destroy_process_group()
