@@ -16,6 +16,7 @@ import pytest
 from openrft.service.errors import ApiError
 from openrft.service.graders import WorkPool
 from tests.rewards.helpers import require_bwrap
+from tests.service.svc_helpers import app_in_thread
 
 
 def test_one_key_s_72_slow_calls_do_not_shut_out_another_key():
@@ -66,7 +67,6 @@ def test_a_freed_worker_goes_to_the_tenant_with_the_fewest_calls_running():
 def app_server(tmp_path) -> Iterator[tuple[object, str, list[str]]]:
     """The service app in this process (its pool and store inspectable), served by uvicorn on 127.0.0.1, with
     small quotas and two keys."""
-    import uvicorn
 
     from openrft.service.app import create_app
     from openrft.service.config import ServiceConfig
@@ -81,19 +81,10 @@ def app_server(tmp_path) -> Iterator[tuple[object, str, list[str]]]:
     store = Store.open(config.database_url)
     keys = [store.create_key(name)[1] for name in ("alice", "bob")]
     app = create_app(config, store)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     try:
-        while not server.started:
-            time.sleep(0.05)
-        yield app, f"http://127.0.0.1:{port}", keys
+        with app_in_thread(app) as port:
+            yield app, f"http://127.0.0.1:{port}", keys
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         store.close()
 
 

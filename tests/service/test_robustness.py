@@ -16,7 +16,7 @@ import pytest
 from openrft.service.errors import ApiError
 from openrft.service.graders import WorkPool
 from openrft.service.routes_files import _store_upload
-from tests.service.svc_helpers import TRAIN, VALIDATION, Service, small_dataset, upload
+from tests.service.svc_helpers import TRAIN, VALIDATION, Service, app_in_thread, small_dataset, upload
 
 H = "method.reinforcement.hyperparameters"
 
@@ -126,7 +126,6 @@ def test_query_parameters_out_of_range_are_400(server):
 
 def test_a_500_leaves_the_keep_alive_connection_usable(tmp_path):
     """An app with a route that fails, served by uvicorn: the next request on the same connection is answered."""
-    import uvicorn
 
     from openrft.service.app import create_app
     from openrft.service.config import ServiceConfig
@@ -139,25 +138,13 @@ def test_a_500_leaves_the_keep_alive_connection_usable(tmp_path):
     def boom():
         raise RuntimeError("a bug")
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.05)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-            answers = []
-            for path in ("/boom", "/health"):
-                conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                answers.append(_read_response(conn))
-        assert answers[0][0] == 500 and json.loads(answers[0][1])["error"]["code"] == "server_error"
-        assert answers[1][0] == 200 and json.loads(answers[1][1])["status"] == "ok"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with app_in_thread(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        answers = []
+        for path in ("/boom", "/health"):
+            conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            answers.append(_read_response(conn))
+    assert answers[0][0] == 500 and json.loads(answers[0][1])["error"]["code"] == "server_error"
+    assert answers[1][0] == 200 and json.loads(answers[1][1])["status"] == "ok"
 
 
 def _read_response(conn: socket.socket) -> tuple[int, bytes]:
