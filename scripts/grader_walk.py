@@ -15,10 +15,14 @@ holds it to ``LIMIT``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +31,11 @@ ROUTE = "/v1/fine_tuning/alpha/graders/run"
 LIMIT = 10
 """The most files following one grader may take (issue 25)."""
 
-ITEM = {"reference_answer": "42", "messages": [{"role": "user", "content": "6 * 7?"}]}
+ITEM = {
+    "reference_answer": "42",
+    "references": {"answer": "42"},
+    "messages": [{"role": "user", "content": "6 * 7?"}],
+}
 STRING_CHECK = {
     "type": "string_check",
     "name": "exact",
@@ -42,6 +50,7 @@ TEXT_SIMILARITY = {
     "reference": "{{item.reference_answer}}",
     "evaluation_metric": "fuzzy_match",
 }
+JUDGE_MESSAGES = [{"role": "user", "content": "Is {{sample.output_text}} the answer {{item.reference_answer}}?"}]
 GRADERS: dict[str, dict[str, Any]] = {
     "string_check": STRING_CHECK,
     "text_similarity": TEXT_SIMILARITY,
@@ -51,7 +60,25 @@ GRADERS: dict[str, dict[str, Any]] = {
         "graders": {"exact": STRING_CHECK, "close": TEXT_SIMILARITY},
         "calculate_output": "0.5 * exact + 0.5 * close",
     },
+    "python": {"type": "python", "name": "code", "source": "def grade(sample, item):\n    return 1.0\n"},
+    "score_model": {"type": "score_model", "name": "judge", "model": "judge", "input": JUDGE_MESSAGES},
+    "label_model": {
+        "type": "label_model",
+        "name": "labels",
+        "model": "judge",
+        "input": JUDGE_MESSAGES,
+        "labels": ["yes", "no"],
+        "passing_labels": ["yes"],
+    },
+    "preset": {"type": "preset", "name": "exact_match"},
+    "vertex": {
+        "stringMatchRewardScorer": {
+            "stringMatchExpression": {"matchOperation": "EXACT_MATCH", "expression": "{{references.answer}}"}
+        }
+    },
 }
+"""One grader of each OpenAI type and one reward of each other kind that needs nothing outside the service
+(``graders/run`` takes any reward configuration, docs/rewards.md); the judges answer from ``judge_server``."""
 
 
 class _CallPath:
@@ -92,6 +119,46 @@ class _CallPath:
         threading.setprofile(None)  # type: ignore[arg-type]
 
 
+class _Judge(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat completions endpoint whose judge always passes: the structured answer
+    ``{"steps": [], "result": ...}`` with the first label its schema allows, or 1 for a score."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        schema = request.get("response_format", {}).get("json_schema", {}).get("schema", {})
+        result = schema.get("properties", {}).get("result", {}).get("enum", [1])[0]
+        content = json.dumps({"steps": [], "result": result})
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def judge_server() -> Iterator[str]:
+    """The judges' endpoint on 127.0.0.1 for as long as the block runs, as ``$OPENRFT_JUDGE_BASE_URL``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    before = os.environ.get("OPENRFT_JUDGE_BASE_URL")
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    os.environ["OPENRFT_JUDGE_BASE_URL"] = url
+    try:
+        yield url
+    finally:
+        if before is None:
+            os.environ.pop("OPENRFT_JUDGE_BASE_URL", None)
+        else:
+            os.environ["OPENRFT_JUDGE_BASE_URL"] = before
+        server.shutdown()
+        server.server_close()
+
+
 def walks(graders: dict[str, dict[str, Any]], tenant: bool = False) -> dict[str, dict[str, Any]]:
     """Per grader: the files visited (``visited``, in order), their number and the reward answered."""
     from fastapi.testclient import TestClient
@@ -111,7 +178,7 @@ def walks(graders: dict[str, dict[str, Any]], tenant: bool = False) -> dict[str,
         results = {}
         path = _CallPath(routes_openai.run_grader.__code__, "openrft-graders")
         try:
-            with path, TestClient(create_app(config, store)) as client:
+            with judge_server(), path, TestClient(create_app(config, store)) as client:
                 for name, grader in graders.items():
                     body = {"grader": grader, "model_sample": "42", "item": ITEM}
                     client.post(ROUTE, json=body, headers=headers).raise_for_status()  # warm: imports, caches

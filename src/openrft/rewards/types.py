@@ -114,22 +114,55 @@ def explanation(text: str) -> str:
     return text[:EXPLANATION_LIMIT] + f"... ({len(text) - EXPLANATION_LIMIT} more characters)"
 
 
-def part_explanations(parts: dict[str, RewardOutcome]) -> dict[str, str]:
-    """The explanations of a composite's parts, each under its part's name (``part/grader`` when a part has
-    several of its own)."""
-    merged = {}
-    for key, outcome in parts.items():
-        for name, text in outcome.explanations.items():
-            merged[key if len(outcome.explanations) == 1 else f"{key}/{name}"] = text
-    return merged
+class PartOutcomes:
+    """The outcomes of a composite reward's parts for one sample, by part name, and the composite's outcome
+    made of them: their scores as sub-scores, their metrics as ``part/metric``, their output and explanations
+    under their names (the OpenAI multi grader and Vertex's composite)."""
 
+    def __init__(self, parts: dict[str, RewardOutcome]):
+        self.parts = parts
+        self.sub_scores = {k: o.score for k, o in parts.items() if o.ok and o.score is not None}
 
-def joined_stdout(parts: dict[str, RewardOutcome]) -> str:
-    """The output of several rewards' user code, each block headed by the reward's name."""
-    blocks = [
-        f"[{name}]\n{o.stdout}" + ("" if o.stdout.endswith("\n") else "\n") for name, o in parts.items() if o.stdout
-    ]
-    return "".join(blocks)
+    def failed(self) -> tuple[str, RewardOutcome] | None:
+        """The first part that failed, with its name."""
+        return next(((k, o) for k, o in self.parts.items() if not o.ok), None)
+
+    def outcome(
+        self,
+        latency_s: float,
+        score: float | None = None,
+        error: tuple[ErrorKind, str] | None = None,
+        **extra: Any,
+    ) -> RewardOutcome:
+        """The composite's ``score``, or its failure ``(kind, message)``; ``extra``: ``limit``, ``warnings``."""
+        common: dict[str, Any] = {
+            "sub_scores": self.sub_scores,
+            "metrics": {f"{k}/{m}": v for k, o in self.parts.items() for m, v in o.metrics.items()},
+            "latency_s": latency_s,
+            "stdout": self._stdout(),
+            "explanations": self._explanations(),
+            **extra,
+        }
+        if error is not None:
+            return RewardOutcome.failure(error[0], error[1], **common)
+        return RewardOutcome(score=score, **common)
+
+    def _explanations(self) -> dict[str, str]:
+        """Each part's explanation under its name (``part/grader`` when a part has several of its own)."""
+        merged = {}
+        for key, outcome in self.parts.items():
+            for name, text in outcome.explanations.items():
+                merged[key if len(outcome.explanations) == 1 else f"{key}/{name}"] = text
+        return merged
+
+    def _stdout(self) -> str:
+        """The output of the parts' user code, each block headed by the part's name."""
+        blocks = [
+            f"[{name}]\n{o.stdout}" + ("" if o.stdout.endswith("\n") else "\n")
+            for name, o in self.parts.items()
+            if o.stdout
+        ]
+        return "".join(blocks)
 
 
 SCORE_LIMIT = 1e6

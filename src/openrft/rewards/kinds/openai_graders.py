@@ -30,15 +30,7 @@ from openrft.rewards.kinds import REWARD_ROOT, Needs
 from openrft.rewards.registry import RewardContext
 from openrft.rewards.similarity import similarity
 from openrft.rewards.templates import NamespaceResolver, check_template, parse_json_output, render
-from openrft.rewards.types import (
-    RewardFailure,
-    RewardOutcome,
-    RewardSample,
-    as_score,
-    explanation,
-    joined_stdout,
-    part_explanations,
-)
+from openrft.rewards.types import PartOutcomes, RewardFailure, RewardOutcome, RewardSample, as_score, explanation
 from openrft.rewards.views import openai_sample
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import (
@@ -210,52 +202,19 @@ class GraderFunction:
         results = await gather_all(self.parts[k].score(samples) for k in keys)
         outcomes = []
         for i in range(len(samples)):
-            parts = {k: r[i] for k, r in zip(keys, results)}
-            sub_scores = {k: o.score for k, o in parts.items() if o.ok and o.score is not None}
-            metrics = {f"{k}/{m}": v for k, o in parts.items() for m, v in o.metrics.items()}
-            printed = joined_stdout(parts)
-            explanations = part_explanations(parts)
-            failed = next(((k, o) for k, o in parts.items() if not o.ok), None)
+            parts = PartOutcomes({k: r[i] for k, r in zip(keys, results)})
+            failed = parts.failed()
             if failed is not None:
                 key, outcome = failed
-                outcomes.append(
-                    RewardOutcome.failure(
-                        outcome.error_kind or "runtime_error",
-                        f"{key}: {outcome.error_message}",
-                        sub_scores=sub_scores,
-                        metrics=metrics,
-                        latency_s=timer.elapsed,
-                        stdout=printed,
-                        explanations=explanations,
-                        limit=outcome.limit,
-                    )
-                )
+                error = (outcome.error_kind or "runtime_error", f"{key}: {outcome.error_message}")
+                outcomes.append(parts.outcome(timer.elapsed, error=error, limit=outcome.limit))
                 continue
             try:
-                value = self.formula.evaluate(sub_scores)
+                value = self.formula.evaluate(parts.sub_scores)
             except FormulaRuntimeError as exc:
-                outcomes.append(
-                    RewardOutcome.failure(
-                        "runtime_error",
-                        f"calculate_output {exc}",
-                        sub_scores=sub_scores,
-                        metrics=metrics,
-                        latency_s=timer.elapsed,
-                        stdout=printed,
-                        explanations=explanations,
-                    )
-                )
+                outcomes.append(parts.outcome(timer.elapsed, error=("runtime_error", f"calculate_output {exc}")))
                 continue
-            outcomes.append(
-                RewardOutcome(
-                    score=value,
-                    sub_scores=sub_scores,
-                    metrics=metrics,
-                    latency_s=timer.elapsed,
-                    stdout=printed,
-                    explanations=explanations,
-                )
-            )
+            outcomes.append(parts.outcome(timer.elapsed, score=value))
         return outcomes
 
     async def aclose(self) -> None:

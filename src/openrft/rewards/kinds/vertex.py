@@ -39,15 +39,7 @@ from openrft.rewards.judge import parse_score
 from openrft.rewards.kinds import REWARD_ROOT, Needs
 from openrft.rewards.registry import RewardContext
 from openrft.rewards.templates import NamespaceResolver, check_template, render
-from openrft.rewards.types import (
-    RewardFailure,
-    RewardOutcome,
-    RewardSample,
-    as_score,
-    explanation,
-    joined_stdout,
-    part_explanations,
-)
+from openrft.rewards.types import PartOutcomes, RewardFailure, RewardOutcome, RewardSample, as_score, explanation
 from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import (
@@ -401,34 +393,16 @@ class VertexCompositeFunction:
         return [self._combine([r[i] for r in results], timer.elapsed) for i in range(len(samples))]
 
     def _combine(self, outcomes: list[RewardOutcome], elapsed: float) -> RewardOutcome:
-        sub_scores = {f.name: o.score for (f, _), o in zip(self.parts, outcomes) if o.ok and o.score is not None}
-        metrics = {f"{f.name}/{k}": v for (f, _), o in zip(self.parts, outcomes) for k, v in o.metrics.items()}
         latency = max((o.latency_s or 0.0 for o in outcomes), default=elapsed)
-        named = {f.name: o for (f, _), o in zip(self.parts, outcomes)}
-        printed, explanations = joined_stdout(named), part_explanations(named)
-        for (function, _), outcome in zip(self.parts, outcomes):
-            if not outcome.ok:
-                assert outcome.error_kind is not None
-                return RewardOutcome.failure(
-                    outcome.error_kind,
-                    f"{function.name}: {outcome.error_message}",
-                    sub_scores=sub_scores,
-                    metrics=metrics,
-                    latency_s=latency,
-                    stdout=printed,
-                    explanations=explanations,
-                )
-        total = sum(w * sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
+        parts = PartOutcomes({f.name: o for (f, _), o in zip(self.parts, outcomes)})
+        failed = parts.failed()
+        if failed is not None:
+            name, outcome = failed
+            assert outcome.error_kind is not None
+            return parts.outcome(latency, error=(outcome.error_kind, f"{name}: {outcome.error_message}"))
+        total = sum(w * parts.sub_scores[f.name] for f, w in self.parts) / sum(w for _, w in self.parts)
         warnings = [f"{f.name}: {w}" for (f, _), o in zip(self.parts, outcomes) for w in o.warnings]
-        return RewardOutcome(
-            score=clip(total),
-            sub_scores=sub_scores,
-            metrics=metrics,
-            latency_s=latency,
-            stdout=printed,
-            explanations=explanations,
-            warnings=warnings,
-        )
+        return parts.outcome(latency, score=clip(total), warnings=warnings)
 
     async def aclose(self) -> None:
         return None
