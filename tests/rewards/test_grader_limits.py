@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from openrft.rewards.formula import MAX_FORMULA_DEPTH, FormulaError, FormulaRuntimeError, compile_formula
-from openrft.rewards.input_limits import MAX_RENDERED_CHARS, SIMILARITY_CAPS
-from openrft.rewards.similarity import rouge_l, words
+from openrft.rewards.input_limits import MAX_RENDERED_CHARS
+from openrft.rewards.similarity import SIMILARITY_CAPS, rouge_l, words
 from openrft.spec.rewards import SIMILARITY_METRICS
 from tests.rewards.helpers import example, score
 

@@ -29,7 +29,7 @@ import httpx
 from openrft.calls.failures import CallFailure
 from openrft.calls.outbound import redirect_refusal
 from openrft.errors import RewardError
-from openrft.spec.rewards import RemoteCallSpec
+from openrft.spec.call_options import RemoteCallSpec
 
 T = TypeVar("T")
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}

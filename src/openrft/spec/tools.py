@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from openrft.spec.rewards import MAX_CALL_CONCURRENCY, MAX_CALL_TIMEOUT_S, RemoteCallSpec
+from openrft.spec.call_options import MAX_CALL_CONCURRENCY, MAX_CALL_TIMEOUT_S, RemoteCallSpec
 
 MALFORMED_CALL_MESSAGE = (
     "error: the tool call could not be read ({error}); write each call in the format the instructions show"

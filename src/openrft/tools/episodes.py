@@ -38,7 +38,7 @@ from openrft.rollout.prompts import render_prompt
 from openrft.rollout.replicas import GeneratorReplica
 from openrft.rollout.tool_calls import MISTRAL_TAG, PYTHON_TAG, parse_tool_calls, tool_names
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
-from openrft.spec.rewards import SandboxSpec
+from openrft.spec.call_options import SandboxSpec
 from openrft.spec.tools import ToolsSpec
 from openrft.tools.continuation import ToolTemplateError, call_id, continuation_ids
 from openrft.tools.results import CallContext, ToolResult

@@ -29,7 +29,7 @@ import httpx
 from openrft.calls.endpoints import RemoteEndpoint, Timer
 from openrft.calls.failures import CallFailure
 from openrft.calls.sandbox import SandboxPool
-from openrft.spec.rewards import SandboxSpec
+from openrft.spec.call_options import SandboxSpec
 from openrft.spec.tools import EnvironmentSpec, HttpToolSpec, PythonToolSpec, ToolsSpec
 from openrft.tools.results import CallContext, ToolConfigError, ToolResult
 

@@ -23,7 +23,7 @@ from typing import Any
 from openrft.calls.sandbox import cgroups, mechanism
 from openrft.calls.sandbox.cgroups import Cgroup
 from openrft.errors import RewardError
-from openrft.spec.rewards import SandboxSpec
+from openrft.spec.call_options import SandboxSpec
 
 START_TIMEOUT_S = 60.0
 LIMIT_WORDS = {

@@ -93,8 +93,10 @@ class GraderFunction:
         self.grader = grader
         self.context = context
         self.name = grader.name
+        self.computed = isinstance(grader, StringCheckGrader | TextSimilarityGrader)
+        """Scored by computation alone (no sandbox, no judge): ``_computed`` scores a sample."""
         spec = context.spec
-        if isinstance(grader, StringCheckGrader | TextSimilarityGrader):
+        if self.computed:
             problems += check_template(grader.input, OPENAI_NAMESPACES, f"{path}.input")
             problems += check_template(grader.reference, OPENAI_NAMESPACES, f"{path}.reference")
         elif isinstance(grader, PythonGrader):
@@ -122,7 +124,7 @@ class GraderFunction:
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         if isinstance(self.grader, MultiGrader):
             return await self._multi(samples)
-        if isinstance(self.grader, StringCheckGrader | TextSimilarityGrader):  # pure computation: no task each
+        if self.computed:  # pure computation: no task each
             return [self._computed(s) for s in samples]
         return await gather_all(self._timed(s) for s in samples)
 
@@ -197,9 +199,13 @@ class GraderFunction:
         return float(parse_label(reply, grader.labels) in grader.passing_labels), reply
 
     async def _multi(self, samples: list[RewardSample]) -> list[RewardOutcome]:
-        timer = Timer()
+        started = time.perf_counter()
         keys = list(self.parts)
-        results = await gather_all(self.parts[k].score(samples) for k in keys)
+        if all(self.parts[k].computed for k in keys):  # pure computation: no task each
+            results = [[self.parts[k]._computed(s) for s in samples] for k in keys]
+        else:
+            results = await gather_all(self.parts[k].score(samples) for k in keys)
+        elapsed = time.perf_counter() - started
         outcomes = []
         for i in range(len(samples)):
             parts = PartOutcomes({k: r[i] for k, r in zip(keys, results)})
@@ -207,14 +213,14 @@ class GraderFunction:
             if failed is not None:
                 key, outcome = failed
                 error = (outcome.error_kind or "runtime_error", f"{key}: {outcome.error_message}")
-                outcomes.append(parts.outcome(timer.elapsed, error=error, limit=outcome.limit))
+                outcomes.append(parts.outcome(elapsed, error=error, limit=outcome.limit))
                 continue
             try:
                 value = self.formula.evaluate(parts.sub_scores)
             except FormulaRuntimeError as exc:
-                outcomes.append(parts.outcome(timer.elapsed, error=("runtime_error", f"calculate_output {exc}")))
+                outcomes.append(parts.outcome(elapsed, error=("runtime_error", f"calculate_output {exc}")))
                 continue
-            outcomes.append(parts.outcome(timer.elapsed, score=value))
+            outcomes.append(parts.outcome(elapsed, score=value))
         return outcomes
 
     async def aclose(self) -> None:
