@@ -479,8 +479,13 @@ def vllm_suite(args: argparse.Namespace) -> None:
     steps = 3 if args.quick else args.vllm_steps
     _log(f"local generator vs vLLM server: {steps} steps per run, one JSON line per run")
     load = {"before": load_average()}
-    rows = vllm_rows(steps, threads, args.quick, _log)
+    rows = vllm_rows(steps, threads, args.quick, _log, models=args.vllm_models)
     load["after"] = load_average()
+    write_vllm_results(rows, steps, threads, load, args.out)
+
+
+def write_vllm_results(rows: list[dict], steps: int, threads: int, load: dict, out: Path) -> None:
+    """benchmarks/results/vllm.{md,json} from the rows of ``vllm_rows`` (one per model and engine)."""
     for row in rows:  # each engine against the local generator of the same model (the baseline of its pair)
         base = next(r for r in rows if r["model"] == row["model"] and r["engine"] == "local")
         row["step_vs_local"] = row["step_s"] / base["step_s"]
@@ -508,7 +513,7 @@ def vllm_suite(args: argparse.Namespace) -> None:
         "",
         *markdown_table(columns, rows),
     ]
-    write_results("vllm", "Generation engines: local generator vs vLLM", body, {"rows": rows, "load": load}, args.out)
+    write_results("vllm", "Generation engines: local generator vs vLLM", body, {"rows": rows, "load": load}, out)
 
 
 def vllm_demo_suite(args: argparse.Namespace) -> None:
@@ -639,6 +644,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sharding-layers", type=int, default=None, help="sharding: decoder layers (default 24)")
     parser.add_argument("--sharding-timeout", type=float, default=900, help="sharding: seconds per configuration")
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
+    parser.add_argument(
+        "--vllm-models", nargs="+", choices=("demo", "wide"), default=["demo", "wide"], help="vllm: the models"
+    )
     parser.add_argument(
         "--vllm-demo-engine",
         choices=("server", "colocated"),

@@ -133,13 +133,18 @@ def colocated_available() -> bool:
     return True
 
 
-def vllm_rows(steps: int, threads: int, quick: bool, log: Callable[[str], None]) -> list[dict]:
+def vllm_rows(
+    steps: int, threads: int, quick: bool, log: Callable[[str], None], models: tuple[str, ...] = ("demo", "wide")
+) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
         tmp_path = Path(tmp)
-        models = [("demo (0.8M)", DEMO, 32, 8, 6)]
-        if not quick:
-            models.append(("wide random Qwen2 (59M)", wide_model(tmp_path / "wide"), 16, 8, 24))
+        chosen = []
+        if "demo" in models:
+            chosen.append(("demo (0.8M)", DEMO, 32, 8, 6))
+        if "wide" in models and not quick:
+            chosen.append(("wide random Qwen2 (59M)", wide_model(tmp_path / "wide"), 16, 8, 24))
+        models = chosen
         for label, path, prompts, samples, new_tokens in models:
             with Server(path, tmp_path / f"server-{len(rows)}", threads) as url:
                 engines = [("local", {}), ("vLLM server", {"generator_base_url": url})]
