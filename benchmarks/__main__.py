@@ -521,10 +521,15 @@ def vllm_demo_suite(args: argparse.Namespace) -> None:
 
     steps = 4 if args.quick else 100
     engine = args.vllm_demo_engine
-    _log(f"the demo recipe through vLLM ({engine}), sync and off_policy_async, {steps} steps")
+    _log(f"the demo recipe through vLLM ({engine}), {' and '.join(args.vllm_demo_strategies)}, {steps} steps")
     load = {"before": load_average()}
-    rows = demo_runs(steps, args.threads or 2, _log, engine)
+    rows = demo_runs(steps, args.threads or 2, _log, engine, tuple(args.vllm_demo_strategies))
     load["after"] = load_average()
+    write_vllm_demo_results(rows, engine, load, args.out)
+
+
+def write_vllm_demo_results(rows: list[dict], engine: str, load: dict, out: Path) -> None:
+    """benchmarks/results/vllm_demo[_colocated].{md,json} from the rows of ``demo_runs``."""
     marks = sorted({step for row in rows for step in row["curve"]})
     curve = [{"step": s, **{r["strategy"]: r["curve"].get(s) for r in rows}} for s in marks]
     columns = [
@@ -559,7 +564,7 @@ def vllm_demo_suite(args: argparse.Namespace) -> None:
     ]
     title = f"The demo recipe through vLLM ({engine}): sync and off_policy_async"
     name = "vllm_demo" if engine == "server" else "vllm_demo_colocated"
-    write_results(name, title, body, {"rows": rows, "load": load}, args.out)
+    write_results(name, title, body, {"rows": rows, "load": load}, out)
 
 
 def tools_suite(args: argparse.Namespace) -> None:
@@ -646,6 +651,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
     parser.add_argument(
         "--vllm-models", nargs="+", choices=("demo", "wide"), default=["demo", "wide"], help="vllm: the models"
+    )
+    parser.add_argument(
+        "--vllm-demo-strategies",
+        nargs="+",
+        choices=("sync", "off_policy_async"),
+        default=["sync", "off_policy_async"],
+        help="vllm-demo: the rollout strategies",
     )
     parser.add_argument(
         "--vllm-demo-engine",

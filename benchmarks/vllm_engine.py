@@ -160,7 +160,13 @@ def vllm_rows(
     return rows
 
 
-def demo_runs(steps: int, threads: int, log: Callable[[str], None], engine: str = "server") -> list[dict]:
+def demo_runs(
+    steps: int,
+    threads: int,
+    log: Callable[[str], None],
+    engine: str = "server",
+    strategies: tuple[str, ...] = ("sync", "off_policy_async"),
+) -> list[dict]:
     """The demo recipe (examples/arithmetic/recipe.yaml, unchanged but for the engine) trained through vLLM,
     sync and off_policy_async: the validation curve (the learner's own sampler, as in `make demo`).
     ``engine``: ``server`` (a scripts/vllm_server.sh server, ``generator_base_url``) or ``colocated``
@@ -175,7 +181,7 @@ def demo_runs(steps: int, threads: int, log: Callable[[str], None], engine: str 
             openrft_engine = {"generation_engine": "vllm"}
         else:
             raise ValueError(f"vllm-demo engine {engine!r}: allowed are 'server' and 'colocated'")
-        for strategy in ("sync", "off_policy_async"):
+        for strategy in strategies:
             body = yaml.safe_load((DATA / "recipe.yaml").read_text())
             body["run"]["data_s3_path"] = str(DATA / "train.jsonl")
             body["run"]["validation_data_s3_path"] = str(DATA / "validation.jsonl")
@@ -192,24 +198,31 @@ def demo_runs(steps: int, threads: int, log: Callable[[str], None], engine: str 
             from openrft.spec.dialects import load_job
 
             started = time.perf_counter()
-            summary = RFTJob(load_job(path), work / "run", show_progress=False).run()
-            metrics = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines()]
-            curve = {m["step"]: m["val-score/rewards/mean@1"] for m in metrics if "val-score/rewards/mean@1" in m}
-            kls = [m["rollout_correction/kl"] for m in metrics if "rollout_correction/kl" in m]
-            step_times = [m["perf/time_per_step"] for m in metrics if "perf/time_per_step" in m]
-            row = {
-                "engine": engine,
-                "strategy": strategy,
-                "steps": summary["steps"],
-                "baseline": summary["baseline_val_reward"],
-                "final": summary["final_val_reward"],
-                "gain_points": 100 * (summary["final_val_reward"] - summary["baseline_val_reward"]),
-                "wall_s": time.perf_counter() - started,
-                "step_s_median": statistics.median(step_times) if step_times else float("nan"),
-                "kl_median": statistics.median(kls) if kls else float("nan"),
-                "kl_max": max(kls) if kls else float("nan"),
-                "curve": curve,
-            }
+            RFTJob(load_job(path), work / "run", show_progress=False).run()
+            row = demo_row(engine, strategy, work / "run", time.perf_counter() - started)
             log(json.dumps(row))
             rows.append(row)
     return rows
+
+
+def demo_row(engine: str, strategy: str, run_dir: Path, wall_s: float) -> dict:
+    """One run of ``demo_runs`` from its metrics.jsonl: the validation curve, its gain, the engine KL."""
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = {m["step"]: m["val-score/rewards/mean@1"] for m in metrics if "val-score/rewards/mean@1" in m}
+    kls = [m["rollout_correction/kl"] for m in metrics if "rollout_correction/kl" in m]
+    step_times = [m["perf/time_per_step"] for m in metrics if "perf/time_per_step" in m]
+    steps = max((m["step"] for m in metrics if "actor/pg_loss" in m), default=0)
+    baseline, final = curve[min(curve)], curve[max(curve)]
+    return {
+        "engine": engine,
+        "strategy": strategy,
+        "steps": steps,
+        "baseline": baseline,
+        "final": final,
+        "gain_points": 100 * (final - baseline),
+        "wall_s": wall_s,
+        "step_s_median": statistics.median(step_times) if step_times else float("nan"),
+        "kl_median": statistics.median(kls) if kls else float("nan"),
+        "kl_max": max(kls) if kls else float("nan"),
+        "curve": curve,
+    }

@@ -177,5 +177,6 @@ def test_ray_jobs_sample_from_generation_servers_by_url(cluster, recipe_factory,
     trained = [m for m in rows if "actor/pg_loss" in m]
     assert len(trained) == 2
     for m in trained:  # the server's samples, corrected against the learner actor's log-probs
-        assert m["rollout_correction/ratio_mean"] == pytest.approx(1.0, abs=1e-3)
         assert m["rollout_correction/missing_logprobs"] == 0
+        if strategy == "sync" or m["rollout/policy_age/max"] == 0:  # the correction compares fresh samples
+            assert m["rollout_correction/ratio_mean"] == pytest.approx(1.0, abs=1e-3)
