@@ -620,6 +620,7 @@ def real_shape_suite(args: argparse.Namespace) -> None:
         ("threads", "threads:"),
         ("step_s", "step s:"),
         ("step_vs_trl", "vs TRL:"),
+        ("step_cpu_s", "step CPU s:"),
         ("speedup_vs_1_thread", "speed-up vs 1 thread:"),
         ("generate_s", "generation s:"),
         ("generate_tokens_per_s", "generated tokens/s:"),

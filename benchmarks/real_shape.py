@@ -11,6 +11,7 @@ runner (the share of vowels in the answer's letters: a score that differs betwee
 all ties). Each runs in a fresh process per thread count, one after the other.
 
 Per configuration one JSON line: ``system``, ``threads``, ``step_s`` (median step after the first),
+``step_cpu_s`` (the same in the process's CPU seconds, which the load of other processes hardly changes),
 ``generate_tokens_per_s`` (sampled tokens over the time spent generating), ``learner_flops_fraction`` (the
 learner's model FLOPs, ``benchmarks.flops``, over its time, over the matmul peak measured in the same
 process at the same threads). TRL's learner time is its step less its generation and scoring.
@@ -129,10 +130,22 @@ def learner_flops(samples, config) -> int:
 def run_openrft(spec, workdir: Path) -> dict:
     """The engine's job loop; per step: its time, generation time and tokens, learner time and FLOPs."""
     import openrft.engine.setup as setup
-    from openrft.engine import RFTJob
+    from openrft.engine import JobControl, RFTJob
 
     setup.eos_token_ids = lambda tokenizer, model: []  # every answer runs to max_new_tokens
     rows: dict[int, dict] = {}
+    cpu_start: dict[int, float] = {}
+    cpu_end: dict[int, float] = {}
+
+    class CpuClock(JobControl):
+        def poll(self, step: int) -> str:  # the job asks before every step
+            cpu_start[step] = time.process_time()
+            return "continue"
+
+    def listener(step: int, metrics: dict) -> None:
+        cpu_end[step] = time.process_time()
+        rows.setdefault(step, metrics)
+
     learner_times: list[float] = []
     flops: list[int] = []
 
@@ -150,12 +163,14 @@ def run_openrft(spec, workdir: Path) -> dict:
 
             self.learner.step = timed_step
 
-    job = TimedJob(spec, workdir / "openrft", show_progress=False, listeners=(lambda s, m: rows.setdefault(s, m),))
+    job = TimedJob(spec, workdir / "openrft", show_progress=False, control=CpuClock(), listeners=(listener,))
     job.run()
-    steps = [rows[s] for s in sorted(rows) if s > 0]
+    numbers = [s for s in sorted(rows) if s > 0]
+    steps = [rows[s] for s in numbers]
     tokens = spec.training.prompts_per_step * spec.sampling.samples_per_prompt * spec.sampling.max_new_tokens
     return {
         "step_s": [m["perf/time_per_step"] for m in steps],
+        "step_cpu_s": [cpu_end[s] - cpu_start[s] for s in numbers],
         "generate_s": [m["timing/sampling_and_reward"] for m in steps],
         "generated_tokens": tokens,
         "learner_s": learner_times,
@@ -182,7 +197,7 @@ def run_trl(spec, workdir: Path) -> dict:
     rewards = RewardRunner(parts.reward)
     train = parts.datasets.train
     dataset = Dataset.from_list([{"prompt": ex.messages, "index": i} for i, ex in enumerate(train)])
-    record: dict[str, list] = {"step_s": [], "generate_s": [], "learner_s": [], "learner_flops": []}
+    record: dict[str, list] = {"step_s": [], "step_cpu_s": [], "generate_s": [], "learner_s": [], "learner_flops": []}
     generated: list[float] = []  # seconds in generation and scoring within the current step
 
     def reward(prompts, completions, index, **kwargs) -> list[float | None]:
@@ -211,11 +226,12 @@ def run_trl(spec, workdir: Path) -> dict:
     class Timing(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             generated.clear()
-            self.begin = time.perf_counter()
+            self.begin, self.begin_cpu = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = time.perf_counter() - self.begin
             record["step_s"].append(step)
+            record["step_cpu_s"].append(time.process_time() - self.begin_cpu)
             record["generate_s"].append(sum(generated))
             record["learner_s"].append(step - sum(generated))
             record["learner_flops"].append(learner_flops(trainer.last_samples, parts.model.config))
@@ -255,6 +271,7 @@ def summarise(system: str, threads: int, record: dict, peak: float) -> dict:
         "system": system,
         "threads": threads,
         "step_s": round(step_s, 3),
+        "step_cpu_s": round(statistics.median(record["step_cpu_s"][keep]), 3),
         "generate_s": round(generate_s, 3),
         "learner_s": round(learner_s, 3),
         "generate_tokens_per_s": round(record["generated_tokens"] / generate_s, 1),
