@@ -187,7 +187,7 @@ class ChatJudge:
                 "invalid_output", f"judge answer has no choices[0].message.content: {str(body)[:120]}"
             ) from None
         if not isinstance(content, str):
-            raise RewardFailure("invalid_output", f"judge answered content {content!r} (a refusal?)")
+            raise RewardFailure("invalid_output", f"judge answered content {str(content)[:120]} (a refusal?)")
         return content
 
 

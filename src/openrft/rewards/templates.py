@@ -110,9 +110,11 @@ class NamespaceResolver:
             if head in self.roots:
                 value = lookup(self.roots[head], parts[size:])
                 if value is _MISSING:
-                    raise RewardFailure("invalid_output", f"template variable {{{{{path}}}}} is not in this sample")
+                    raise RewardFailure(
+                        "invalid_output", f"template variable {{{{{path[:100]}}}}} is not in this sample"
+                    )
                 return value
-        raise RewardFailure("invalid_output", f"template variable {{{{{path}}}}} is not in this sample")
+        raise RewardFailure("invalid_output", f"template variable {{{{{path[:100]}}}}} is not in this sample")
 
 
 def unknown_namespaces(template: str, namespaces: tuple[str, ...]) -> list[str]:
