@@ -237,7 +237,9 @@ def test_a_fenced_output_of_spaces_is_parsed_in_linear_time():
     assert timed(parse_json_output, '```json\n{"a": [1]}\n```') == {"a": [1]}
     grader = {"type": "string_check", "name": "s", "input": "{{sample.output_json.a}}", "reference": "1"}
     (outcome,) = bounded(
-        {"type": "openai_grader", "grader": {**grader, "operation": "eq"}}, ["```" + " " * 50_000 + "1"]
+        {"type": "openai_grader", "grader": {**grader, "operation": "eq"}},
+        ["```" + " " * 50_000 + "1"],
+        example(reference_answer="x"),
     )
     assert outcome.error_kind == "parse_error"
 
