@@ -10,7 +10,8 @@ app (uvicorn on 127.0.0.1, the official ``openai`` client's HTTP shape through h
   32,768 new tokens a turn, a prompt's n split over turns) and with one turn for the whole request (what
   a prompt's n did before it was split): the longest time one turn held the lock, and how long a one-sample
   request sent meanwhile waited for its answer;
-- a turn at the bound (64 sequences × 512 new tokens): how long it holds the lock.
+- a turn at the bound (64 sequences as long as the demo model's 512-token context allows): how long it holds
+  the lock.
 
 Writes ``benchmarks/results/serve_model_caps.{md,json}``.
 """
@@ -26,10 +27,9 @@ import httpx
 import torch
 
 from benchmarks.common import load_average, markdown_table, write_results
-from openrft.models import load_causal_lm, load_tokenizer
+from openrft.models import eos_token_ids, load_causal_lm, load_tokenizer
 from openrft.rollout.server import ModelServer, build_app
 from openrft.rollout.server_guard import FairLock, ServeLimits
-from openrft.rollout.tokens import eos_token_ids
 from tests.service.svc_helpers import app_in_thread
 
 
@@ -111,12 +111,13 @@ def lock_turns(limits: ServeLimits, label: str) -> dict[str, Any]:
 
 
 def bound_turn() -> dict[str, Any]:
-    """A turn at the bound: 64 sequences × 512 new tokens (the demo model's context allows it)."""
+    """A turn at the bound: 64 sequences, each as long as the demo model's context allows (near 32,768 tokens)."""
     server, lock = served(ServeLimits())
     prompt = server.tokenizer("What is 95-73?")["input_ids"]
     from openrft.rollout.types import SamplingParams
 
-    params = SamplingParams(n=64, temperature=1.0, max_new_tokens=512)
+    longest = (server.max_length or 512) - len(prompt)  # the demo model's context: 512 tokens
+    params = SamplingParams(n=64, temperature=1.0, max_new_tokens=longest)
     server.eos_token_ids = []  # every sequence runs its 512 tokens: the turn's worst case
     started = time.perf_counter()
     server.generate(None, [prompt], params, seed=1, stop_token_ids=None)
