@@ -58,7 +58,9 @@ def next_turns(session, contexts: list[list[int]], limit: int = 24) -> list[Comp
 
 def tool_result(tokenizer, first: Completion, result: str) -> list[int]:
     """The first turn's context, its tokens, a tool message and the next assistant header."""
-    turn = ids(tokenizer, f"<|im_start|>user\n<tool_response>{result}</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    turn = ids(
+        tokenizer, f"<|im_start|>user\n<tool_response>{result}</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     return first.prompt_ids + first.token_ids + turn
 
 
