@@ -170,19 +170,3 @@ def test_a_request_joins_a_running_batch_and_each_row_is_handed_back_when_it_end
         assert_same(by_name[name], completion)  # joining and leaving a batch changes no row's tokens
     assert by_name["late-a"].token_ids == by_name["late-b"].token_ids[:4]
 
-
-def test_holes_left_by_joining_are_squeezed_out_without_changing_the_tokens(tiny, tokenizer):
-    long, short, _ = questions(tokenizer)
-    out: dict[str, Completion] = {}
-    with tiny.decoding(GREEDY) as session:
-        session.submit(long, [60], [lambda c: out.__setitem__("long", c)])
-        session.step()
-        widths = []
-        for i in range(12):  # a short request joins and leaves every few steps
-            session.submit(short + [5] * i * 4, [2], [lambda c, i=i: out.__setitem__(f"short-{i}", c)])
-            for _ in range(3):
-                session.step()
-                widths.append(session.mask.shape[1])
-        run(session)
-    assert max(widths) <= 2 * (len(long) + 60) + 64  # squeezed, never the sum of every join's padding
-    assert_same(out["long"], tiny.generate([long], replace_limit(GREEDY, 60))[0][0])
