@@ -169,4 +169,3 @@ def test_a_request_joins_a_running_batch_and_each_row_is_handed_back_when_it_end
     for name, completion in fresh.items():
         assert_same(by_name[name], completion)  # joining and leaving a batch changes no row's tokens
     assert by_name["late-a"].token_ids == by_name["late-b"].token_ids[:4]
-
