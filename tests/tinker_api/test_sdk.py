@@ -227,6 +227,20 @@ def test_two_tenants_are_isolated(server, client, tokenizer):
         service.base_url + "/api/v1/get_info", json={"model_id": tc.model_id}, headers={"X-API-Key": "tml-x"}
     )
     assert bad.status_code == 401
+    # another tenant's sampler and futures read as not found too
+    sampler = tc.save_weights_and_get_sampling_client().result()
+    headers = {"X-API-Key": client._api_key}
+    mine = httpx.post(service.base_url + "/api/v1/save_weights", json={"model_id": tc.model_id}, headers=headers)
+    request_id = mine.json()["request_id"]
+    theirs = {"X-API-Key": other_key}
+    peek = httpx.post(service.base_url + "/api/v1/retrieve_future", json={"request_id": request_id}, headers=theirs)
+    assert peek.status_code == 404 and "no request" in peek.json()["detail"]
+    ok = httpx.post(service.base_url + "/api/v1/retrieve_future", json={"request_id": request_id}, headers=headers)
+    assert ok.json()["path"].startswith(f"tinker://{tc.model_id}/weights/")
+    sample = {"sampling_session_id": sampler._sampling_session_id, "prompt": {"chunks": []}, "num_samples": 1}
+    sample["sampling_params"] = {"max_tokens": 1}
+    stolen = httpx.post(service.base_url + "/api/v1/asample", json=sample, headers=theirs)
+    assert stolen.status_code == 404 and "no sampling session" in stolen.json()["detail"]
 
 
 def test_bad_inputs_get_the_apis_errors_and_leave_nothing_behind(client, tokenizer):

@@ -103,6 +103,8 @@ class TrainingModel:
     optimizer: torch.optim.AdamW
     steps: int = 0
     pending_grads: bool = False
+    job_id: str | None = None  # its row in the job store (records.py)
+    pending: dict[str, float] = field(default_factory=dict)  # loss, datums, tokens since the last optim_step
     snapshots: list[str] = field(default_factory=list)  # its snapshot samplers, oldest first
 
 
@@ -174,6 +176,8 @@ class Engine:
             if backward:
                 total.backward()
                 model.pending_grads = True
+                for key, value in (("loss:sum", float(total)), ("datums", len(data)), ("tokens", sum(map(len, logps)))):
+                    model.pending[key] = model.pending.get(key, 0.0) + value
         return {"logprobs": [lp.detach() for lp in logps]}, {"loss:sum": float(total.detach())}
 
     def optim_step(self, model: TrainingModel, params) -> dict[str, float]:
@@ -190,6 +194,11 @@ class Engine:
         model.steps += 1
         model.pending_grads = False
         return metrics
+
+    def take_pending(self, model: TrainingModel) -> dict[str, float]:
+        """What the model's forward_backward calls added up to since the last step (for its metrics row)."""
+        pending, model.pending = model.pending, {}
+        return pending
 
     # sampling ------------------------------------------------------------------------------
 
