@@ -33,7 +33,7 @@ calculator: $(BASE_STAMP)
 	$(VENV)/bin/openrft train examples/calculator/recipe.yaml --output runs/calculator --overwrite
 
 test: lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, load_average, markdown_table, threads, write_results
+from benchmarks.common import RESULTS, ROOT, load_average, markdown_table, threads, write_results
 
 # The recipe's 1e-3 (with LoRA+ x16 on B) drives the demo model's validation reward down in both systems;
 # at 5e-5 it climbs (docs/performance.md). The benchmark runs both.
@@ -31,10 +31,13 @@ SUITES = (
     "tools",
     "vllm",
     "vllm-demo",
+    "real-shape",
     "tinker",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
-ONLY_WHEN_NAMED = (*NEEDS_VLLM, "tinker")  # tinker: two 100-step trainings, about half an hour
+# run only when named: real-shape, a 0.5B model trained by two systems at two thread counts; tinker, two
+# 100-step trainings (about half an hour)
+HOURS = ("real-shape", "tinker")
 
 
 def _log(message: str) -> None:
@@ -636,6 +639,61 @@ def tinker_suite(args: argparse.Namespace) -> None:
     write_results("tinker", title, body, {**r, "load": load}, args.out)
 
 
+def real_shape_suite(args: argparse.Namespace) -> None:
+    import json
+
+    from benchmarks.real_shape import SYSTEMS, build_model, run_configuration, vllm_available, vllm_generation
+
+    model_dir = build_model(ROOT / "runs" / f"real-shape-model-{args.real_layers}", args.real_layers)
+    shape = (
+        f"Qwen2.5-0.5B's shape with {args.real_layers} layers, {args.real_prompts} prompts x {args.real_samples} "
+        f"samples x {args.real_tokens} tokens"
+    )
+    _log(f"real shape: {shape}; OpenRFT and TRL at 1 and 2 threads, {args.real_steps} steps each, fresh processes")
+    load = {"before": load_average()}
+    rows = []
+    for threads_count in args.thread_counts:
+        for system in SYSTEMS if threads_count % 2 else SYSTEMS[::-1]:
+            row = run_configuration(system, threads_count, args.real_steps, model_dir, args, args.real_timeout)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        if vllm_available():
+            row = vllm_generation(model_dir, threads_count, args.real_tokens, args.real_prompts, args.real_samples)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    load["after"] = load_average()
+    by = {(r["system"], r["threads"]): r for r in rows if "error" not in r}
+    for row in rows:
+        trl, one = by.get(("trl", row["threads"])), by.get((row["system"], 1))
+        if trl and "step_s" in row:
+            row["step_vs_trl"] = round(row["step_s"] / trl["step_s"], 3)
+        if one and "step_s" in row and row["threads"] != 1:
+            row["speedup_vs_1_thread"] = round(one["step_s"] / row["step_s"], 3)
+    columns = [
+        ("system", "system"),
+        ("threads", "threads:"),
+        ("step_s", "step s:"),
+        ("step_vs_trl", "vs TRL:"),
+        ("step_cpu_s", "step CPU s:"),
+        ("speedup_vs_1_thread", "speed-up vs 1 thread:"),
+        ("generate_s", "generation s:"),
+        ("generate_tokens_per_s", "generated tokens/s:"),
+        ("learner_s", "learner s:"),
+        ("learner_flops_fraction", "learner share of matmul peak:"),
+        ("error", "error"),
+    ]
+    body = [
+        f"{shape} (random weights built by benchmarks/real_shape.py; nothing downloaded), LoRA rank 16, the demo "
+        "recipe's optimizer, KL and clipping, answers of fixed length (the end token never ends one). Each system "
+        f"in a fresh process per thread count; {args.real_steps} steps, the first left out of the medians. vLLM: "
+        "generation alone on a vLLM server of the same model (scripts/vllm_server.sh), when .venv-vllm exists.",
+        "",
+        *markdown_table(columns, rows),
+    ]
+    title = "At the size people train: OpenRFT, TRL and vLLM on a Qwen2.5-0.5B-shaped model"
+    write_results("real_shape", title, body, {"rows": rows, "load": load}, args.out)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -648,6 +706,7 @@ RUNNERS = {
     "tools": tools_suite,
     "vllm": vllm_suite,
     "vllm-demo": vllm_demo_suite,
+    "real-shape": real_shape_suite,
     "tinker": tinker_suite,
 }
 
@@ -657,8 +716,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "suites",
         nargs="*",
-        default=[s for s in SUITES if s not in ONLY_WHEN_NAMED],
-        help=f"any of {', '.join(SUITES)} (default: all but {', '.join(ONLY_WHEN_NAMED)}: vllm* need .venv-vllm)",
+        default=[s for s in SUITES if s not in NEEDS_VLLM + HOURS],
+        help=f"any of {', '.join(SUITES)} (default: all but {', '.join(NEEDS_VLLM)}, which need .venv-vllm, and "
+        f"{', '.join(HOURS)}, which take long)",
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: the engine's choice)")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: checks that it all runs")
@@ -686,6 +746,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
     parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
+    parser.add_argument("--real-steps", type=int, default=4, help="real-shape: steps per run (the first warms up)")
+    parser.add_argument("--real-layers", type=int, default=24, help="real-shape: decoder layers (default 24)")
+    parser.add_argument("--real-tokens", type=int, default=128, help="real-shape: tokens per answer")
+    parser.add_argument("--real-prompts", type=int, default=8, help="real-shape: prompts per step")
+    parser.add_argument("--real-samples", type=int, default=8, help="real-shape: samples per prompt")
+    parser.add_argument("--real-timeout", type=float, default=7200, help="real-shape: seconds per configuration")
     parser.add_argument(
         "--out", type=Path, help="results folder (default benchmarks/results; --quick: a temporary one)"
     )
@@ -708,6 +774,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.steps, args.seeds, args.eval_every, args.warmup, args.repeats = 4, 1, 2, 1, 2
         args.sharding_steps = 1
+        args.real_steps, args.real_layers, args.real_tokens, args.real_prompts, args.real_samples = 2, 1, 8, 2, 2
         args.prompt_counts, args.sample_counts, args.learner_prompts = [8], [4, 16], [8]
         args.memory_global, args.memory_micro = [16, 64], [256, 1024]
         args.rounds, args.lrs = 1, args.lrs[:1]

@@ -81,6 +81,8 @@ def test_runner_arguments():
     assert custom.long_tokens == [1024, 2048] and custom.long_unchunked == [] and custom.long_generate == [512]
     assert args.lrs == [None, 5e-5] and args.steps == 60 and args.seeds == 3
     assert parse_args(["vllm"]).suites == ["vllm"] and args.vllm_steps == 8  # vllm only when asked (.venv-vllm)
+    real = parse_args(["real-shape"])  # hours: only when asked
+    assert real.suites == ["real-shape"] and (real.real_layers, real.real_tokens, real.real_prompts) == (24, 128, 8)
     quick = parse_args(["vs-trl", "--quick"])
     assert quick.steps == 4 and quick.lrs == [None] and quick.out.name.startswith("openrft-bench-quick-")
     quick.out.rmdir()

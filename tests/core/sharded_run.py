@@ -1,5 +1,7 @@
-"""Run by tests/core/test_sharded.py under ``torchrun --nproc-per-node 2``: a sharded learner takes two
-steps on a fixed batch for each job spec in a directory; rank 0 writes what the test compares."""
+"""Run by tests/core/test_sharded.py under ``torchrun --nproc-per-node N``: a sharded learner takes two
+steps on a fixed batch for each job spec in a directory; rank 0 writes what the test compares. With a
+third argument (a directory of such results), each spec's checkpoint there is resumed instead and one
+step taken from it."""
 
 import os
 import sys
@@ -7,19 +9,53 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from openrft.runtime.sharded import ShardedWorker
 from tests.core.test_sharded import batch
 
 
-def main(spec_dir: Path, out: Path) -> None:
+def count_gathered_blocks(worker: ShardedWorker) -> list[int]:
+    """Before each block's forward, how many blocks hold gathered (not sharded) parameters."""
+    blocks = worker.policy.blocks
+    counts: list[int] = []
+
+    def gathered(*_):
+        counts.append(sum(not isinstance(next(b.parameters()), DTensor) for b in blocks))
+
+    for block in blocks:
+        block.register_forward_pre_hook(gathered)
+    return counts
+
+
+def all_ranks(value):
+    values = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
     for mode in sorted(p.stem for p in spec_dir.glob("*.json")):
         worker = ShardedWorker((spec_dir / f"{mode}.json").read_text())
         worker.setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None)  # torchrun's group
+        if mode.endswith("chunked"):  # the LM head over chunks of one token (vocabulary-parallel, sharded)
+            worker.learner.config.logits_chunk_bytes = 1
+        if resume is not None:
+            worker.load_state_dict(torch.load(resume / f"{mode}.pt", weights_only=False)["checkpoint"])
+            worker.step(batch(mode))
+            state = worker.adapter_state()
+            if dist.get_rank() == 0:
+                torch.save({"step2": state}, out / f"{mode}.pt")
+            continue
+        learner = worker.learner
+        passes = all_ranks(len(learner.plan(learner.share(batch(mode)))))
+        counts = count_gathered_blocks(worker)
         results = {"metrics": [worker.step(batch(mode))[0]], "step1": worker.adapter_state()}
-        state = worker.state_dict()
-        states = [None] * dist.get_world_size()
-        dist.all_gather_object(states, state)
+        results["passes"], results["most_gathered_blocks"] = passes, max(all_ranks(max(counts)))
+        results["blocks"] = len(worker.policy.blocks)
+        group = worker.policy.blocks[0]._get_fsdp_state()._fsdp_param_group
+        results["offloaded"] = all(p.offload_to_cpu for p in group.fsdp_params)
+        states = all_ranks(worker.state_dict())
         results["metrics"].append(worker.step(batch(mode))[0])
         results["step2"] = worker.adapter_state()
         files = worker.adapter_files()
@@ -31,5 +67,5 @@ def main(spec_dir: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)
     dist.destroy_process_group()

@@ -1,6 +1,7 @@
-"""The sharded learner (FSDP2 over a gloo process group): two ranks under torchrun make the update one
-learner makes on the same batch, LoRA and full fine-tuning; their checkpoint resumes on one rank; the
-final weights are written in PEFT / Hugging Face format."""
+"""The sharded learner (FSDP2 over a gloo process group): two and four ranks under torchrun make the update
+one learner makes on the same batch, LoRA and full fine-tuning, with activation checkpointing, CPU offload
+and uneven micro-batch counts across the ranks; a step holds at most two blocks gathered; their
+checkpoints resume on fewer ranks; the final weights are written in PEFT / Hugging Face format."""
 
 import os
 import subprocess
@@ -13,15 +14,19 @@ import torch.distributed as dist
 from openrft.engine.local_runtime import learner_config
 from openrft.learner import Learner, Policy
 from openrft.learner.sharded import free_port
-from openrft.models import load_causal_lm, load_tokenizer
+from openrft.models import load_causal_lm, load_tokenizer, pick_dtype
 from openrft.runtime.sharded import ShardedWorker
 from openrft.spec.dialects import load_job
 from tests.conftest import ROOT, small_recipe
 from tests.core.test_data_parallel import _samples
 
 MODES = ("lora", "full")
-# and: algorithm.ppo_mini_batches 3 (three updates a step); a batch of one sample (rank 1 has none)
-RUNS = (*MODES, "lora-3-mini-batches", "full-one-sample")
+# activation checkpointing and CPU offload on, micro-batches of 16 tokens (the ranks run different counts)
+CHECKPOINTED = ("full-checkpointed", "lora-checkpointed")
+# and: algorithm.ppo_mini_batches 3 (three updates a step); a batch of one sample (rank 1 has none); the
+# chunked LM head
+RUNS = (*MODES, "lora-3-mini-batches", "full-one-sample", *CHECKPOINTED, "full-chunked", "lora-chunked")
+FOUR_RANK_RUNS = CHECKPOINTED
 pytestmark = pytest.mark.slow  # two torchrun processes train the demo model
 
 
@@ -34,6 +39,13 @@ def sharded_spec(tmp_path, mode: str):
     spec.algorithm.refit_freq = 1  # the second step's reference is a refit one (sharded alike)
     spec.rollout.learner_sharding = "fsdp"
     spec.runtime.threads = 1
+    if mode.endswith("checkpointed"):
+        spec.training.activation_checkpointing, spec.training.micro_batch_tokens = True, 16
+        spec.rollout.learner_offload = "cpu"
+        # 16-token micro-batches over 2 or 4 ranks sum the gradient in another order than one learner; the
+        # advantages of a group sum to zero, so the gradient is a small difference of large terms and float32
+        # order noise moves the update by 2e-5 relative (measured, 4 ranks): compare in float64
+        spec.model.dtype = "float64"
     # AdamW's first update is about lr * sign(g) where |g| >> eps, and a smooth function of g only where
     # |g| is near eps: with eps 1e-8, float32 summation-order noise in near-zero gradient entries moves
     # the update by 1e-4 relative (full fine-tuning). eps 1e-3 makes the update a smooth function of
@@ -48,7 +60,9 @@ def batch(mode: str) -> list:
 
 def one_learner(spec) -> Learner:
     torch.manual_seed(spec.training.seed)
-    model = load_causal_lm(spec.model.name_or_path, torch.device("cpu"), torch.float32)
+    model = load_causal_lm(
+        spec.model.name_or_path, torch.device("cpu"), pick_dtype(spec.model.dtype, torch.device("cpu"))
+    )
     policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
     return Learner(policy, learner_config(spec, load_tokenizer(spec.model.name_or_path).pad_token_id))
 
@@ -61,22 +75,36 @@ def relative_update_error(before: dict, expected: dict, got: dict) -> float:
     return error / update
 
 
-def torchrun(arguments: list[str]) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node 2 ARGUMENTS`` with this checkout's code, one thread per process."""
+def torchrun(arguments: list[str], ranks: int = 2) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node RANKS ARGUMENTS`` with this checkout's code, one thread per process."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
-    launch = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port())]
+    launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
     return subprocess.run([sys.executable, *launch, *arguments], env=env, capture_output=True, text=True, timeout=600)
+
+
+def sharded_runs(tmp_path_factory, runs: tuple[str, ...], ranks: int, resume=None) -> tuple[dict, object]:
+    """``tests/core/sharded_run.py`` on ``ranks`` torchrun ranks for each of ``runs`` (one process group)."""
+    spec_dir, out = tmp_path_factory.mktemp("specs"), tmp_path_factory.mktemp("out")
+    for mode in runs:
+        (spec_dir / f"{mode}.json").write_text(sharded_spec(spec_dir, mode).model_dump_json())
+    extra = [str(resume)] if resume is not None else []
+    result = torchrun([str(ROOT / "tests" / "core" / "sharded_run.py"), str(spec_dir), str(out), *extra], ranks)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return {mode: torch.load(out / f"{mode}.pt", weights_only=False) for mode in runs}, out
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """Both modes, two steps each, on two torchrun ranks (one process group for the whole run)."""
-    spec_dir, out = tmp_path_factory.mktemp("specs"), tmp_path_factory.mktemp("out")
-    for mode in RUNS:
-        (spec_dir / f"{mode}.json").write_text(sharded_spec(spec_dir, mode).model_dump_json())
-    result = torchrun([str(ROOT / "tests" / "core" / "sharded_run.py"), str(spec_dir), str(out)])
-    assert result.returncode == 0, result.stderr[-4000:]
-    return {mode: torch.load(out / f"{mode}.pt", weights_only=False) for mode in RUNS}
+    return sharded_runs(tmp_path_factory, RUNS, 2)[0]
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    """Checkpointed runs on four ranks, and their step-1 checkpoints resumed on two for the second step."""
+    results, out = sharded_runs(tmp_path_factory, FOUR_RANK_RUNS, 4)
+    resumed, _ = sharded_runs(tmp_path_factory, FOUR_RANK_RUNS, 2, resume=out)
+    return results, resumed
 
 
 @pytest.fixture
@@ -87,23 +115,42 @@ def one_rank_group():
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("mode", RUNS)
-def test_two_sharded_ranks_make_one_learners_update(two_ranks, tmp_path, mode):
+@pytest.mark.parametrize("ranks, mode", [*((2, mode) for mode in RUNS), *((4, mode) for mode in FOUR_RANK_RUNS)])
+def test_sharded_ranks_make_one_learners_update(request, tmp_path, ranks, mode):
+    runs = request.getfixturevalue("two_ranks") if ranks == 2 else request.getfixturevalue("four_ranks")[0]
     spec = sharded_spec(tmp_path, mode)
     learner = one_learner(spec)
+    if mode.endswith("chunked"):  # log-probs from the LM head a token at a time (sharded_run.py: the same)
+        learner.config.logits_chunk_bytes = 1
     before = learner.policy.adapter_state()
     metrics = learner.step(batch(mode))
     expected = learner.policy.adapter_state()
-    got = two_ranks[mode]["step1"]
+    got = runs[mode]["step1"]
     assert sorted(got) == sorted(expected)
-    assert relative_update_error(before, expected, got) <= 1e-5
-    sharded = two_ranks[mode]["metrics"][0]
+    error = relative_update_error(before, expected, got)
+    assert error <= 1e-5, error
+    sharded = runs[mode]["metrics"][0]
     assert sharded["actor/trained_tokens"] == metrics["actor/trained_tokens"]  # the global batch's
     assert sharded.get("actor/updates") == metrics.get("actor/updates")
     for key in ("actor/grad_norm", "actor/entropy", "actor/kl", "actor/pg_loss", "actor/pg_clipfrac"):
         assert sharded[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
     if mode in MODES:  # the gradient norm was clipped to max_grad_norm 1.0: clipping used the global norm
         assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
+    # the step gathered a block at a time (and the prefetched next one), never the whole model
+    assert runs[mode]["blocks"] == 4 and runs[mode]["most_gathered_blocks"] <= 2
+    assert runs[mode]["offloaded"] == (mode in CHECKPOINTED)  # rollout.learner_offload cpu: CPUOffloadPolicy
+
+
+def test_four_ranks_ran_uneven_micro_batch_counts_and_resume_on_two(four_ranks, tmp_path):
+    results, resumed = four_ranks
+    for mode in FOUR_RANK_RUNS:
+        if mode in CHECKPOINTED:  # 16-token micro-batches: padding passes were needed
+            assert len(set(results[mode]["passes"])) > 1, results[mode]["passes"]
+        checkpoint = results[mode]["checkpoint"]
+        assert {f"__{rank}_0.distcp" for rank in range(4)} <= set(checkpoint["files"])
+        # the second step on two ranks from the four ranks' checkpoint is the four ranks' second step
+        after_one, expected = results[mode]["step1"], results[mode]["step2"]
+        assert relative_update_error(after_one, expected, resumed[mode]["step2"]) <= 1e-5
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -163,13 +210,3 @@ def test_a_job_under_torchrun_trains_one_policy_on_two_ranks(tmp_path):
     assert (run / "adapter" / "adapter_model.safetensors").exists()  # the gathered LoRA adapter, PEFT format
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "actor/grad_norm" in r] == [1, 2]
-
-
-def test_activation_checkpointing_with_sharding_is_refused_by_name(tmp_path):
-    from openrft.errors import OpenRFTError
-    from openrft.runtime import runtime_for
-
-    spec = sharded_spec(tmp_path, "full")
-    spec.rollout.runtime, spec.training.activation_checkpointing = "ray", True
-    with pytest.raises(OpenRFTError, match=r"training.activation_checkpointing .* rollout.learner_sharding fsdp"):
-        runtime_for(spec)

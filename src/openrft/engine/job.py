@@ -22,6 +22,7 @@ from openrft.engine.local_runtime import LocalRuntime, Runtime
 from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
 from openrft.engine.mlflow_tracking import MlflowTracker
 from openrft.engine.outputs import output_mirror
+from openrft.engine.phase_threads import PhaseThreads
 from openrft.engine.progress import ProgressReporter
 from openrft.engine.rollouts import RolloutGroup, SyncRolloutSource
 from openrft.engine.samples import SampleKind, SampleListener, SampleLog, sample_records
@@ -108,6 +109,7 @@ class RFTJob:
 
     def _build(self) -> None:
         spec = self.spec
+        engine_chooses_threads = spec.runtime.threads is None
         self.parts: JobParts = build_parts(spec, load_model=self.runtime.loads_model_locally)
         if self.runtime.loads_model_locally:  # the threads chosen here are recorded: a resumed run uses the same
             spec.runtime.threads = self.parts.threads
@@ -178,6 +180,14 @@ class RFTJob:
                 on_event=self.on_event,
             )
         self.sampler = sampler
+        # generation and learning take turns in this process only with sync rollouts from the local generator
+        self.threads = PhaseThreads(
+            self.parts.threads,
+            enabled=engine_chooses_threads
+            and self.runtime.loads_model_locally
+            and spec.rollout.strategy == "sync"
+            and spec.rollout.generation_engine == "local",
+        )
 
     def _state(self, step: int) -> dict:
         return {
@@ -185,6 +195,7 @@ class RFTJob:
             "learner": self.learner.state_dict(),
             "rollouts": self.rollouts.state_dict(),
             "generator_rng": self.generator.rng.get_state(),
+            "phase_threads": self.threads.state_dict(),
             "baseline_val_reward": self.baseline,
             "last_val_reward": self.last_val,
             "spec": self.spec.model_dump(mode="json"),
@@ -201,6 +212,8 @@ class RFTJob:
         self.learner.load_state_dict(state["learner"])
         self.rollouts.load_state_dict(state["rollouts"])
         self.generator.rng.set_state(state["generator_rng"])
+        if "phase_threads" in state:  # checkpoints written before threads were tuned per phase have none
+            self.threads.load_state_dict(state["phase_threads"])
         self.generator.set_policy_version(self.learner.version)
         self.baseline = state["baseline_val_reward"]
         self.last_val = state["last_val_reward"]
@@ -339,13 +352,17 @@ class RFTJob:
 
     def _train_step(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        groups = self.rollouts.next_batch(step)
+        with self.threads.phase("generate") as generation:
+            groups = self.rollouts.next_batch(step)
+            generation.work = sum(len(c.token_ids) for g in groups for c in g.completions)
         t1 = time.perf_counter()
         samples, metrics, advantages = build_train_batch(groups, self.spec, self.learner.version)
         self._log_reward_output(step, groups)
         self._record_samples("train", step, groups, advantages)
         if samples:
-            metrics.update(self.learner.step(samples))
+            with self.threads.phase("learn") as learning:
+                metrics.update(self.learner.step(samples))
+                learning.work = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         else:
             self.on_event("warn", f"step {step}: every sample's reward failed; no update")
         self.generator.set_policy_version(self.learner.version)
@@ -364,20 +381,22 @@ class RFTJob:
             }
         )
         metrics.update(self.rollouts.step_metrics())
+        metrics.update(self.threads.metrics())
         if torch.cuda.is_available():
             metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
         return metrics
 
     def _evaluate(self, step: int) -> EvalResult:
-        result = evaluate(
-            self.generator,
-            self.rewards,
-            self.parts.datasets.validation,
-            self.parts.val_prompts,
-            self.eval_params,
-            self.spec.training.seed + EVAL_SEED_OFFSET,
-            step,
-        )
+        with self.threads.phase("generate", measured=False):
+            result = evaluate(
+                self.generator,
+                self.rewards,
+                self.parts.datasets.validation,
+                self.parts.val_prompts,
+                self.eval_params,
+                self.spec.training.seed + EVAL_SEED_OFFSET,
+                step,
+            )
         if self.spec.tracking.eval_samples:
             self._record_samples("eval", step, result.rollouts)
         return result

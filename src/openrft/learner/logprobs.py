@@ -177,7 +177,10 @@ def head_logp_entropy(
     ``with_entropy`` the entropies may be left zero (one pass over the logits fewer)."""
     scale = 1.0 / temperature if temperature > 0 else 1.0
     flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    if type(head) is torch.nn.Linear:
+    vocab_parallel = getattr(head, "vocab_parallel", None)  # a sharded learner's head (learner/vocab_parallel.py)
+    if vocab_parallel is not None and vocab_parallel.active():
+        logp, entropy = vocab_parallel.logp_entropy(flat_h, flat_t, scale, chunk)
+    elif type(head) is torch.nn.Linear:
         logp, entropy = ChunkedHeadLogp.apply(flat_h, head.weight, head.bias, flat_t, scale, chunk, with_entropy)
     else:  # a wrapped head (LoRA on lm_head): autograd's gradient, each chunk recomputed in backward
         parts = []

@@ -6,22 +6,25 @@ The N processes (Ray actors, or ``torchrun`` ranks) form one ``torch.distributed
 AdamW state; the same for LoRA (the frozen base weights and the adapters are sharded alike) and for
 full fine-tuning.
 
-One step, on every process at once:
+One step, on every process at once (the FSDP units of verl, torchtitan: per decoder block):
 
-1. every FSDP unit gathers its parameters once (``unshard``, an all-gather);
-2. the process runs the unchanged ``Learner.accumulate`` over its share of the global batch, each
-   micro-batch's token sum divided by the **global** batch's response tokens, gradients accumulated
-   unreduced (``set_requires_gradient_sync(False)``), so the processes need not run the same number
-   or shape of micro-batches;
-3. one zero-weighted forward/backward of a single token, the same on every process, triggers FSDP's
-   reduce-scatter of the accumulated gradient (summed, not averaged: the loss is already normalised
-   by the global token count), and the parameters are resharded;
+1. the process runs the unchanged ``Learner.accumulate`` over its share of the global batch, each
+   micro-batch's token sum divided by the **global** batch's response tokens;
+2. in each forward a block's parameters are all-gathered just before it runs (the next block's
+   prefetched) and freed after it (``reshard_after_forward``); in backward each block is gathered
+   again and its gradient reduce-scattered (summed: the loss is already normalised by the global
+   token count) into the sharded gradient, which accumulates over the micro-batches. Only the root
+   unit (embeddings, final norm, LM head: the chunked log-prob head reads its weight after the
+   decoder's forward) stays gathered from its forward to the end of its backward;
+3. every rank runs the same number of passes of the same kind, since each is a sequence of
+   collectives: a rank with fewer micro-batches runs zero-weight padding passes, and every
+   response is at least two tokens wide (one masked pad token), so every pass is a prompt pass plus
+   a continuation;
 4. clipping (the global norm over the shards) and the AdamW step run on the local shards.
 
-The update is the one a single learner makes on the whole batch (tests/core/test_sharded.py).
-The price of step 1 is that a process holds the full parameters and gradients during the passes
-(not between them): parameters, gradients and optimizer state between steps are 1/N, the memory
-during a step is the full model plus its gradient (docs/scaling.md).
+The update is the one a single learner makes on the whole batch (tests/core/test_sharded.py). A
+process holds 1/N of the parameters, gradients and AdamW state, plus one or two blocks, the root unit
+and the activations during the step (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import math
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -38,6 +43,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
+from openrft.learner.batch import TrainSample
 from openrft.learner.learner import (
     SUM_KEYS,
     Learner,
@@ -48,7 +54,9 @@ from openrft.learner.learner import (
     step_metrics,
     trained,
 )
+from openrft.learner.logprobs import unwrap
 from openrft.learner.policy import Policy
+from openrft.learner.vocab_parallel import VocabParallel
 from openrft.spec.job import LoraSpec
 
 SHARDING_MODES = ("none", "fsdp")
@@ -79,18 +87,41 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [*blocks, base]
 
 
-def shard(model: torch.nn.Module, device: torch.device) -> list[FSDPModule]:
-    """``fully_shard`` the model's blocks and the model over the process group's ranks.
+def shard(
+    model: torch.nn.Module, device: torch.device, offload: bool = False, vocab_parallel: bool = True
+) -> list[FSDPModule]:
+    """``fully_shard`` the model's blocks and the model over the process group's ranks; the units, the
+    root (the model itself: embeddings, final norm, LM head) last.
 
-    ``reshard_after_forward=False``: the parameters gathered at the start of a step stay gathered
-    through every micro-batch's forward and backward pass; the learner reshards them explicitly.
+    Each block is resharded after its forward (gathered again in backward) and prefetches the next
+    block's all-gather. The root is not resharded after its forward: the chunked log-prob head reads
+    ``lm_head.weight`` after the model's forward returns (and its backward right after); FSDP frees it
+    after the root's backward, and the learner after a forward without backward (``reshard_roots``).
+    ``offload``: the sharded parameters, gradients and AdamW state live in CPU memory
+    (``CPUOffloadPolicy``), copied to the device for each unit's use. On a GPU the units compute in
+    bfloat16 and reduce gradients in float32 (``MixedPrecisionPolicy``).
     """
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    options: dict = {
+        "offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda") if offload else OffloadPolicy()
+    }
+    if device.type == "cuda":
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     units = shard_units(model)
+    blocks, root = units[:-1], units[-1]
+    for block in blocks:
+        fully_shard(block, mesh=mesh, reshard_after_forward=True, **options)
+    if vocab_parallel and not offload and VocabParallel.supports(root):  # the embedding matrix by rows
+        options["ignored_params"] = set(VocabParallel(root, mesh).parameters())
+    fully_shard(root, mesh=mesh, reshard_after_forward=False, **options)
+    for block, following in pairwise(blocks):
+        block.set_modules_to_forward_prefetch([following])
     for unit in units:
-        fully_shard(unit, mesh=mesh, reshard_after_forward=False)
+        unit.set_gradient_divide_factor(1.0)  # sum: each share is already divided by the global tokens
+        unit.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
     return units  # type: ignore[return-value]  # fully_shard made each an FSDPModule
 
 
@@ -112,14 +143,25 @@ class ShardedPolicy(Policy):
     unused until the first refit), since FSDP cannot take parameters added later.
     """
 
-    def __init__(self, base_model: torch.nn.Module, lora: LoraSpec, need_reference: bool, device: torch.device):
+    def __init__(
+        self,
+        base_model: torch.nn.Module,
+        lora: LoraSpec,
+        need_reference: bool,
+        device: torch.device,
+        offload: bool = False,
+    ):
         super().__init__(base_model, lora, need_reference)
         if need_reference and self.lora_enabled:
             self._load_reference_adapter(self.adapter_state())
             self._reference_is_base = True
-        self.units = shard(self.model, device)
+        self.units = shard(self.model, device, offload)
+        self.blocks = self.units[:-1]  # the policy's decoder blocks, in order (the last unit is its root)
+        self.roots = [self.units[-1]]  # kept gathered after a forward (``shard``)
         if self._reference_model is not None:
-            self.units += shard(self._reference_model, device)
+            reference = shard(self._reference_model, device, offload)
+            self.units += reference
+            self.roots.append(reference[-1])
 
     def adapter_state(self, keep: bool = True) -> dict[str, torch.Tensor]:
         """The policy's weights, gathered whole on the CPU (every rank must call it; ``keep``: see full_tensors)."""
@@ -148,13 +190,28 @@ class ShardedPolicy(Policy):
         for unit in self.units:
             unit.reshard()
 
+    def reshard_roots(self) -> None:
+        """Free the root units' gathered parameters after forwards without backward (``shard``: a root
+        stays gathered after its forward, for the backward that follows a training pass)."""
+        for unit in self.roots:
+            unit.reshard()
+
     @contextmanager
     def gathered(self) -> Iterator[None]:
-        """Parameters gathered inside (e.g. for generation), resharded after."""
+        """Parameters gathered inside and kept so through every forward (rank 0's generation runs
+        forwards the other ranks do not), resharded after; the embedding matrix whole too."""
+        head = unwrap(self.model).get_output_embeddings()
+        vocab_parallel = getattr(head, "vocab_parallel", None)
+        for unit in self.units:
+            unit.set_reshard_after_forward(False, recurse=False)
         self.unshard()
         try:
-            yield
+            with vocab_parallel.whole() if vocab_parallel is not None else nullcontext():
+                yield
         finally:
+            for unit in self.units:
+                if all(unit is not root for root in self.roots):
+                    unit.set_reshard_after_forward(True, recurse=False)
             self.reshard()
 
 
@@ -166,14 +223,15 @@ class ShardedLearner(Learner):
     def __init__(self, policy: ShardedPolicy, config: LearnerConfig):
         super().__init__(policy, config)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        for unit in policy.units:
-            unit.set_gradient_divide_factor(1.0)  # sum: each share is already divided by the global tokens
-            unit.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
 
-    def share(self, samples: list) -> list:
+    def share_of(self, samples: list) -> list:
         """This rank's contiguous share of the global batch (the data-parallel runtime's split)."""
         size = math.ceil(len(samples) / self.world_size)
         return samples[self.rank * size : (self.rank + 1) * size]
+
+    def share(self, samples: list) -> list:
+        """``share_of``, every response at least two tokens wide (``widened``)."""
+        return [widened(s, self.config.pad_token_id) for s in self.share_of(samples)]
 
     def step(self, samples: list) -> dict[str, float]:
         """``Learner.step`` over the ranks: every rank is given the whole batch, splits it into the same
@@ -181,14 +239,21 @@ class ShardedLearner(Learner):
         update per mini-batch, each normalised by that mini-batch's tokens over all ranks."""
         total_tokens = response_tokens(samples)
         minis = [m for m in mini_batches(samples, self.config.algorithm.ppo_mini_batches) if trained(m)]
+        self.padding = padding_sample(samples[0], self.config.pad_token_id)
         later = [s for mini in minis[1:] for s in mini]
         if any(s.behaviour_logp is None for s in later):  # the same on every rank: the whole batch decides
-            with self.policy.gathered():  # forwards only: each rank records the old log-probs of its shares
-                self.record_old_logp([s for mini in minis[1:] for s in self.share(mini)])
+            originals = [s for mini in minis[1:] for s in self.share_of(mini)]
+            shares = [widened(s, self.config.pad_token_id) for s in originals]
+            self.record_old_logp(shares)
+            for original, share in zip(originals, shares, strict=True):
+                if share is not original:  # a widened copy: its recorded log-probs, less the pad token's
+                    width = len(original.response_ids)
+                    original.old_logp = share.old_logp and share.old_logp[:width]
+                    original.old_support_logp = share.old_support_logp and share.old_support_logp[:width]
         sums = dict.fromkeys(SUM_KEYS, 0.0)
         norms = []
         for mini in minis:
-            add_sums(sums, self.accumulate_share(self.share(mini), response_tokens(mini)))
+            add_sums(sums, self.accumulate(self.share(mini), response_tokens(mini)))
             norms.append(self.apply_update())
         self.end_step()
         totals = torch.tensor([sums[key] for key in SUM_KEYS], dtype=torch.float64)
@@ -197,42 +262,41 @@ class ShardedLearner(Learner):
         lr = self.optimizer.param_groups[0]["lr"]
         return step_metrics(sums, total_tokens, sum(norms) / len(norms), lr, self.use_kl, len(minis))
 
-    def accumulate_share(self, samples: list, total_tokens: int) -> dict[str, float]:
-        """The gradient of this rank's ``samples`` (``total_tokens``: all ranks'), summed over the ranks
-        into each rank's shard; this rank's loss sums."""
-        units = self.policy.units
-        self.policy.unshard()
-        try:
-            for unit in units:
-                unit.set_requires_gradient_sync(False, recurse=False)
-                unit.set_reshard_after_backward(False, recurse=False)
-            sums = self.accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
-            for unit in units:  # the reducing pass frees each unit's gathered weights once its gradient is reduced
-                unit.set_requires_gradient_sync(True, recurse=False)
-                unit.set_reshard_after_backward(True, recurse=False)
-            self._reduce_gradients()
-        finally:
-            self.policy.reshard()
+    def padding_passes(self, samples: list) -> int:
+        """How many zero-weight passes this rank adds to its micro-batches of ``samples`` so that every
+        rank runs as many as the rank with the most (a collective)."""
+        mine = torch.tensor([len(self.plan(samples)) if samples else 0])
+        most = mine.clone()
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        return int(most - mine)
+
+    @torch.no_grad()
+    def record_old_logp(self, samples: list) -> None:
+        fresh = [s for s in samples if s.behaviour_logp is None]
+        pads = self.padding_passes(fresh)
+        super().record_old_logp(fresh)
+        for _ in range(pads):
+            super().record_old_logp([padding_sample(self.padding, self.config.pad_token_id)])
+        self.policy.reshard_roots()
+
+    def accumulate(self, samples: list, total_tokens: int) -> dict[str, float]:
+        """The gradient of this rank's ``samples`` (``total_tokens``: all ranks'), reduce-scattered block
+        by block into each rank's sharded gradient; this rank's loss sums. Then as many zero-weight
+        passes as this rank has fewer micro-batches than the busiest rank."""
+        pads = self.padding_passes(samples)
+        sums = super().accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
+        for _ in range(pads):
+            super().accumulate([self.padding], total_tokens)  # no trained tokens: zero loss, zero gradient
         return sums
 
-    def _reduce_gradients(self) -> None:
-        """One backward pass, the same on every rank, that only carries FSDP's post-backward hooks: each
-        unit then reduce-scatters its accumulated gradient. The weights take no gradient in it (their
-        ``requires_grad`` is off, a zero input embedding carries the pass), so it adds no full-size
-        gradient; a rank without samples sends zeros."""
-        trainable = [p for p in self.model.parameters() if p.requires_grad]  # the gathered ones, in a step
-        for param in trainable:
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
-            param.requires_grad_(False)
-        try:
-            weight = self.model.get_input_embeddings().weight
-            embeds = torch.zeros((1, 1, weight.shape[1]), dtype=weight.dtype, device=weight.device, requires_grad=True)
-            logits = self.model(inputs_embeds=embeds).logits
-            (logits.float().sum() * 0.0).backward()
-        finally:
-            for param in trainable:
-                param.requires_grad_(True)
+    @torch.no_grad()
+    def _reference_logp(self, mb) -> torch.Tensor:
+        """The reference's log-probs; a full fine-tune's reference (its own sharded copy) is resharded
+        right after its forward, so at most one of the two models' roots is gathered at a time."""
+        logp = super()._reference_logp(mb)
+        if self.policy._reference_model is not None:
+            self.policy.roots[-1].reshard()
+        return logp
 
     # checkpoint state: torch.distributed.checkpoint files, reshardable ------------------------------
 
@@ -302,6 +366,27 @@ class ShardedLearner(Learner):
         self.optimizer.zero_grad(set_to_none=True)
         for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
+
+
+def widened(sample: TrainSample, pad_token_id: int) -> TrainSample:
+    """``sample`` with a one-token response made two wide by a masked pad token (attended by nothing,
+    trained on by nothing), so that its micro-batch's pass has a continuation like every other."""
+    if len(sample.response_ids) != 1:
+        return sample
+    extend = {
+        name: [*getattr(sample, name), 0.0]
+        for name in ("behaviour_logp", "old_logp", "engine_logp", "old_support_logp")
+        if getattr(sample, name) is not None
+    }
+    mask = sample.loss_mask if sample.loss_mask is not None else [1]
+    return replace(sample, response_ids=[*sample.response_ids, pad_token_id], loss_mask=[*mask, 0], **extend)
+
+
+def padding_sample(sample: TrainSample, pad_token_id: int) -> TrainSample:
+    """A zero-weight pass: ``sample`` (widened) with no trained token, so its loss and gradient are zero."""
+    sample = widened(sample, pad_token_id)
+    blank = dict.fromkeys(("behaviour_logp", "old_logp", "old_support_logp"))  # fresh, unanchored
+    return replace(sample, loss_mask=[0] * len(sample.response_ids), **blank)
 
 
 def free_port() -> int:

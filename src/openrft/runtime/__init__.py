@@ -13,12 +13,6 @@ def runtime_for(spec: JobSpec, on_event: Callable[[str, str], None] | None = Non
     """The runtime ``spec.rollout.runtime`` names; Ray is imported only when asked for."""
     from openrft.runtime.torchrun import torchrun_world
 
-    if spec.rollout.learner_sharding == "fsdp" and spec.training.activation_checkpointing:
-        raise OpenRFTError(
-            "training.activation_checkpointing is not supported with rollout.learner_sharding fsdp yet: a "
-            "checkpointed layer's recomputation does not match its sharded forward; turn one of them off"
-        )
-
     if torchrun_world() > 1 and (spec.rollout.runtime != "local" or spec.rollout.learner_sharding != "fsdp"):
         raise OpenRFTError(
             f"started by torchrun as {torchrun_world()} processes: that runs one sharded learner, which needs "

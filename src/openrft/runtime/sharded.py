@@ -60,7 +60,8 @@ class ShardedWorker:
         model = load_causal_lm(
             spec.model.name_or_path, device, pick_dtype(spec.model.dtype, device), spec.model.revision
         )
-        self.policy = ShardedPolicy(model, spec.lora, spec.algorithm.kl_loss_coef > 0, device)
+        offload = spec.rollout.learner_offload == "cpu"
+        self.policy = ShardedPolicy(model, spec.lora, spec.algorithm.kl_loss_coef > 0, device, offload)
         self.learner = ShardedLearner(self.policy, learner_config(spec, tokenizer.pad_token_id))
         self.generator = TransformersGenerator(
             self.policy.model,

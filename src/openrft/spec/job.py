@@ -40,7 +40,7 @@ class ModelSpec(_Strict):
 
     name_or_path: str
     revision: str | None = None
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "float64"] = "auto"  # float64: numerical checks
     base_learning_rate: float = Field(
         2e-5, gt=0, le=MAX_LEARNING_RATE, description="the rate learningRateMultiplier scales"
     )
@@ -132,6 +132,11 @@ class RolloutSpec(_Strict):
     learner_sharding: Literal["none", "fsdp"] = Field(
         "none", description="fsdp: the replicas learners shard one policy (FSDP2); none: each holds a copy"
     )
+    learner_offload: Literal["none", "cpu"] = Field(
+        "none",
+        description="cpu: a sharded learner keeps its parameter, gradient and AdamW shards in host memory "
+        "(FSDP2 CPUOffloadPolicy), copying each block to the device for its use (learner_sharding fsdp only)",
+    )
     generation_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
@@ -162,6 +167,11 @@ class RolloutSpec(_Strict):
 
     @model_validator(mode="after")
     def _check_engine(self) -> RolloutSpec:
+        if self.learner_offload != "none" and self.learner_sharding != "fsdp":
+            raise ValueError(
+                f"rollout.learner_offload {self.learner_offload!r} needs rollout.learner_sharding 'fsdp' (it is "
+                f"{self.learner_sharding!r}): only a sharded learner offloads its shards"
+            )
         if self.engine == "server" and not self.generator_base_url:
             raise ValueError("rollout.engine 'server' needs rollout.generator_base_url (the server URLs)")
         if self.engine in ("local", "vllm") and self.generator_base_url:

@@ -110,6 +110,7 @@ class OpenRFTExtensions(Strict):
     )
     replicas: Annotated[int, closed(1, MAX_REPLICAS)] = 1
     learner_sharding: Literal["none", "fsdp"] = "none"
+    learner_offload: Literal["none", "cpu"] = "none"
     generation_replicas: Annotated[int, closed(1, MAX_REPLICAS)] = 1
     lambda_map: dict[str, str] = Field(
         default_factory=dict,
@@ -157,6 +158,7 @@ EXTENSION_TARGETS = {
     "samples_max_mb": "tracking.samples_max_mb",
     "replicas": "rollout.replicas",
     "learner_sharding": "rollout.learner_sharding",
+    "learner_offload": "rollout.learner_offload",
     "generation_replicas": "rollout.generation_replicas",
     "tools": "tools",
     "sandbox_isolation": "reward.sandbox.isolation",

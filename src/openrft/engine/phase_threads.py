@@ -1,0 +1,118 @@
+"""Torch intra-op threads chosen per phase (generation, learning) by measuring the job's own steps.
+
+One thread per core is right for the large matmuls of a real model and wrong for a small one, where
+a second thread costs more in synchronisation than it saves (the demo model generates and learns
+faster with one thread than with two on this project's 2-core machine; a 0.5B model the other way
+round). Which wins depends on the model, the batch and the machine, so the engine measures instead of
+guessing: the first call of each phase warms up (allocator, lazy initialisation) at the most threads,
+then each candidate count runs the phase once, and the count with the least time per unit of work
+(tokens) is kept for the rest of the job. The choice is part of the job's checkpointed state, so a
+resumed job does not measure again. With ``runtime.threads`` set, or phases that overlap (asynchronous
+rollouts: threads are one setting for the whole process), the engine does not tune.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+
+def candidates(most: int) -> list[int]:
+    """The thread counts worth trying: ``most``, then halving down to one (2 -> [2, 1]; 8 -> [8, 4, 2, 1])."""
+    counts = [most]
+    while counts[-1] > 1:
+        counts.append(counts[-1] // 2)
+    return counts
+
+
+@dataclass
+class _Phase:
+    trials: list[int]  # the counts still to measure, in order
+    seconds_per_work: dict[int, float] = field(default_factory=dict)
+    chosen: int | None = None
+    warmed_up: bool = False
+
+
+class Measure:
+    """What the caller tells about one run of a phase: how much work it did (e.g. tokens)."""
+
+    def __init__(self) -> None:
+        self.work = 0.0
+
+
+class PhaseThreads:
+    """Per-phase thread counts, measured on the phases' first calls, then fixed."""
+
+    def __init__(self, most: int, enabled: bool = True):
+        self.most = most
+        self.enabled = enabled and most > 1
+        self.phases: dict[str, _Phase] = {}
+        self.last: dict[str, int] = {}  # the count each phase last ran with
+
+    def _phase(self, name: str) -> _Phase:
+        if name not in self.phases:
+            self.phases[name] = _Phase(trials=candidates(self.most))
+        return self.phases[name]
+
+    def threads_for(self, name: str) -> int:
+        """The count the phase runs with next: its choice once made, else the next candidate to measure."""
+        if not self.enabled:
+            return self.most
+        phase = self._phase(name)
+        if phase.chosen is not None:
+            return min(phase.chosen, self.most)  # a job resumed on a machine with fewer cores
+        return phase.trials[0] if phase.warmed_up else self.most
+
+    @contextlib.contextmanager
+    def phase(self, name: str, measured: bool = True) -> Iterator[Measure]:
+        """Run a block at the phase's thread count; a ``measured`` run with ``work`` set counts as a trial."""
+        count = self.last[name] = self.threads_for(name)
+        before = torch.get_num_threads()
+        torch.set_num_threads(count)
+        measure = Measure()
+        start = time.perf_counter()
+        try:
+            yield measure
+        finally:
+            seconds = time.perf_counter() - start
+            torch.set_num_threads(before)
+        if self.enabled and measured and measure.work > 0:
+            self._record(self._phase(name), count, seconds / measure.work)
+
+    @staticmethod
+    def _record(phase: _Phase, count: int, seconds_per_work: float) -> None:
+        if phase.chosen is not None:
+            return
+        if not phase.warmed_up:
+            phase.warmed_up = True
+            return
+        phase.seconds_per_work[count] = seconds_per_work
+        phase.trials.remove(count)
+        if not phase.trials:
+            phase.chosen = min(phase.seconds_per_work, key=phase.seconds_per_work.__getitem__)
+
+    def metrics(self) -> dict[str, float]:
+        """The count each phase last ran with."""
+        return {f"perf/threads_{name}": float(count) for name, count in self.last.items()}
+
+    def state_dict(self) -> dict:
+        phases = {
+            name: {"chosen": p.chosen, "trials": p.trials, "measured": p.seconds_per_work, "warmed_up": p.warmed_up}
+            for name, p in self.phases.items()
+        }
+        return {"enabled": self.enabled, "phases": phases}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The interrupted job's measurements and choices (a resumed job tunes only if the first run did)."""
+        self.enabled = state["enabled"] and self.most > 1
+        for name, saved in state["phases"].items():
+            self.phases[name] = _Phase(
+                trials=list(saved["trials"]),
+                seconds_per_work={int(k): v for k, v in saved["measured"].items()},
+                chosen=saved["chosen"],
+                warmed_up=saved["warmed_up"],
+            )

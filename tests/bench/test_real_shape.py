@@ -1,0 +1,40 @@
+"""The real-shape benchmark's own parts: its tokenizer covers the whole vocabulary, its reward varies."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.real_shape import build_tokenizer, summarise, vowel_share
+
+
+def test_every_id_of_the_vocabulary_decodes_and_the_special_tokens_come_last(tmp_path):
+    from transformers import AutoTokenizer
+
+    specials = build_tokenizer(tmp_path, 5_000)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(tokenizer) == 5_000
+    assert sorted(specials.values()) == [4_997, 4_998, 4_999]
+    assert tokenizer.eos_token_id == specials["<|im_end|>"]
+    words = tokenizer.convert_ids_to_tokens(list(range(5_000)))
+    assert None not in words and len(set(words)) == 5_000
+    assert max(tokenizer("What is 12+7? Answer: 19")["input_ids"]) < 96  # text encodes to the demo's own tokens
+    assert tokenizer.decode([100, 101]).split() == [words[100][1:], words[101][1:]]
+
+
+def test_the_reward_is_the_share_of_vowels_among_letters():
+    batch = [{"completion": " aaaa ebcd"}, {"completion": "12 + 3"}, {"completion": "XYZU"}]
+    assert vowel_share(batch) == [pytest.approx(5 / 8), 0.0, 0.25]
+
+
+def test_a_configuration_row_leaves_the_warm_up_step_out():
+    record = {
+        "step_s": [9.0, 2.0, 4.0],
+        "step_cpu_s": [9.0, 1.0, 3.0],
+        "generate_s": [5.0, 1.0, 1.0],
+        "learner_s": [4.0, 1.0, 3.0],
+        "learner_flops": [8e9, 8e9, 8e9],
+        "generated_tokens": 100,
+    }
+    row = summarise("openrft", 2, record, peak=1e10)
+    assert (row["step_s"], row["step_cpu_s"], row["generate_tokens_per_s"]) == (3.0, 2.0, 100.0)
+    assert row["learner_flops_fraction"] == pytest.approx(8e9 / 2.0 / 1e10, abs=1e-3) and row["steps_timed"] == 2

@@ -1,0 +1,121 @@
+"""Threads per phase chosen by measuring (openrft.engine.phase_threads) and their place in the job loop."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from openrft.engine import RFTJob
+from openrft.engine.phase_threads import PhaseThreads, candidates
+from openrft.spec.dialects import load_job
+
+
+def run(tuner: PhaseThreads, name: str, seconds_at: dict[int, float], work: float = 1.0) -> int:
+    """One call of a phase whose duration depends on the thread count it runs with; returns that count."""
+    with tuner.phase(name) as measure:
+        count = torch.get_num_threads()
+        time.sleep(seconds_at[count])
+        measure.work = work
+    return count
+
+
+def test_candidates_halve_down_to_one():
+    assert candidates(1) == [1]
+    assert candidates(2) == [2, 1]
+    assert candidates(8) == [8, 4, 2, 1]
+    assert candidates(6) == [6, 3, 1]
+
+
+@pytest.mark.parametrize(("seconds_at", "best"), [({2: 0.06, 1: 0.01}, 1), ({2: 0.01, 1: 0.06}, 2)])
+def test_the_faster_count_is_kept_after_a_warm_up_and_one_trial_each(seconds_at, best):
+    tuner = PhaseThreads(2)
+    counts = [run(tuner, "learn", seconds_at) for _ in range(6)]
+    assert counts[:3] == [2, 2, 1]  # warm-up at the most threads, then each candidate once
+    assert counts[3:] == [best] * 3
+    assert tuner.metrics() == {"perf/threads_learn": float(best)}
+
+
+def test_the_warm_up_call_is_not_a_measurement():
+    tuner = PhaseThreads(2)
+    run(tuner, "generate", {2: 0.3, 1: 0.0})  # the first call is slow (lazy initialisation)
+    run(tuner, "generate", {2: 0.01, 1: 0.0})
+    run(tuner, "generate", {2: 0.0, 1: 0.05})
+    assert tuner.threads_for("generate") == 2
+
+
+def test_time_is_compared_per_unit_of_work():
+    tuner = PhaseThreads(2)
+    run(tuner, "generate", {2: 0.0, 1: 0.0})
+    run(tuner, "generate", {2: 0.04, 1: 0.0}, work=10)  # 4 ms per token
+    run(tuner, "generate", {2: 0.0, 1: 0.03}, work=3)  # 10 ms per token: slower, though it took less time
+    assert tuner.threads_for("generate") == 2
+
+
+def test_phases_are_tuned_apart_and_the_process_setting_is_restored():
+    before = torch.get_num_threads()
+    tuner = PhaseThreads(2)
+    for _ in range(4):
+        run(tuner, "generate", {2: 0.05, 1: 0.01})
+        run(tuner, "learn", {2: 0.01, 1: 0.05})
+    assert (tuner.threads_for("generate"), tuner.threads_for("learn")) == (1, 2)
+    assert torch.get_num_threads() == before
+
+
+def test_an_unmeasured_run_uses_the_choice_without_counting():
+    tuner = PhaseThreads(2)
+    for _ in range(5):
+        with tuner.phase("generate", measured=False) as measure:
+            measure.work = 1
+    assert tuner.phases["generate"].warmed_up is False
+
+
+def test_disabled_or_single_core_never_changes_threads():
+    for tuner in (PhaseThreads(2, enabled=False), PhaseThreads(1)):
+        counts = [run(tuner, "learn", {2: 0.0, 1: 0.0}) for _ in range(4)]
+        assert counts == [tuner.most] * 4
+        assert tuner.phases == {} and tuner.metrics() == {"perf/threads_learn": float(tuner.most)}
+
+
+def test_a_resumed_tuner_keeps_the_choice_and_the_trials_left():
+    tuner = PhaseThreads(2)
+    for _ in range(3):
+        run(tuner, "learn", {2: 0.05, 1: 0.0})
+    run(tuner, "generate", {2: 0.0, 1: 0.0})
+    run(tuner, "generate", {2: 0.0, 1: 0.0})  # generation: its trial at 2 done, the one at 1 not yet
+    state = json.loads(json.dumps(tuner.state_dict()))  # as a checkpoint stores it
+    resumed = PhaseThreads(2, enabled=False)  # a resumed job's spec carries the threads the first run used
+    resumed.load_state_dict(state)
+    assert resumed.threads_for("learn") == 1
+    assert resumed.threads_for("generate") == 1  # the trial still to run
+    fewer = PhaseThreads(1)
+    fewer.load_state_dict(state)
+    assert fewer.threads_for("learn") == 1 and not fewer.enabled
+
+
+def test_the_job_records_its_thread_choices_and_resumes_with_them(tmp_path, recipe_factory, monkeypatch):
+    import openrft.engine.setup as setup
+
+    monkeypatch.setattr(setup, "configure_threads", lambda threads: threads or 2)  # as on an idle 2-core machine
+    spec = load_job(recipe_factory(max_steps=4, save_steps=4))
+    spec.runtime.threads = None  # the engine's choice (the small recipe pins one thread)
+    seen: list[tuple[float, float]] = []
+
+    def listener(step: int, metrics: dict) -> None:
+        if step > 0:
+            seen.append((metrics["perf/threads_generate"], metrics["perf/threads_learn"]))
+
+    job = RFTJob(spec, tmp_path / "run", show_progress=False, listeners=(listener,))
+    job.run()
+    assert seen[0] == (2.0, 2.0) and seen[1] == (2.0, 2.0) and seen[2] == (1.0, 1.0)  # warm-up, trials
+    chosen = (job.threads.threads_for("generate"), job.threads.threads_for("learn"))
+    assert seen[3] == tuple(float(c) for c in chosen)
+    state = job.threads.state_dict()
+    assert all(p["chosen"] in (1, 2) for p in state["phases"].values())
+
+    spec.training.total_steps = 5
+    resumed = RFTJob(spec, tmp_path / "run", resume=True, show_progress=False)
+    resumed.run()
+    assert resumed.threads.state_dict() == state
