@@ -176,7 +176,8 @@ class Engine:
             if backward:
                 total.backward()
                 model.pending_grads = True
-                for key, value in (("loss:sum", float(total)), ("datums", len(data)), ("tokens", sum(map(len, logps)))):
+                added = {"loss:sum": float(total.detach()), "datums": len(data), "tokens": sum(map(len, logps))}
+                for key, value in added.items():
                     model.pending[key] = model.pending.get(key, 0.0) + value
         return {"logprobs": [lp.detach() for lp in logps]}, {"loss:sum": float(total.detach())}
 
