@@ -48,9 +48,11 @@ format: $(STAMP)
 vllm-venv:
 	bash scripts/vllm_venv.sh $(VLLM_VENV)
 
-# Tests against a real vLLM server (tests/vllm): builds or reuses vLLM's virtualenv, starts a server for the
-# demo model (scripts/vllm_server.sh), runs the tests, stops the server. `.ci/run` runs it after `make test`.
-test-vllm: $(STAMP) vllm-venv
+# Tests against a real vLLM (tests/vllm): builds or reuses vLLM's virtualenv with OpenRFT installed there (the
+# colocated engine's test runs a job from it), starts a server for the demo model (scripts/vllm_server.sh), runs
+# the tests, stops the server. `.ci/run` runs it after `make test`.
+test-vllm: $(STAMP)
+	VLLM_WITH_OPENRFT=1 bash scripts/vllm_venv.sh $(VLLM_VENV)
 	VENV=$(VENV) VLLM_VENV=$(VLLM_VENV) bash scripts/test_vllm.sh
 
 # CPU benchmark suites (not part of `make test`): OpenRFT vs TRL's GRPOTrainer, rollout and learner

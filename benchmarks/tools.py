@@ -8,7 +8,11 @@ the recipe's budget. Its calculator answers after 0-2 s (``benchmarks/tool_laten
 - lock-step (before the independent schedule, and ``tools.schedule: lockstep``): ``generate`` on
   ``in_flight / n`` prompts at a time, each turn of the batch waiting for its slowest call;
 - independent: one ``generate`` on every prompt with ``tools.max_episodes_in_flight: in_flight``: an episode
-  moves on when its own calls are back, and a new prompt starts as soon as episodes end.
+  moves on when its own calls are back, and a new prompt starts as soon as episodes end. The local
+  generator runs it as one continuous decode batch (``openrft.rollout.continuous``): each turn joins the
+  batch at the next decode step and leaves it when it ends, a later turn continuing its episode's KV cache;
+- independent_batches (for comparison): the same schedule with whole ``generate`` batches (each batch decodes
+  until its longest turn ends, each later turn prefilled from the whole context), as before the continuous batch.
 
 Reward: the share of episodes whose answer is the reference (``exact_match``), to show the schedules sample
 the same task equally well.
@@ -41,7 +45,19 @@ def _examples(count: int) -> list[Example]:
     ]
 
 
-def _run(schedule: str, model, tokenizer, examples, n: int, in_flight: int, seed: int) -> dict:
+class _WholeBatches:
+    """The generator without its continuous decode batch: the scheduler then calls ``generate`` per batch."""
+
+    continuous = False
+
+    def __init__(self, inner: TransformersGenerator):
+        self.inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def _run(schedule: str, model, tokenizer, examples, n: int, in_flight: int, seed: int, batches: bool = False) -> dict:
     tools = {
         "max_turns": 3,
         "schedule": schedule,
@@ -53,7 +69,7 @@ def _run(schedule: str, model, tokenizer, examples, n: int, in_flight: int, seed
     service = ToolService(ToolsSpec.model_validate(tools), SandboxSpec(isolation="weak"))
     eos = [tokenizer.eos_token_id]
     inner = TransformersGenerator(model, tokenizer, eos, tokenizer.pad_token_id, seed=seed)
-    episodes = ToolGenerator(inner, service, tokenizer, eos)
+    episodes = ToolGenerator(_WholeBatches(inner) if batches else inner, service, tokenizer, eos)
     prompts = row_prompts(examples, [render_prompt(tokenizer, e.messages, e.tools) for e in examples])
     params = SamplingParams(n=n, temperature=1.0, max_new_tokens=112, max_length=192)
     chunk = len(prompts) if schedule == "independent" else max(1, in_flight // n)
@@ -81,13 +97,16 @@ def tool_throughput(prompts: int = 64, n: int = 4, in_flight: int = 32, seed: in
     examples = _examples(prompts)
     lockstep = _run("lockstep", model, tokenizer, examples, n, in_flight, seed)
     independent = _run("independent", model, tokenizer, examples, n, in_flight, seed)
+    batches = _run("independent", model, tokenizer, examples, n, in_flight, seed, batches=True)
     return {
         "episodes_per_s": independent["episodes_per_s"],
         "lockstep_episodes_per_s": lockstep["episodes_per_s"],
         "speedup": round(independent["episodes_per_s"] / lockstep["episodes_per_s"], 2),
         "reward": independent["reward"],
         "lockstep_reward": lockstep["reward"],
+        "batches_episodes_per_s": batches["episodes_per_s"],
         "independent": independent,
+        "independent_batches": batches,
         "lockstep": lockstep,
         "prompts": prompts,
         "n": n,

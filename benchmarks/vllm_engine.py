@@ -13,6 +13,7 @@ Python (it is not in the project's ``.venv``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -132,13 +133,18 @@ def colocated_available() -> bool:
     return True
 
 
-def vllm_rows(steps: int, threads: int, quick: bool, log: Callable[[str], None]) -> list[dict]:
+def vllm_rows(
+    steps: int, threads: int, quick: bool, log: Callable[[str], None], models: tuple[str, ...] = ("demo", "wide")
+) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
         tmp_path = Path(tmp)
-        models = [("demo (0.8M)", DEMO, 32, 8, 6)]
-        if not quick:
-            models.append(("wide random Qwen2 (59M)", wide_model(tmp_path / "wide"), 16, 8, 24))
+        chosen = []
+        if "demo" in models:
+            chosen.append(("demo (0.8M)", DEMO, 32, 8, 6))
+        if "wide" in models and not quick:
+            chosen.append(("wide random Qwen2 (59M)", wide_model(tmp_path / "wide"), 16, 8, 24))
+        models = chosen
         for label, path, prompts, samples, new_tokens in models:
             with Server(path, tmp_path / f"server-{len(rows)}", threads) as url:
                 engines = [("local", {}), ("vLLM server", {"generator_base_url": url})]
@@ -154,45 +160,69 @@ def vllm_rows(steps: int, threads: int, quick: bool, log: Callable[[str], None])
     return rows
 
 
-def demo_runs(steps: int, threads: int, log: Callable[[str], None]) -> list[dict]:
-    """The demo recipe (examples/arithmetic/recipe.yaml, unchanged but for the engine) trained through a vLLM
-    server, sync and off_policy_async: the validation curve (the learner's own sampler, as in `make demo`)."""
+def demo_runs(
+    steps: int,
+    threads: int,
+    log: Callable[[str], None],
+    engine: str = "server",
+    strategies: tuple[str, ...] = ("sync", "off_policy_async"),
+) -> list[dict]:
+    """The demo recipe (examples/arithmetic/recipe.yaml, unchanged but for the engine) trained through vLLM,
+    sync and off_policy_async: the validation curve (the learner's own sampler, as in `make demo`).
+    ``engine``: ``server`` (a scripts/vllm_server.sh server, ``generator_base_url``) or ``colocated``
+    (``rollout.engine: vllm``, vLLM's LLM engine in this process; vLLM must be importable here)."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-vllm-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-demo-") as tmp, contextlib.ExitStack() as stack:
         tmp_path = Path(tmp)
-        with Server(DEMO, tmp_path / "server", threads) as url:
-            for strategy in ("sync", "off_policy_async"):
-                body = yaml.safe_load((DATA / "recipe.yaml").read_text())
-                body["run"]["data_s3_path"] = str(DATA / "train.jsonl")
-                body["run"]["validation_data_s3_path"] = str(DATA / "validation.jsonl")
-                body["run"].pop("output_s3_path", None)
-                body["run"]["name"] = f"demo-vllm-{strategy.replace('_', '-')}"
-                body["training_config"]["trainer"]["max_steps"] = steps
-                body["training_config"]["rollout"]["rollout_strategy"] = {"type": strategy}
-                body["openrft"]["generator_base_url"] = url
-                work = tmp_path / strategy
-                work.mkdir()
-                path = work / "recipe.yaml"
-                path.write_text(yaml.safe_dump(body))
-                from openrft.engine.job import RFTJob
-                from openrft.spec.dialects import load_job
+        if engine == "server":
+            url = stack.enter_context(Server(DEMO, tmp_path / "server", threads))
+            openrft_engine = {"generator_base_url": url}
+        elif engine == "colocated":
+            openrft_engine = {"generation_engine": "vllm"}
+        else:
+            raise ValueError(f"vllm-demo engine {engine!r}: allowed are 'server' and 'colocated'")
+        for strategy in strategies:
+            body = yaml.safe_load((DATA / "recipe.yaml").read_text())
+            body["run"]["data_s3_path"] = str(DATA / "train.jsonl")
+            body["run"]["validation_data_s3_path"] = str(DATA / "validation.jsonl")
+            body["run"].pop("output_s3_path", None)
+            body["run"]["name"] = f"demo-vllm-{strategy.replace('_', '-')}"
+            body["training_config"]["trainer"]["max_steps"] = steps
+            body["training_config"]["rollout"]["rollout_strategy"] = {"type": strategy}
+            body["openrft"].update(openrft_engine)
+            work = tmp_path / strategy
+            work.mkdir()
+            path = work / "recipe.yaml"
+            path.write_text(yaml.safe_dump(body))
+            from openrft.engine.job import RFTJob
+            from openrft.spec.dialects import load_job
 
-                started = time.perf_counter()
-                summary = RFTJob(load_job(path), work / "run", show_progress=False).run()
-                metrics = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines()]
-                curve = {m["step"]: m["val-score/rewards/mean@1"] for m in metrics if "val-score/rewards/mean@1" in m}
-                kls = [m["rollout_correction/kl"] for m in metrics if "rollout_correction/kl" in m]
-                row = {
-                    "strategy": strategy,
-                    "steps": summary["steps"],
-                    "baseline": summary["baseline_val_reward"],
-                    "final": summary["final_val_reward"],
-                    "gain_points": 100 * (summary["final_val_reward"] - summary["baseline_val_reward"]),
-                    "wall_s": time.perf_counter() - started,
-                    "kl_median": statistics.median(kls) if kls else float("nan"),
-                    "kl_max": max(kls) if kls else float("nan"),
-                    "curve": curve,
-                }
-                log(json.dumps(row))
-                rows.append(row)
+            started = time.perf_counter()
+            RFTJob(load_job(path), work / "run", show_progress=False).run()
+            row = demo_row(engine, strategy, work / "run", time.perf_counter() - started)
+            log(json.dumps(row))
+            rows.append(row)
     return rows
+
+
+def demo_row(engine: str, strategy: str, run_dir: Path, wall_s: float) -> dict:
+    """One run of ``demo_runs`` from its metrics.jsonl: the validation curve, its gain, the engine KL."""
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = {m["step"]: m["val-score/rewards/mean@1"] for m in metrics if "val-score/rewards/mean@1" in m}
+    kls = [m["rollout_correction/kl"] for m in metrics if "rollout_correction/kl" in m]
+    step_times = [m["perf/time_per_step"] for m in metrics if "perf/time_per_step" in m]
+    steps = max((m["step"] for m in metrics if "actor/pg_loss" in m), default=0)
+    baseline, final = curve[min(curve)], curve[max(curve)]
+    return {
+        "engine": engine,
+        "strategy": strategy,
+        "steps": steps,
+        "baseline": baseline,
+        "final": final,
+        "gain_points": 100 * (final - baseline),
+        "wall_s": wall_s,
+        "step_s_median": statistics.median(step_times) if step_times else float("nan"),
+        "kl_median": statistics.median(kls) if kls else float("nan"),
+        "kl_max": max(kls) if kls else float("nan"),
+        "curve": curve,
+    }

@@ -19,6 +19,7 @@ class Chart:
     metric: str
     band: tuple[str, str] | None = None  # (low, high) metrics drawn as a shaded band
     prefix_match: bool = False  # draw every metric starting with ``metric`` (e.g. error kinds)
+    also: tuple[str, ...] = ()  # further metrics drawn as lines on the same axes
 
 
 CHARTS: tuple[Chart, ...] = (
@@ -30,6 +31,15 @@ CHARTS: tuple[Chart, ...] = (
     Chart("Response length", "response_length/mean", band=("response_length/min", "response_length/max")),
     Chart("Reward latency (s)", "train_mean_reward_latency"),
     Chart("Reward errors", "reward/errors/", prefix_match=True),
+    # the engine-learner mismatch of the rollout correction (rollout.engine server / vllm; docs/algorithm.md)
+    Chart("Engine mismatch KL", "rollout_correction/kl"),
+    Chart("Engine ratio (mean, spread)", "rollout_correction/ratio_mean", also=("rollout_correction/ratio_std",)),
+    Chart(
+        "Engine tokens masked / capped",
+        "rollout_correction/masked_fraction",
+        also=("rollout_correction/truncated_fraction",),
+    ),
+    Chart("Engine log-probs missing", "rollout_correction/missing_logprobs"),
 )
 
 REWARD_CHARTS = CHARTS[:2]
@@ -84,6 +94,7 @@ def chart_data(chart: Chart, rows: list[dict]) -> ChartData:
     """The lines (and min/max band) a chart draws for these rows."""
     metric = validation_metric(rows) if chart.metric.startswith(VALIDATION_PREFIX) else chart.metric
     names = sorted({k for r in rows for k in r if k.startswith(metric)}) if chart.prefix_match else [metric]
+    names += list(chart.also)
     lines = [Series(name, *series(rows, name)) for name in names]
     band = None
     if chart.band:

@@ -152,3 +152,31 @@ def test_data_parallel_mini_batches_take_the_ratio_against_the_policy_before_the
     assert all(torch.equal(first[name], second[name]) for name in first)
     for actor in actors:
         ray.kill(actor)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["sync"])
+def test_ray_jobs_sample_from_generation_servers_by_url(cluster, recipe_factory, tmp_path, strategy):
+    """``generator_base_url`` on the Ray runtime: the learner is an actor, the rollouts come from the server
+    (two replicas, each with its own adapter name), never from in-process models."""
+    import httpx
+
+    from tests.server.serve_model import serve_model
+
+    with serve_model("openrft-demo", tmp_path / "server.log", "--allow-load-from", str(tmp_path)) as url:
+        spec = _spec(recipe_factory, 2, "ray", strategy, 1 if strategy == "off_policy_async" else 0, replicas=2)
+        spec.rollout.generator_base_url = url
+        assert spec.rollout.generation_engine == "server"
+        runtime = runtime_for(spec)
+        summary = RFTJob(spec, tmp_path / "run", show_progress=False, runtime=runtime).run()
+        served = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]}
+    assert summary["status"] == "succeeded" and summary["steps"] == 2
+    assert not runtime.replicas  # no generation actors: the servers generate
+    assert {"test-run-r0", "test-run-r1"} <= {name.rsplit("-v", 1)[0] for name in served}
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    trained = [m for m in rows if "actor/pg_loss" in m]
+    assert len(trained) == 2
+    for m in trained:  # the server's samples, corrected against the learner actor's log-probs
+        assert m["rollout_correction/missing_logprobs"] == 0
+        if strategy == "sync" or m["rollout/policy_age/max"] == 0:  # the correction compares fresh samples
+            assert m["rollout_correction/ratio_mean"] == pytest.approx(1.0, abs=1e-3)

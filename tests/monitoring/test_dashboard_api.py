@@ -33,7 +33,20 @@ ROWS = [
         "reward/errors/timeout": 0.0,
         "reward/errors/exception": 2.0,
     },
-    {"step": 3, "critic/rewards/mean": 0.625, "critic/rewards/min": 0.25, "critic/rewards/max": 1.0, "actor/kl": 0.02},
+    {
+        "step": 3,
+        "critic/rewards/mean": 0.625,
+        "critic/rewards/min": 0.25,
+        "critic/rewards/max": 1.0,
+        "actor/kl": 0.02,
+        # a run generating with an engine (vLLM): the rollout correction's mismatch metrics
+        "rollout_correction/kl": 0.004,
+        "rollout_correction/ratio_mean": 0.99,
+        "rollout_correction/ratio_std": 0.05,
+        "rollout_correction/masked_fraction": 0.0,
+        "rollout_correction/truncated_fraction": 0.125,
+        "rollout_correction/missing_logprobs": 3.0,
+    },
 ]
 
 
@@ -104,6 +117,17 @@ def test_job_page_draws_the_plot_series(served):
         ("reward/errors/exception", [2], [2.0]),
         ("reward/errors/timeout", [1, 2], [1.0, 0.0]),
     ]
+    mismatch = {c["title"]: [(s["name"], s["steps"], s["values"]) for s in c["lines"]] for c in page["charts"]}
+    assert mismatch["Engine mismatch KL"] == [("rollout_correction/kl", [3], [0.004])]
+    assert mismatch["Engine ratio (mean, spread)"] == [
+        ("rollout_correction/ratio_mean", [3], [0.99]),
+        ("rollout_correction/ratio_std", [3], [0.05]),
+    ]
+    assert mismatch["Engine tokens masked / capped"] == [
+        ("rollout_correction/masked_fraction", [3], [0.0]),
+        ("rollout_correction/truncated_fraction", [3], [0.125]),
+    ]
+    assert mismatch["Engine log-probs missing"] == [("rollout_correction/missing_logprobs", [3], [3.0])]
 
     assert page["checkpoints"] == [
         {

@@ -206,3 +206,79 @@ def test_a_backtracking_regex_is_a_timeout_of_its_sample(function):
 def test_any_regex_answers_within_bounds(pattern, text):
     (outcome,) = bounded(vertex_regex(pattern), [text], example(reference_answer="x"))
     assert outcome.ok or outcome.error_kind in ("invalid_output", "timeout"), outcome
+
+
+def timed(function, *args):
+    started = time.perf_counter()
+    try:
+        result = function(*args)
+    except Exception as exc:  # the failure is the answer here; the time is what is tested
+        result = exc
+    elapsed = time.perf_counter() - started
+    assert elapsed < TIME_BOUND_S, f"took {elapsed:.1f} s"
+    return result
+
+
+def test_a_template_of_braces_and_spaces_is_read_in_linear_time():
+    """``\\{\\{\\s*([^{}]*?)\\s*\\}\\}`` backtracked in cubic time: 4 KB of ``{{`` and spaces took 75 s."""
+    from openrft.rewards.templates import placeholders
+
+    assert timed(placeholders, "{{" + " " * 200_000 + "x") == []
+    assert timed(placeholders, "{{ item.a }} and {{sample.output_text}}") == ["item.a", "sample.output_text"]
+    (outcome,) = bounded(string_check("{{" + " " * 50_000), ["x"], example(reference_answer="x"))
+    assert outcome.ok
+
+
+def test_a_fenced_output_of_spaces_is_parsed_in_linear_time():
+    """The json fence regex (``\\s*(.*?)\\s*```) took 60 s on a 4 KB output of a fence and spaces."""
+    from openrft.rewards.templates import parse_json_output
+
+    assert isinstance(timed(parse_json_output, "```" + " " * 200_000 + "x y"), Exception)
+    assert timed(parse_json_output, '```json\n{"a": [1]}\n```') == {"a": [1]}
+    grader = {"type": "string_check", "name": "s", "input": "{{sample.output_json.a}}", "reference": "1"}
+    (outcome,) = bounded(
+        {"type": "openai_grader", "grader": {**grader, "operation": "eq"}},
+        ["```" + " " * 50_000 + "1"],
+        example(reference_answer="x"),
+    )
+    assert outcome.error_kind == "parse_error"
+
+
+@pytest.mark.parametrize(
+    "reply", ["<think>" * 30_000, "{" * 300_000, "score" + " " * 40_000 + "x", "score: " * 30_000 + "{" * 100_000]
+)
+def test_judge_replies_are_parsed_in_linear_time(reply):
+    """A judge's reply is read for ``<think>`` spans, a JSON object and ``score: N``: each regex was quadratic."""
+    from openrft.rewards.judge import parse_label, parse_score
+
+    timed(parse_score, reply)
+    timed(parse_label, reply, ["PASS", "FAIL"])
+
+
+def test_judge_reply_parsing_keeps_its_meaning():
+    from openrft.rewards.judge import parse_score, without_thinking
+
+    assert without_thinking("a<think>x</think>b<think>y</think>c<think>open") == "abc<think>open"
+    assert parse_score('<think>score: 2</think>{"score": 7}') == 7.0
+    assert parse_score("noise {not json} then score = 4") == 4.0
+    assert parse_score("Score:\n  9") == 9.0
+
+
+def test_a_regex_filled_past_its_cap_is_invalid_output_naming_it():
+    """A ``{{references.x}}`` placeholder inserts a 400 KB reference into the pattern: compiling it took over
+    20 s (the match's time limit does not cover compiling)."""
+    from openrft.spec.rewards import MAX_REGEX_CHARS
+
+    config = vertex_regex("{{references.answer}}")
+    (outcome,) = bounded(config, ["a"], example(references={"answer": "a" * 400_000}))
+    assert outcome.error_kind == "invalid_output" and outcome.limit == "characters per regex"
+    assert f"cap of {MAX_REGEX_CHARS:,}" in outcome.error_message
+    with pytest.raises(Exception, match="per regex"):
+        score(vertex_extract("a" * (MAX_REGEX_CHARS + 1)), ["a"], example(reference_answer="x"))
+
+
+def test_failure_messages_do_not_echo_a_large_input():
+    (outcome,) = score({"type": "preset", "name": "numeric_match"}, ["1"], example(reference_answer="a" * 300_000))
+    assert outcome.error_kind == "invalid_output" and len(outcome.error_message) < 300
+    (outcome,) = score(string_check("{{item." + "b" * 300_000 + "}}"), ["x"], example(reference_answer="x"))
+    assert outcome.error_kind == "invalid_output" and len(outcome.error_message) < 300

@@ -180,3 +180,44 @@ def test_chunked_generation_is_reproducible_with_a_seed():
     second = server.generate(None, prompts, params, seed=7, stop_token_ids=None)
     assert [[c.token_ids for c in g] for g in first] == [[c.token_ids for c in g] for g in second]
     assert len(first) == 5 and all(len(g) == 2 for g in first)
+
+
+@pytest.mark.parametrize(
+    ("prompts", "n", "max_tokens"), [(1, 4096, 16), (2000, 512, 16), (7, 3, 512), (100, 1, 32_768), (5, 64, 600)]
+)
+def test_each_turn_of_the_lock_is_bounded_in_sequences_and_tokens(prompts, n, max_tokens):
+    """Before: a prompt's n samples were one turn however many (one prompt × n=4,096 held the lock throughout)."""
+    from openrft.rollout.server import chunks
+
+    limits = ServeLimits()
+    plan = list(chunks(prompts, SamplingParams(n=n, max_new_tokens=max_tokens), limits))
+    samples = [0] * prompts
+    for first, count, each in plan:
+        assert count * each <= max(1, min(limits.chunk_sequences, limits.chunk_tokens // max_tokens))
+        for prompt in range(first, first + count):
+            samples[prompt] += each
+    assert samples == [n] * prompts
+    assert [first for first, _, _ in plan] == sorted(first for first, _, _ in plan)
+
+
+def test_one_prompt_with_many_samples_does_not_hold_the_model_while_a_small_request_waits():
+    model = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32).eval()
+    tokenizer = load_tokenizer("openrft-demo")
+    server = ModelServer(
+        model, tokenizer, eos_token_ids(tokenizer, model), "demo", limits=ServeLimits(chunk_sequences=2)
+    )
+    prompt = tokenizer("What is 95-73?")["input_ids"]
+    finished: dict[str, float] = {}
+
+    def big():
+        groups = server.generate(None, [prompt], SamplingParams(n=80, max_new_tokens=12), seed=1, stop_token_ids=None)
+        assert len(groups) == 1 and len(groups[0]) == 80
+        finished["big"] = time.monotonic()
+
+    thread = threading.Thread(target=big)
+    thread.start()
+    time.sleep(0.3)
+    server.generate(None, [prompt], SamplingParams(n=1, max_new_tokens=2), seed=2, stop_token_ids=None)
+    finished["small"] = time.monotonic()
+    thread.join(300)
+    assert finished["small"] < finished["big"], "the prompt's 80 samples held the model in one turn"

@@ -46,3 +46,23 @@ def test_a_sync_job_whose_server_is_down_fails_naming_the_step_and_the_server(tm
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(GenerationServerError, match=rf"step 1: cannot reach the generation server at {url}"):
         RFTJob(_spec(tmp_path, url), tmp_path / "run", show_progress=False).run()
+
+
+def test_the_colocated_engine_without_vllm_is_refused_by_name(tmp_path):
+    """``rollout.engine: vllm`` in a Python without vLLM (the project's .venv): the job stops naming the engine
+    and both ways out, never falls back to the learner's own sampler (tests/vllm runs it where vLLM is)."""
+    from openrft.errors import OpenRFTError
+
+    path = small_recipe(tmp_path, max_steps=1)
+    recipe = yaml.safe_load(path.read_text())
+    recipe["openrft"]["generation_engine"] = "vllm"
+    path.write_text(yaml.safe_dump(recipe))
+    spec = load_job(path)
+    assert spec.rollout.generation_engine == "vllm"
+    with pytest.raises(OpenRFTError, match=r"rollout.engine 'vllm' needs vLLM importable in the job's Python") as e:
+        RFTJob(spec, tmp_path / "run", show_progress=False).run()
+    assert "VLLM_WITH_OPENRFT=1" in str(e.value) and "rollout.generator_base_url" in str(e.value)
+    assert (
+        not (tmp_path / "run" / "metrics.jsonl").exists()
+        or "actor/pg_loss" not in (tmp_path / "run" / "metrics.jsonl").read_text()
+    )

@@ -169,3 +169,17 @@ def test_a_job_whose_disk_is_full_fails_with_a_clear_error_and_no_server_path(tm
         finally:
             service.stop_all()
             time.sleep(0.2)
+
+
+def test_samples_lines_are_whole_trimmed_on_resume_and_carry_any_text(tmp_path):
+    """samples.jsonl as metrics.jsonl: a torn last line trimmed on resume; a lone surrogate from a dataset's
+    JSON (``\\ud800``, which UTF-8 cannot encode) written escaped instead of failing the job."""
+    from openrft.engine.samples import SampleLog, read_samples
+
+    log = SampleLog(tmp_path, 1 << 20)
+    log.write([{"step": 1, "prompt": "a\ud800b"}, {"step": 2, "prompt": "日本"}])
+    with log.path.open("a") as f:
+        f.write('{"step": 3, "prompt": "cut sh')  # a crash in the middle of a write
+    log.truncate_after(2)
+    assert [(r["step"], r["prompt"]) for r in read_samples(tmp_path)] == [(1, "a\ud800b"), (2, "日本")]
+    assert "日本" in log.path.read_text(encoding="utf-8")  # UTF-8 kept where it can be

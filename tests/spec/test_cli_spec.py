@@ -136,6 +136,10 @@ def test_explain_states_the_generation_engine_and_the_rollout_correction(data_di
             "rollout.generator_base_url ('http://127.0.0.1:8000') is set but rollout.engine is 'local'",
         ),
         ({"generation_engine": "vllm", "runtime": "ray"}, "rollout.engine 'vllm' (colocated in the learner's process)"),
+        (
+            {"generation_engine": "vllm", "learner_sharding": "fsdp"},
+            "rollout.engine 'vllm' (colocated in the learner's process) needs one learner holding the whole policy",
+        ),
         ({"rollout_correction": {"cap": 1.0}}, "rollout_correction.cap"),
     ],
 )

@@ -18,7 +18,13 @@ import pytest
 
 from openrft.calls.endpoints import MAX_RESPONSE_BYTES, RemoteEndpoint
 from openrft.spec.dialects.nova import NovaApiEndpoint
-from openrft.spec.rewards import JudgeSpec, RemoteCallSpec
+from openrft.spec.rewards import (
+    GenerationConfig,
+    GraderSamplingParams,
+    JudgeSpec,
+    NovaLambdaReward,
+    RemoteCallSpec,
+)
 from openrft.spec.tools import ToolsSpec
 from openrft.tools.runners import TOOL_RESPONSE_BYTES
 from tests.tools.scripted import call
@@ -35,9 +41,13 @@ class Misbehaving(BaseHTTPRequestHandler):
     huge_body = b'{"content": "' + b"x" * HUGE + b'"}'  # made once, before any memory is measured
 
     def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
+        received = self.rfile.read(int(self.headers["Content-Length"]))
         try:
-            if self.path == "/trickle":
+            if self.path in ("/deep", "/echo"):
+                body = b"[" * 200_000 + b"]" * 200_000 if self.path == "/deep" else received
+                self._start(length=len(body))
+                self.wfile.write(body)
+            elif self.path == "/trickle":
                 self._start(length=120)
                 for _ in range(120):
                     self.wfile.write(b" ")
@@ -90,7 +100,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def post_once(url: str, timeout_s: float, max_bytes: int = MAX_RESPONSE_BYTES):
+def post_once(url: str, timeout_s: float, max_bytes: int = MAX_RESPONSE_BYTES, payload=None):
     spec = RemoteCallSpec(timeout_s=timeout_s, max_retries=0, circuit_failures=100)
 
     async def go():
@@ -98,10 +108,10 @@ def post_once(url: str, timeout_s: float, max_bytes: int = MAX_RESPONSE_BYTES):
             endpoint = RemoteEndpoint(url, spec, timeout_s, "endpoint", client, max_response_bytes=max_bytes)
             started = time.monotonic()
             try:
-                await endpoint.post_json({"x": 1})
+                answer = await endpoint.post_json({"x": 1} if payload is None else payload)
             except Exception as exc:  # RewardFailure
                 return exc, time.monotonic() - started
-            return None, time.monotonic() - started
+            return answer, time.monotonic() - started
 
     return asyncio.run(go())
 
@@ -118,6 +128,24 @@ def test_a_reward_endpoint_answer_past_the_byte_cap_is_invalid_output(server, pa
     failure, _ = post_once(f"{server}{path}", timeout_s=60.0, max_bytes=1 << 20)
     assert failure.kind == "invalid_output" and "cap of 1,048,576 bytes" in failure.message
     assert peak_rss_mb() - before < 64
+
+
+def test_a_payload_with_a_lone_surrogate_travels_as_json(server):
+    """A request's JSON may hold ``\\ud800``, which UTF-8 cannot encode: httpx's encoder raised
+    UnicodeEncodeError out of the grader (a 500 of graders/run)."""
+    answer, _ = post_once(f"{server}/echo", timeout_s=10.0, payload={"text": "a\ud800b 日本"})
+    assert answer == {"text": "a\ud800b 日本"}
+
+
+def test_a_payload_json_cannot_carry_is_invalid_output(server):
+    failure, _ = post_once(f"{server}/echo", timeout_s=10.0, payload={"x": float("nan")})
+    assert failure.kind == "invalid_output" and "NaN" in failure.message
+
+
+def test_an_answer_nested_past_the_parser_is_invalid_output(server):
+    """``json.loads`` raises RecursionError (not ValueError) on 200,000 brackets: it escaped the call."""
+    failure, _ = post_once(f"{server}/deep", timeout_s=10.0)
+    assert failure.kind == "invalid_output" and "not JSON" in failure.message
 
 
 def tools(server: str, **remote) -> dict:
@@ -168,11 +196,16 @@ def test_tool_content_is_cut_to_the_episodes_remaining_tokens(tokenizer, server)
         (JudgeSpec, "max_tokens", 10**9, "32768"),
         (NovaApiEndpoint, "lambda_concurrency_limit", 10**9, "1000"),
         (NovaApiEndpoint, "lambda_batch_size", 10**9, "4096"),
+        (NovaLambdaReward, "batch_size", 10**9, "4096"),  # the same settings as a reward config of their own
+        (NovaLambdaReward, "concurrency_limit", 10**9, "1000"),
+        (GraderSamplingParams, "max_completions_tokens", 10**9, "32768"),  # a judge's reply, as judge max_tokens
+        (GenerationConfig, "maxOutputTokens", 10**9, "32768"),
     ],
 )
 def test_every_call_setting_a_tenant_sends_has_a_range(model, field, value, bound):
+    required = {"endpoint": "http://example.com/"} if model is NovaLambdaReward else {}
     with pytest.raises(pydantic.ValidationError, match=f"less than or equal to {bound}"):
-        model.model_validate({field: value})
+        model.model_validate({**required, field: value})
 
 
 @pytest.mark.parametrize(

@@ -113,6 +113,12 @@ class RemoteEndpoint:
         raise failure
 
     async def _attempt(self, payload: Any) -> tuple[CallFailure | None, bool, Any]:
+        try:
+            return await self._attempt_once(payload)
+        except UnsendablePayload as exc:
+            return CallFailure("invalid_output", f"{self.label}: {exc}"), False, None
+
+    async def _attempt_once(self, payload: Any) -> tuple[CallFailure | None, bool, Any]:
         """One POST within ``timeout_s`` in all (connect, send, headers and the whole body: httpx's own timeout
         is per read, so a server trickling a byte a second would never time out) and at most
         ``max_response_bytes`` read (past it, ``invalid_output``, not retried)."""
@@ -132,7 +138,7 @@ class RemoteEndpoint:
             return failure, status in TRANSIENT_STATUS, None
         try:
             return None, False, json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser recurses
             snippet = body[:120].decode("utf-8", "replace")
             return (
                 CallFailure("invalid_output", f"{self.label} answered a body that is not JSON: {snippet!r}"),
@@ -141,8 +147,9 @@ class RemoteEndpoint:
             )
 
     async def _read(self, payload: Any) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json", **(self.headers or {})}
         request = self.client.build_request(
-            "POST", self.url, json=payload, headers=self.headers, timeout=self.timeout_s
+            "POST", self.url, content=request_body(payload), headers=headers, timeout=self.timeout_s
         )
         response = await self.client.send(request, stream=True)
         try:
@@ -162,6 +169,21 @@ class RemoteEndpoint:
 
 class ResponseTooLarge(Exception):
     """An endpoint's answer passed the endpoint's byte cap."""
+
+
+class UnsendablePayload(Exception):
+    """A payload JSON cannot carry (NaN or infinite numbers, nesting past the encoder's recursion)."""
+
+
+def request_body(payload: Any) -> bytes:
+    """``payload`` as JSON bytes. Non-ASCII characters are sent as ``\\u`` escapes, so that a lone surrogate
+    (which a request's JSON may hold, and UTF-8 cannot encode) travels as valid JSON instead of raising."""
+    try:
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode("ascii")
+    except ValueError:
+        raise UnsendablePayload("the request holds a number JSON cannot carry (NaN or Infinity)") from None
+    except RecursionError:
+        raise UnsendablePayload("the request nests deeper than JSON encoding recurses") from None
 
 
 async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:

@@ -122,7 +122,7 @@ class SampleLog:
     def write(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
-        append_lines(self.path, [json.dumps(r, ensure_ascii=False) for r in records])  # whole, on a full disk too
+        append_lines(self.path, [json_line(r) for r in records])  # whole, on a full disk too
         if self.path.stat().st_size >= self.segment_bytes:
             self._rotate()
 
@@ -150,6 +150,17 @@ class SampleLog:
             tmp = path.with_suffix(".tmp")
             tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
             tmp.replace(path)
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """``record`` as one JSON line: UTF-8 as it is, or with ``\\u`` escapes when it holds a lone surrogate (a
+    dataset's JSON may carry ``\\ud800``, which UTF-8 cannot encode: the write raised and failed the job)."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(record)
+    return line
 
 
 def segments(run_dir: Path) -> list[Path]:

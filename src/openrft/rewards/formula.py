@@ -53,11 +53,11 @@ class Formula:
         try:
             result = float(_eval(self.tree, values))
         except ZeroDivisionError:
-            raise FormulaRuntimeError(f"{self.source!r} divides by zero with {dict(values)}") from None
+            raise FormulaRuntimeError(f"{self.source[:200]!r} divides by zero with {dict(values)}") from None
         except (ValueError, OverflowError) as exc:
-            raise FormulaRuntimeError(f"{self.source!r} failed with {dict(values)}: {exc}") from None
+            raise FormulaRuntimeError(f"{self.source[:200]!r} failed with {dict(values)}: {exc}") from None
         if not math.isfinite(result):
-            raise FormulaRuntimeError(f"{self.source!r} gave {result} with {dict(values)}")
+            raise FormulaRuntimeError(f"{self.source[:200]!r} gave {result} with {dict(values)}")
         return result
 
 

@@ -11,7 +11,9 @@ compute without bound (one ``graders/run`` call runs inside the API server).
 - A tenant's regular expression (Vertex's ``REGEX_CONTAINS``, ``regexExtractExpression``) is matched by the
   ``regex`` package with a time limit of ``REGEX_TIME_LIMIT_S`` and the GIL released: a catastrophic
   backtracking pattern (``(a+)+$``) would otherwise hold the server's interpreter for hours. Past the
-  limit the sample is a ``timeout``.
+  limit the sample is a ``timeout``. A pattern is at most ``MAX_REGEX_CHARS`` characters once filled (a
+  ``{{references.x}}`` placeholder inserts the reference escaped): compiling is not under the time limit,
+  and a 400 KB pattern took over 20 s to compile.
 
 Past a cap the sample fails as ``invalid_output`` with the cap named (``RewardFailure.limit``): a job
 counts it as an error of that sample, ``graders/run`` answers 400.
@@ -20,6 +22,7 @@ counts it as an error of that sample, ``graders/run`` answers 400.
 from __future__ import annotations
 
 from openrft.rewards.types import RewardFailure
+from openrft.spec.rewards import MAX_REGEX_CHARS
 
 MAX_RENDERED_CHARS = 1_000_000
 
@@ -39,10 +42,12 @@ def regex_matches(pattern: str, text: str, what: str) -> list:
     not a regex is ``invalid_output``, one that runs out of time a ``timeout``."""
     import regex
 
+    if len(pattern) > MAX_REGEX_CHARS:
+        raise too_large(what, len(pattern), MAX_REGEX_CHARS, "characters", "characters per regex")
     try:
         return list(regex.finditer(pattern, text, concurrent=True, timeout=REGEX_TIME_LIMIT_S))
     except regex.error as exc:
-        raise RewardFailure("invalid_output", f"{what} {pattern!r} is not a regex: {exc}") from None
+        raise RewardFailure("invalid_output", f"{what} {pattern[:100]!r} is not a regex: {exc}") from None
     except TimeoutError:
         raise RewardFailure(
             "timeout", f"{what} {pattern[:80]!r} ran past {REGEX_TIME_LIMIT_S:g} s on {len(text):,} characters"

@@ -26,8 +26,19 @@ from openrft.spec.rewards import JudgeSpec
 JUDGE_TIMEOUT_S = 60.0
 SCORE_KEYS = ("result", "score", "rating", "reward", "grade")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
-_PHRASE = re.compile(rf"\b(?:{'|'.join(SCORE_KEYS)})\b\s*[:=]?\s*({_NUMBER})", re.IGNORECASE)
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_PHRASE = re.compile(rf"\b(?:{'|'.join(SCORE_KEYS)})\b\s*(?:[:=]\s*)?({_NUMBER})", re.IGNORECASE)
+"""``score: 7``. (``\\s*[:=]?\\s*`` backtracked quadratically: ``score`` and 8,000 spaces took 5.6 s.)"""
+
+
+def without_thinking(text: str) -> str:
+    """``text`` without its ``<think>...</think>`` spans, in linear time (``re.sub`` of ``<think>.*?</think>``
+    rescans to the end from every unclosed ``<think>``: quadratic)."""
+    kept, at = [], 0
+    while (start := text.find("<think>", at)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
+        kept.append(text[at:start])
+        at = end + len("</think>")
+    kept.append(text[at:])
+    return "".join(kept)
 
 
 def judge_base_url(spec: JudgeSpec) -> str | None:
@@ -40,9 +51,9 @@ def judge_api_key(spec: JudgeSpec) -> str | None:
 
 def _json_object(text: str) -> dict[str, Any] | None:
     candidates = [text]
-    fenced = re.search(r"\{.*\}", text, re.DOTALL)
-    if fenced:
-        candidates.append(fenced.group(0))
+    first, last = text.find("{"), text.rfind("}")  # what r"\{.*\}" finds, without its quadratic search
+    if 0 <= first < last:
+        candidates.append(text[first : last + 1])
     for candidate in candidates:
         try:
             value = json.loads(candidate)
@@ -54,7 +65,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
 
 
 def parse_score(reply: str) -> float:
-    text = _THINK.sub("", reply).strip()
+    text = without_thinking(reply).strip()
     obj = _json_object(text)
     if obj is not None:
         for key in SCORE_KEYS:
@@ -71,7 +82,7 @@ def parse_score(reply: str) -> float:
 
 def parse_label(reply: str, labels: list[str]) -> str:
     """The label a reply names: the whole reply, a JSON ``result``/``label``, or the one label it mentions."""
-    text = _THINK.sub("", reply).strip()
+    text = without_thinking(reply).strip()
     folded = {label.casefold(): label for label in labels}
     bare = text.strip(" \t\n.\"'`*").casefold()
     if bare in folded:
@@ -176,7 +187,7 @@ class ChatJudge:
                 "invalid_output", f"judge answer has no choices[0].message.content: {str(body)[:120]}"
             ) from None
         if not isinstance(content, str):
-            raise RewardFailure("invalid_output", f"judge answered content {content!r} (a refusal?)")
+            raise RewardFailure("invalid_output", f"judge answered content {str(content)[:120]} (a refusal?)")
         return content
 
 

@@ -7,9 +7,13 @@ sampled token's log-prob under the temperature-scaled policy is recorded as it i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from transformers import PreTrainedModel
 
+from openrft.rollout.continuous import DecodeSession
 from openrft.rollout.kv import cache_keyword, left_pad, prefill
 from openrft.rollout.sampling import sample_tokens
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
@@ -66,6 +70,27 @@ class TransformersGenerator(PolicyVersioned):
                 results += self._generate_chunk(prompts[start : start + prompts_per_chunk], params, rng)
             return results
         finally:
+            if was_training:
+                self.model.train()
+
+    @property
+    def continuous(self) -> bool:
+        """Whether ``decoding`` can run: every layer a plain full-attention KV cache (no sliding windows)."""
+        config = self.model.config.get_text_config()
+        return all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ["full_attention"])
+
+    @contextmanager
+    def decoding(self, params: SamplingParams, seed: int | None = None) -> Iterator[DecodeSession]:
+        """A continuous decode batch (``openrft.rollout.continuous``) with the model in eval mode: requests join
+        and leave it between decode steps, and a keyed conversation's KV cache is kept across its turns."""
+        was_training = self.model.training
+        if was_training:
+            self.model.eval()
+        session = DecodeSession(self, params, self.stream(seed))
+        try:
+            yield session
+        finally:
+            session.store.clear()
             if was_training:
                 self.model.train()
 

@@ -16,9 +16,11 @@ before top-k/top-p, the quantity the learner recomputes.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -227,16 +229,18 @@ class ModelServer:
                     param="max_tokens",
                 )
         rng = self.generator.stream(seed)
-        per_chunk = max(1, self.limits.chunk_sequences // params.n)
-        groups: list[list[Completion]] = []
-        for start in range(0, len(prompts), per_chunk):  # the lock per chunk: other requests take turns
+        groups: list[list[Completion]] = [[] for _ in prompts]
+        for first, count, n in chunks(len(prompts), params, self.limits):  # the lock per chunk: others take turns
             with self.lock:
                 if name != self.served_name and name not in self.adapters:  # unloaded meanwhile
                     raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
                 self.generator.model = self.model
                 self.generator.eos_token_ids = sorted(set(self.eos_token_ids) | set(stop_token_ids or []))
                 with self._select(name):
-                    groups += self.generator.generate_chunk(prompts[start : start + per_chunk], params, rng)
+                    chunk = prompts[first : first + count]
+                    done = self.generator.generate_chunk(chunk, dataclasses.replace(params, n=n), rng)
+            for offset, group in enumerate(done):
+                groups[first + offset] += group
         return groups
 
     def _select(self, name: str):
@@ -264,6 +268,22 @@ class ModelServer:
 
     def token_text(self, token_id: int, as_id: bool) -> str:
         return f"token_id:{token_id}" if as_id else self.tokenizer.decode([token_id])
+
+
+def chunks(prompts: int, params: SamplingParams, limits: ServeLimits) -> Iterator[tuple[int, int, int]]:
+    """``(first prompt, prompts, samples of each)`` per turn of the lock: at most ``limits.chunk_sequences``
+    sequences and ``limits.chunk_tokens`` new tokens (sequences × max_tokens) a turn, a prompt's ``n`` samples
+    split over several turns when they are more than that (one prompt × n=4,096 would otherwise hold the lock
+    for the whole request)."""
+    sequences = max(1, min(limits.chunk_sequences, limits.chunk_tokens // max(1, params.max_new_tokens)))
+    if params.n > sequences:
+        for prompt in range(prompts):
+            for done in range(0, params.n, sequences):
+                yield prompt, 1, min(sequences, params.n - done)
+        return
+    per_chunk = sequences // params.n
+    for first in range(0, prompts, per_chunk):
+        yield first, min(per_chunk, prompts - first), params.n
 
 
 def _base_layer_name(name: str, own: dict) -> str:

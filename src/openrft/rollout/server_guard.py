@@ -8,9 +8,10 @@ from, per-request caps, and a lock handed over in arrival order.
   load is refused (403). Answers never show a resolved host path.
 - **Caps**: a request's samples (prompts × n) and tokens (its prompt tokens plus samples × max_tokens) are
   capped; past a cap, 400 naming it. Token ids outside the vocabulary are 400.
-- **Fair lock**: a request generates in chunks of a few sequences and takes the model's lock per chunk;
-  the lock goes to waiting requests in arrival order, so no request holds the model for longer than one
-  chunk while another waits.
+- **Fair lock**: a request generates in chunks (at most ``chunk_sequences`` sequences and ``chunk_tokens``
+  new tokens; a prompt's ``n`` samples split over chunks when they are more) and takes the model's lock per
+  chunk; the lock goes to waiting requests in arrival order, so no request holds the model for longer than
+  one chunk while another waits.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class ServeLimits:
     max_samples: int = 4096  # prompts × n per request
     max_tokens: int = 4 << 20  # prompt tokens + samples × max_tokens per request
     chunk_sequences: int = 64  # sequences generated per turn of the lock
+    chunk_tokens: int = 32_768  # new tokens (sequences × max_tokens) per turn of the lock
     load_roots: tuple[Path, ...] = field(default_factory=tuple)  # resolved directories weights may come from
 
     def __post_init__(self) -> None:

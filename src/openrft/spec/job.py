@@ -184,6 +184,12 @@ class RolloutSpec(_Strict):
                 f"rollout.engine 'vllm' (colocated in the learner's process) runs on rollout.runtime 'local', "
                 f"not {self.runtime!r}: serve vLLM and set rollout.generator_base_url instead"
             )
+        if self.engine == "vllm" and self.learner_sharding != "none":
+            raise ValueError(
+                f"rollout.engine 'vllm' (colocated in the learner's process) needs one learner holding the whole "
+                f"policy, not rollout.learner_sharding {self.learner_sharding!r}: serve vLLM and set "
+                "rollout.generator_base_url instead"
+            )
         return self
 
 

@@ -26,7 +26,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MAX_REGEX_CHARS = 10_000
+"""Characters of a regex, as written or once filled: compiling is not under the match's time limit."""
+
+
 def _check_regex(pattern: str) -> str:
+    if len(pattern) > MAX_REGEX_CHARS:
+        raise ValueError(f"has {len(pattern):,} characters, more than the cap of {MAX_REGEX_CHARS:,} per regex")
     try:
         re.compile(pattern)
     except re.error as exc:
@@ -128,7 +134,7 @@ class GenerationConfig(_Strict):
     temperature: float | None = Field(None, ge=0)
     topP: float | None = Field(None, gt=0, le=1)
     topK: int | None = Field(None, ge=1)
-    maxOutputTokens: int | None = Field(None, ge=1)
+    maxOutputTokens: int | None = Field(None, ge=1, le=32768)  # the judge's reply, as JudgeSpec.max_tokens
     seed: int | None = None
 
 
@@ -286,7 +292,7 @@ class GraderSamplingParams(_Strict):
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     seed: int | None = None
-    max_completions_tokens: int | None = Field(None, ge=1)
+    max_completions_tokens: int | None = Field(None, ge=1, le=32768)  # as JudgeSpec.max_tokens
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
 
 
@@ -454,8 +460,8 @@ class NovaLambdaReward(_Strict):
 
     type: Literal["nova_lambda"] = "nova_lambda"
     endpoint: str
-    batch_size: int = Field(128, ge=1)
-    concurrency_limit: int = Field(12, ge=1)
+    batch_size: int = Field(128, ge=1, le=4096)  # the Nova recipe's lambda_batch_size bound
+    concurrency_limit: int = Field(12, ge=1, le=1000)  # ... lambda_concurrency_limit's
 
     @field_validator("endpoint")
     @classmethod

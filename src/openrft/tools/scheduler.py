@@ -48,6 +48,9 @@ class EpisodeScheduler:
 
     def run(self, prompts: list[list[int]], groups: list[list[Episode]]) -> None:
         self.prompts, self.groups = prompts, groups
+        if getattr(self.episodes.inner, "continuous", False):
+            self._run_continuous()
+            return
         waiting = deque(range(len(groups)))
         with ThreadPoolExecutor(self.parallel, thread_name_prefix="openrft-turns") as pool:
             while True:
@@ -63,6 +66,42 @@ class EpisodeScheduler:
                         continue
                     break
                 self._settle(wait([*self.tools, *self.generating], return_when=FIRST_COMPLETED)[0])
+
+    def _run_continuous(self) -> None:
+        """The local generator: one decode batch that each ready turn joins between decode steps (each later
+        turn continuing its episode's kept KV cache), and that hands each turn back as soon as it ends."""
+        waiting = deque(range(len(self.groups)))
+        with self.episodes.inner.decoding(self.params, self.seed) as session:
+            self.session = session
+            while True:
+                while waiting and self._room(len(self.groups[waiting[0]])):
+                    self._admit(waiting.popleft())
+                self._submit(session)
+                if session.busy:
+                    session.step()
+                    self._settle({f for f in self.tools if f.done()})
+                elif self.tools:
+                    self._settle(wait(list(self.tools), return_when=FIRST_COMPLETED)[0])
+                elif not waiting:
+                    break
+
+    def _submit(self, session: Any) -> None:
+        """Every ready first turn (the ``n`` episodes of a prompt from one prefill) and later turn, into ``session``."""
+        for index in self.ready_groups:
+            group = [e for e in self.groups[index] if not e.done]
+            limit = self.params.completion_limit(len(self.prompts[index]))
+            session.submit(
+                list(self.prompts[index]),
+                [min(limit, e.remaining) for e in group],
+                [self._turn_callback(e) for e in group],
+                [e.episode_id for e in group],
+            )
+        for episode in self.ready:
+            session.submit(episode.context, [episode.remaining], [self._turn_callback(episode)], [episode.episode_id])
+        self.ready_groups, self.ready = [], []
+
+    def _turn_callback(self, episode: Episode) -> Callable[[Completion], None]:
+        return lambda completion: self._turns([episode], [completion])
 
     def _room(self, episodes: int) -> bool:
         return self.cap is None or self.active == 0 or self.active + episodes <= self.cap

@@ -90,7 +90,7 @@ class NumericMatch(_Preset):
     def compare(self, completion: str, reference: str) -> RewardOutcome:
         expected = last_number(reference)
         if expected is None:
-            return RewardOutcome.failure("invalid_output", f"reference_answer {reference!r} holds no number")
+            return RewardOutcome.failure("invalid_output", f"reference_answer {reference[:100]!r} holds no number")
         got = last_number(completion)
         correct = got is not None and math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9)
         return RewardOutcome(score=float(correct))

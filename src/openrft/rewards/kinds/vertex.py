@@ -365,7 +365,7 @@ class VertexSingleFunction:
             raise RewardFailure(
                 "parse_error",
                 f"the judge's reply does not match "
-                f"{scorer.autoraterResponseParseConfig.regexExtractExpression!r}: "  # type: ignore[union-attr]
+                f"{(scorer.autoraterResponseParseConfig.regexExtractExpression or '')[:100]!r}: "  # type: ignore[union-attr]
                 f"{reply[:120]!r}",
             )
         if scorer.exactMatchScorer is not None:
