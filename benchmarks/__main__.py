@@ -32,9 +32,12 @@ SUITES = (
     "vllm",
     "vllm-demo",
     "real-shape",
+    "tinker",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
-HOURS = ("real-shape",)  # run only when named: a 0.5B model trained by two systems at two thread counts
+# run only when named: real-shape, a 0.5B model trained by two systems at two thread counts; tinker, two
+# 100-step trainings (about half an hour)
+HOURS = ("real-shape", "tinker")
 
 
 def _log(message: str) -> None:
@@ -617,6 +620,57 @@ def tools_suite(args: argparse.Namespace) -> None:
     write_results("tools", "Tool episodes with uneven tool latency: independent vs lock-step", body, r, args.out)
 
 
+def tinker_suite(args: argparse.Namespace) -> None:
+    from benchmarks.tinker_loop import side_by_side
+
+    steps = 4 if args.quick else args.tinker_steps
+    eval_every = 2 if args.quick else 10
+    _log(f"make demo's job and the Tinker example's loop, {steps} steps each, {args.tinker_rounds} round(s)")
+    load = {"before": load_average()}
+    r = side_by_side(steps, args.tinker_rounds, eval_every, _log)
+    load["after"] = load_average()
+    columns = [
+        ("round", "round:"),
+        ("system", "system"),
+        ("steps", "steps:"),
+        ("mean_step_s", "mean s/step:"),
+        ("median_step_s", "median s/step:"),
+        ("ratio_mean", "example / demo (mean):"),
+        ("ratio_median", "(median):"),
+        ("final_val_reward", "final validation reward:"),
+        ("wall_s", "wall s:"),
+        ("load_before", "load before:"),
+        ("load_after", "load after:"),
+    ]
+    rows = [{**x, "load_before": x["load"]["before"][0], "load_after": x["load"]["after"][0]} for x in r["runs"]]
+    marks = sorted({s for x in r["runs"] for s in x["curve"]})
+    curve = [{"step": s, **{f"{x['round']}-{i}": x["curve"].get(s) for i, x in enumerate(r["runs"])}} for s in marks]
+    curve_columns = [("step", "step:")] + [
+        (f"{x['round']}-{i}", f"round {x['round']}, {x['system'].split(' (')[0]}:") for i, x in enumerate(r["runs"])
+    ]
+    body = [
+        f"`make demo`'s job (`openrft train examples/arithmetic/recipe.yaml --steps {steps}`, its "
+        "`perf/time_per_step`) and `examples/tinker_rl/train.py --steps "
+        f"{steps}` (the official `tinker` SDK against `openrft serve --workers 0` on 127.0.0.1, its `step_seconds`), "
+        "one after the other in this one invocation; a second round reverses the order. Validation excluded from "
+        "both (200 problems, one sample each at temperature 1, every 10 steps). The machine is shared: the ratio "
+        "within a round is the figure to read.",
+        "",
+        f"**Time per step, example / demo: {r['ratio_mean']:.2f}x (means), {r['ratio_median']:.2f}x (medians)**; "
+        "the example's validation reward after the last step: "
+        + ", ".join(f"{v:.3f}" for v in r["example_final_val"])
+        + " (goal: at most 1.5x, 0.60 or more after 100 steps).",
+        "",
+        *markdown_table(columns, rows),
+        "",
+        "## Validation reward",
+        "",
+        *markdown_table(curve_columns, curve),
+    ]
+    title = "The Tinker example's RL loop vs make demo, side by side"
+    write_results("tinker", title, body, {**r, "load": load}, args.out)
+
+
 def real_shape_suite(args: argparse.Namespace) -> None:
     import json
 
@@ -685,6 +739,7 @@ RUNNERS = {
     "vllm": vllm_suite,
     "vllm-demo": vllm_demo_suite,
     "real-shape": real_shape_suite,
+    "tinker": tinker_suite,
 }
 
 
@@ -695,7 +750,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         nargs="*",
         default=[s for s in SUITES if s not in NEEDS_VLLM + HOURS],
         help=f"any of {', '.join(SUITES)} (default: all but {', '.join(NEEDS_VLLM)}, which need .venv-vllm, and "
-        f"{', '.join(HOURS)}, which takes hours)",
+        f"{', '.join(HOURS)}, which take long)",
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: the engine's choice)")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: checks that it all runs")
@@ -720,6 +775,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sharding-steps", type=int, default=3, help="sharding: timed steps per configuration")
     parser.add_argument("--sharding-layers", type=int, default=None, help="sharding: decoder layers (default 24)")
     parser.add_argument("--sharding-timeout", type=float, default=900, help="sharding: seconds per configuration")
+    parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
+    parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
     parser.add_argument("--real-steps", type=int, default=4, help="real-shape: steps per run (the first warms up)")
     parser.add_argument("--real-layers", type=int, default=24, help="real-shape: decoder layers (default 24)")

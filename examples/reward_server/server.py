@@ -75,8 +75,13 @@ class RewardServer(ThreadingHTTPServer):
         self.faults = dict(f.split("=", 1) for f in options.fault)
         self.seen: set[str] = set()
         self.lock = threading.Lock()
-        self.stats = {"requests": 0, "samples": 0, "answered": 0, "flaky_drops": 0,
-                      **{f"fault_{kind}": 0 for kind in ("drop", "slow", "malformed", "http500", "bad_entry")}}
+        self.stats = {
+            "requests": 0,
+            "samples": 0,
+            "answered": 0,
+            "flaky_drops": 0,
+            **{f"fault_{kind}": 0 for kind in ("drop", "slow", "malformed", "http500", "bad_entry")},
+        }
 
     def count(self, key: str, amount: int = 1) -> None:
         with self.lock:
@@ -119,8 +124,9 @@ class RewardHandler(BaseHTTPRequestHandler):
             self._send(400, json.dumps({"error": str(exc)}).encode())
             return
         server.count("samples", len(entries))
-        kinds = {kind for prefix, kind in server.faults.items()
-                 for e in entries if str(e.get("id", "")).startswith(prefix)}
+        kinds = {
+            kind for prefix, kind in server.faults.items() for e in entries if str(e.get("id", "")).startswith(prefix)
+        }
         digest = hashlib.sha256(raw).hexdigest()
         with server.lock:
             first_time = digest not in server.seen
@@ -163,8 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds of simulated work per call")
     parser.add_argument("--per-sample-delay", type=float, default=0.0, help="seconds of simulated work per sample")
-    parser.add_argument("--fault", action="append", default=[], metavar="ID_PREFIX=KIND",
-                        help="drop | slow | malformed | http500 | bad_entry for calls holding such ids")
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="ID_PREFIX=KIND",
+        help="drop | slow | malformed | http500 | bad_entry for calls holding such ids",
+    )
     parser.add_argument("--slow-seconds", type=float, default=5.0)
     parser.add_argument("--flaky-rate", type=float, default=0.0, help="drop the first attempt of this fraction")
     parser.add_argument("--constant", type=float, help="answer this score for every sample (load tests)")

@@ -129,8 +129,11 @@ def main() -> None:
                 step_future = training.forward_backward(data, "importance_sampling")
                 training.optim_step(adam).result()
                 step_future.result()
-            train_seconds += publish_seconds + time.perf_counter() - started
-            log.write(json.dumps({"step": step + 1, "reward": sum(rewards) / len(rewards)}) + "\n")
+            seconds = publish_seconds + time.perf_counter() - started
+            train_seconds += seconds
+            row = {"step": step + 1, "reward": sum(rewards) / len(rewards), "step_seconds": round(seconds, 4)}
+            log.write(json.dumps(row) + "\n")
+            log.flush()
     print(f"{args.steps} steps in {train_seconds:.1f} s of training ({train_seconds / args.steps:.3f} s/step)")
 
 

@@ -44,6 +44,15 @@ CHARTS: tuple[Chart, ...] = (
 
 REWARD_CHARTS = CHARTS[:2]
 
+# a Tinker training client's rows (service/tinker/records.py): what its forward_backward calls summed to
+TINKER_CHARTS: tuple[Chart, ...] = (
+    Chart("Loss (sum over tokens and datums)", "loss:sum"),
+    Chart("Datums per step", "datums"),
+    Chart("Tokens per step", "tokens"),
+    Chart("Gradient norm", "grad_norm"),
+    Chart("Learning rate", "optim/learning_rate"),
+)
+
 
 @dataclass(frozen=True)
 class Series:

@@ -155,7 +155,7 @@ def test_data_parallel_mini_batches_take_the_ratio_against_the_policy_before_the
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["sync"])
+@pytest.mark.parametrize("strategy", ["sync", "off_policy_async"])
 def test_ray_jobs_sample_from_generation_servers_by_url(cluster, recipe_factory, tmp_path, strategy):
     """``generator_base_url`` on the Ray runtime: the learner is an actor, the rollouts come from the server
     (two replicas, each with its own adapter name), never from in-process models."""

@@ -30,7 +30,7 @@ def server(tmp_path_factory):
     store = Store.open(service.database_url)  # the keys `openrft keys create` makes, without its process
     keys = tuple("tml-" + store.create_key(name)[1] for name in ("a", "b"))
     store.close()
-    service.wait_healthy(service.serve(workers=0, wait=False), timeout=180)  # a loaded CI machine starts slowly
+    service.wait_healthy(service.serve(workers=0, wait=False), timeout=400)  # a loaded CI machine starts slowly
     yield service, keys
     service.stop_all()
 
@@ -227,6 +227,13 @@ def test_two_tenants_are_isolated(server, client, tokenizer):
         service.base_url + "/api/v1/get_info", json={"model_id": tc.model_id}, headers={"X-API-Key": "tml-x"}
     )
     assert bad.status_code == 401
+    # another tenant's futures read as not found too
+    headers = {"X-API-Key": client._api_key}
+    mine = httpx.post(service.base_url + "/api/v1/save_weights", json={"model_id": tc.model_id}, headers=headers)
+    request_id = mine.json()["request_id"]
+    theirs = {"X-API-Key": other_key}
+    peek = httpx.post(service.base_url + "/api/v1/retrieve_future", json={"request_id": request_id}, headers=theirs)
+    assert peek.status_code == 404 and "no request" in peek.json()["detail"]
 
 
 def test_bad_inputs_get_the_apis_errors_and_leave_nothing_behind(client, tokenizer):
@@ -244,8 +251,15 @@ def test_bad_inputs_get_the_apis_errors_and_leave_nothing_behind(client, tokeniz
         tc.forward_backward([good], "ppo", loss_fn_config={"clip_lo": 0.5}).result()
     tc.optim_step(types.AdamParams(learning_rate=0.1)).result()  # no gradient was left behind to step on
     np.testing.assert_array_equal(learner_logprobs(tc, tokens), before)
+
+    def jobs() -> list[str]:
+        bearer = {"Authorization": "Bearer " + client._api_key.removeprefix("tml-")}
+        return [j["id"] for j in httpx.get(client._base_url + "/v1/dashboard/jobs", headers=bearer).json()["data"]]
+
+    before = jobs()
     with pytest.raises(tinker.RequestFailedError, match="no-such-model"):
         client.create_lora_training_client(base_model="no-such-org/no-such-model", rank=4).result()
+    assert jobs() == before  # no training client, no job row
 
 
 def test_forward_backward_custom_takes_the_same_step_as_the_builtin_loss(client, tokenizer):

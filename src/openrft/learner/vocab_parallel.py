@@ -57,6 +57,11 @@ def _gather_rows(local: torch.Tensor, group) -> tuple[torch.Tensor, list[int]]:
     return out, counts_list
 
 
+def _add_into(sink: torch.Tensor, part: torch.Tensor) -> None:
+    """``sink += part`` (a parameter's local gradient); in float32 when the gradient is of lower precision."""
+    sink.add_(part.to(sink.dtype))
+
+
 def _own_rows(stacked: torch.Tensor, counts: list[int], rank: int) -> torch.Tensor:
     most = stacked.shape[0] // len(counts)
     return stacked[rank * most : rank * most + counts[rank]]
@@ -73,7 +78,7 @@ def _reduce_own_rows(partial: torch.Tensor, counts: list[int], group) -> torch.T
 
 class _Embedding(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, ids: torch.Tensor, weight: torch.Tensor, start: int, padding_idx: int | None, group):
+    def forward(ctx, ids: torch.Tensor, weight: torch.Tensor, start: int, padding_idx: int | None, group, sink):
         flat = ids.reshape(-1)
         all_ids, counts = _gather_rows(flat, group)
         local = all_ids - start
@@ -85,23 +90,23 @@ class _Embedding(torch.autograd.Function):
         if padding_idx is not None:  # nn.Embedding's padding row takes no gradient
             mine = mine & (all_ids != padding_idx)
         ctx.save_for_backward(index, mine)
-        ctx.counts, ctx.group, ctx.rows = counts, group, weight.shape[0]
+        ctx.counts, ctx.group, ctx.sink = counts, group, sink
         return out.view(*ids.shape, weight.shape[1])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         index, mine = ctx.saved_tensors
         grads, _ = _gather_rows(grad.reshape(-1, grad.shape[-1]).contiguous(), ctx.group)
-        grad_weight = grads.new_zeros((ctx.rows, grads.shape[-1]))
-        grad_weight.index_add_(0, index[mine], grads[mine])
-        return None, grad_weight, None, None, None
+        sink = ctx.sink()  # the weight's gradient shard, added into in place (no second matrix-sized buffer)
+        sink.index_add_(0, index[mine], grads[mine].to(sink.dtype))
+        return None, None, None, None, None, None
 
 
 class _Logits(torch.autograd.Function):
     """``hidden [T, H] @ weight^T`` over the whole vocabulary, from every rank's rows (all-to-all)."""
 
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, vocab: int, group):
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, vocab: int, group, sink):
         world = dist.get_world_size(group)
         all_hidden, counts = _gather_rows(hidden, group)
         most = all_hidden.shape[0] // world
@@ -114,7 +119,7 @@ class _Logits(torch.autograd.Function):
         rank = dist.get_rank(group)
         logits = out.view(world, most, size).permute(1, 0, 2).reshape(most, world * size)[: counts[rank], :vocab]
         ctx.save_for_backward(all_hidden, weight)
-        ctx.counts, ctx.group, ctx.size, ctx.vocab = counts, group, size, vocab
+        ctx.counts, ctx.group, ctx.size, ctx.vocab, ctx.sink = counts, group, size, vocab, sink
         return logits.contiguous()
 
     @staticmethod
@@ -129,11 +134,16 @@ class _Logits(torch.autograd.Function):
         back = torch.empty_like(send)
         dist.all_to_all_single(back, send, group=group)  # every rank's tokens, this rank's rows
         grad_part = back.view(world * most, size)[:, : weight.shape[0]].to(weight.dtype)
-        grad_weight = grad_part.t() @ all_hidden if ctx.needs_input_grad[1] else None
+        if ctx.needs_input_grad[1]:
+            sink = ctx.sink()
+            if sink.dtype == grad_part.dtype:
+                sink.addmm_(grad_part.t(), all_hidden)
+            else:
+                _add_into(sink, grad_part.t().float() @ all_hidden.float())
         grad_hidden = None
         if ctx.needs_input_grad[0]:
             grad_hidden = _reduce_own_rows(grad_part @ weight, counts, group)
-        return grad_hidden, grad_weight, None, None
+        return grad_hidden, None, None, None, None
 
 
 def _stats(h: torch.Tensor, weight: torch.Tensor, local_targets: torch.Tensor, mine: torch.Tensor, scale: float):
@@ -157,7 +167,7 @@ class _HeadLogp(torch.autograd.Function):
     each rank's rows reduced to four numbers per token; chunked, recomputed in backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, scale: float, chunk: int, start: int, group):
+    def forward(ctx, hidden, weight, targets, scale: float, chunk: int, start: int, group, sink):
         all_hidden, counts = _gather_rows(hidden, group)
         all_targets, _ = _gather_rows(targets, group)
         local = all_targets - start
@@ -178,7 +188,7 @@ class _HeadLogp(torch.autograd.Function):
         entropy = lse - (every[:, 2] * weights).sum(0) / total
         logp = every[:, 3].sum(0) - lse
         ctx.save_for_backward(all_hidden, weight, local, mine, m, total, entropy)
-        ctx.counts, ctx.group, ctx.scale, ctx.chunk = counts, group, scale, chunk
+        ctx.counts, ctx.group, ctx.scale, ctx.chunk, ctx.sink = counts, group, scale, chunk, sink
         rank = dist.get_rank(group)
         return _own_rows(logp, counts, rank).clone(), _own_rows(entropy, counts, rank).clone()
 
@@ -189,7 +199,9 @@ class _HeadLogp(torch.autograd.Function):
         g_lp, _ = _gather_rows(grad_logp.float().contiguous(), group)
         g_ent, _ = _gather_rows(grad_entropy.float().contiguous(), group)
         need_w = ctx.needs_input_grad[1]
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        sink = ctx.sink() if need_w else None
+        direct = sink is not None and sink.dtype == torch.float32
+        grad_w = None if not need_w else sink if direct else torch.zeros(weight.shape, device=weight.device)
         grad_h = torch.empty(all_hidden.shape, dtype=all_hidden.dtype, device=all_hidden.device)
         rows = weight.shape[0]
         for s in range(0, all_hidden.shape[0], chunk):
@@ -215,8 +227,10 @@ class _HeadLogp(torch.autograd.Function):
             grad_h[s : s + chunk] = gz @ weight
             if need_w:
                 grad_w.addmm_(gz.t().float(), h.float())
+        if need_w and not direct:
+            _add_into(sink, grad_w)
         grad_hidden = _reduce_own_rows(grad_h, counts, group)
-        return grad_hidden, grad_w.to(weight.dtype) if need_w else None, None, None, None, None, None
+        return grad_hidden, None, None, None, None, None, None, None
 
 
 class VocabParallel:
@@ -252,21 +266,32 @@ class VocabParallel:
     def parameters(self) -> list[torch.nn.Parameter]:
         return [self.embedding.weight] if self.tied else [self.embedding.weight, self.head.weight]
 
-    def _local(self, weight) -> torch.Tensor:
-        return weight.to_local() if isinstance(weight, DTensor) else weight
+    @staticmethod
+    def _sink(param: torch.nn.Parameter):
+        """The local shard of ``param``'s gradient, made (zeros) when there is none: the functions above
+        add their weight gradient into it in place and give autograd none, so no matrix-sized gradient
+        is ever made beside it."""
+
+        def local() -> torch.Tensor:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            return param.grad._local_tensor
+
+        return local
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         weight = self.embedding.weight
         if not isinstance(weight, DTensor):  # inside ``whole``
             return torch.nn.functional.embedding(ids, weight, self.embedding.padding_idx)
-        return _Embedding.apply(ids, weight.to_local(), self.start, self.embedding.padding_idx, self.group)
+        local = weight.to_local()
+        return _Embedding.apply(ids, local, self.start, self.embedding.padding_idx, self.group, self._sink(weight))
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.head.weight
         if not isinstance(weight, DTensor):
             return torch.nn.functional.linear(hidden, weight)
         flat = hidden.reshape(-1, hidden.shape[-1])
-        logits = _Logits.apply(flat, weight.to_local(), weight.shape[0], self.group)
+        logits = _Logits.apply(flat, weight.to_local(), weight.shape[0], self.group, self._sink(weight))
         return logits.view(*hidden.shape[:-1], weight.shape[0])
 
     def active(self) -> bool:
@@ -278,7 +303,8 @@ class VocabParallel:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Flat ``hidden [N, H]``'s target log-probs and entropies under the head (``_HeadLogp``)."""
         weight = self.head.weight
-        return _HeadLogp.apply(hidden, weight.to_local(), targets, scale, chunk, self.head_start, self.group)
+        local = weight.to_local()
+        return _HeadLogp.apply(hidden, local, targets, scale, chunk, self.head_start, self.group, self._sink(weight))
 
     @contextmanager
     def whole(self) -> Iterator[None]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from openrft.charts import VALIDATION_PREFIX, charts_data, overlaid
+from openrft.charts import CHARTS, TINKER_CHARTS, VALIDATION_PREFIX, charts_data, overlaid
 from openrft.engine.mlflow_tracking import flatten
 from openrft.rewards.types import ERROR_KINDS
 from openrft.service.store import Store
@@ -92,7 +92,7 @@ def job_page(store: Store, job: Job, after_event: int) -> dict[str, Any]:
     rows = metric_rows(store, job.id)
     return {
         "job": job_summary(store, job),
-        "charts": [c.to_json() for c in charts_data(rows)],
+        "charts": [c.to_json() for c in charts_data(rows, TINKER_CHARTS if job.api == "tinker" else CHARTS)],
         "checkpoints": checkpoints(store, job.id),
         "events": events_after(store, job.id, after_event),
     }

@@ -28,7 +28,7 @@ def index() -> FileResponse:
 def jobs(request: Request, owner: Owner, limit: Annotated[int, Query(ge=1, le=100)] = 50) -> dict[str, Any]:
     """The tenant's newest jobs with their status, dialect, model, steps and latest rewards."""
     store = request.app.state.store
-    rows, more = store.list_jobs(owner, limit)
+    rows, more = store.list_jobs(owner, limit, tinker=True)
     return {"data": [queries.job_summary(store, job) for job in rows], "has_more": more}
 
 

@@ -73,10 +73,15 @@ class JobsRepo(Repo):
             raise NotFound(job_id)
         return job
 
-    def list_jobs(self, owner: str, limit: int = 20, after: str | None = None) -> tuple[list[Job], bool]:
-        """Newest first; ``after`` is the last job id of the previous page."""
+    def list_jobs(
+        self, owner: str, limit: int = 20, after: str | None = None, tinker: bool = False
+    ) -> tuple[list[Job], bool]:
+        """Newest first; ``after`` is the last job id of the previous page. ``tinker``: Tinker training
+        clients too (``service/tinker/records.py``), which the dialect routes do not list."""
         with self.session() as s:
             query = select(Job).where(Job.owner == owner)
+            if not tinker:
+                query = query.where(Job.api != "tinker")
             if after:
                 cursor = s.scalar(select(Job.seq).where(Job.id == after, Job.owner == owner))
                 if cursor is None:

@@ -16,9 +16,11 @@ import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
 from openrft.algo.tinker_losses import LOSSES, LossInputError, check_inputs, resolve_config
-from openrft.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
+from openrft.service.tinker.prefix import logprobs as shared_prefix_logprobs
+from openrft.service.tinker.prefix import whole_logprobs
 
 LORA_ALPHA = 32  # Tinker's fixed LoRA alpha: the effective scale alpha / rank
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -101,6 +103,8 @@ class TrainingModel:
     optimizer: torch.optim.AdamW
     steps: int = 0
     pending_grads: bool = False
+    job_id: str | None = None  # its row in the job store (records.py)
+    pending: dict[str, float] = field(default_factory=dict)  # loss, datums, tokens since the last optim_step
     snapshots: list[str] = field(default_factory=list)  # its snapshot samplers, oldest first
 
 
@@ -116,21 +120,6 @@ class Sampler:
     generator: TransformersGenerator | None = field(default=None, repr=False)
 
 
-def logprobs_of(model: torch.nn.Module, sequences: list[list[int]], targets: list[torch.Tensor], pad: int):
-    """Per sequence, log p(targets[i] | sequence[: i + 1]) at temperature 1: one right-padded batch."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    tgt = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, (seq, target) in enumerate(zip(sequences, targets)):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-        tgt[row, : len(seq)] = target
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-    return [logp[row, : len(seq)] for row, seq in enumerate(sequences)]
-
-
 class Engine:
     def __init__(self) -> None:
         self.bases: dict[str, BaseModel] = {}
@@ -143,6 +132,8 @@ class Engine:
     def base(self, name: str) -> BaseModel:
         key = resolve_model_path(name)  # a registered name and its directory are one model
         with self._lock:
+            if not self.bases:
+                configure_threads(None)  # as a job chooses them: the cores left idle (docs/performance.md)
             if key not in self.bases:
                 self.bases[key] = BaseModel(name)
             return self.bases[key]
@@ -177,7 +168,7 @@ class Engine:
                     )
         model.base.activate(model.model_id)
         with torch.set_grad_enabled(backward):
-            logps = logprobs_of(
+            logps = shared_prefix_logprobs(
                 model.base.model, [d.tokens for d in data], [d.inputs["target_tokens"] for d in data], model.base.pad
             )
             losses = [LOSSES[loss_fn](lp, d.inputs, settings) for lp, d in zip(logps, data)]
@@ -185,6 +176,9 @@ class Engine:
             if backward:
                 total.backward()
                 model.pending_grads = True
+                added = {"loss:sum": float(total.detach()), "datums": len(data), "tokens": sum(map(len, logps))}
+                for key, value in added.items():
+                    model.pending[key] = model.pending.get(key, 0.0) + value
         return {"logprobs": [lp.detach() for lp in logps]}, {"loss:sum": float(total.detach())}
 
     def optim_step(self, model: TrainingModel, params) -> dict[str, float]:
@@ -201,6 +195,11 @@ class Engine:
         model.steps += 1
         model.pending_grads = False
         return metrics
+
+    def take_pending(self, model: TrainingModel) -> dict[str, float]:
+        """What the model's forward_backward calls added up to since the last step (for its metrics row)."""
+        pending, model.pending = model.pending, {}
+        return pending
 
     # sampling ------------------------------------------------------------------------------
 
@@ -283,7 +282,7 @@ class Engine:
             prompt_lps: list[list[float] | None] = [None] * len(prompts)
             if prompt_logprobs:
                 for i, prompt in enumerate(prompts):
-                    lp = logprobs_of(model, [prompt], [torch.tensor([*prompt[1:], 0])], base.pad)[0]
+                    lp = whole_logprobs(model, [prompt], [torch.tensor([*prompt[1:], 0])], base.pad)[0]
                     prompt_lps[i] = [float("nan"), *lp[:-1].tolist()]
         return [
             ([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in group], lp)

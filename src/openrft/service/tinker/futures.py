@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KEEP_RESULTS = 4096  # finished futures kept for (re)retrieval; the oldest are forgotten first
+LINGER_S, LINGER_MAX_S = 0.01, 0.2  # how long a batch waits for requests still arriving
 POLL_WAIT_S = 20.0  # a retrieve waits this long before try_again (the SDK's own timeout is 45 s)
 
 
@@ -75,6 +77,17 @@ class Futures:
         return request_id
 
     def _drain(self, key: tuple, run_batch, user_errors) -> None:
+        # the SDK sends a loop's samples one HTTP request each: wait while more keep coming, so the first
+        # one does not run alone
+        waited, queued = 0.0, -1
+        while waited < LINGER_MAX_S:
+            with self._lock:
+                now = len(self._queues.get(key, []))
+            if now == queued:
+                break
+            queued = now
+            time.sleep(LINGER_S)
+            waited += LINGER_S
         with self._lock:
             batch = self._queues.pop(key, [])
         if not batch:

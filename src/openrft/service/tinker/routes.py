@@ -27,6 +27,7 @@ from openrft.service.errors import ApiError
 from openrft.service.tinker.checkpoints import CheckpointError, CheckpointStore, Location, check_name, parse
 from openrft.service.tinker.engine import Engine, LoraSettings, UserError
 from openrft.service.tinker.futures import Failure, Futures
+from openrft.service.tinker.records import SessionRecords
 from openrft.service.tinker.wire import WireError, forward_backward_output, read_forward_backward, sample_response
 
 log = logging.getLogger("openrft.tinker")
@@ -36,10 +37,11 @@ SDK_KEY_PREFIX = "tml-"
 
 
 class TinkerState:
-    def __init__(self, data_dir) -> None:
+    def __init__(self, data_dir, store) -> None:
         self.engine = Engine()
         self.futures = Futures()
         self.checkpoints = CheckpointStore(data_dir / "tinker")
+        self.records = SessionRecords(store)
         self.sessions: dict[str, str] = {}  # session id -> owner
 
 
@@ -141,8 +143,13 @@ async def heartbeat() -> dict:
 
 
 @router.post("/sessions/{session_id}/finish")
-async def finish(session_id: str, request: Request) -> dict:
-    state(request).sessions.pop(session_id, None)
+async def finish(session_id: str, request: Request, who: str = Depends(owner)) -> dict:
+    st = state(request)
+    if st.sessions.get(session_id) == who:
+        st.sessions.pop(session_id)
+        for model in list(st.engine.models.values()):
+            if model.owner == who and model.model_id.startswith(session_id + ":") and model.job_id:
+                st.records.ended(model.job_id, "succeeded", f"Session {session_id} finished at step {model.steps}")
     return {}
 
 
@@ -175,7 +182,8 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
     )
 
     def work() -> dict:
-        st.engine.create_model(model_id, who, body.base_model, lora)
+        model = st.engine.create_model(model_id, who, body.base_model, lora)
+        model.job_id = st.records.started(who, model_id, model.base.name, lora.__dict__)
         return dump(types.CreateModelResponse(model_id=model_id))
 
     return _future(st, who, work, model_id=model_id)
@@ -227,9 +235,14 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
         raise HTTPException(400, f"optim_params: only AdamParams are served, got {type(body.optim_params).__name__}")
     st = state(request)
     model = _model(st, who, body.model_id)
-    return _future(
-        st, who, lambda: dump(types.OptimStepResponse(metrics=st.engine.optim_step(model, body.optim_params)))
-    )
+
+    def work() -> dict:
+        metrics = st.engine.optim_step(model, body.optim_params)
+        row = {**st.engine.take_pending(model), **metrics, "optim/learning_rate": body.optim_params.learning_rate}
+        st.records.step(model.job_id, model.steps, row)
+        return dump(types.OptimStepResponse(metrics=metrics))
+
+    return _future(st, who, work)
 
 
 @router.post("/save_weights")
@@ -245,6 +258,7 @@ async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
         meta = _meta(model)
         tensors = {"adapter": model.base.state(model.model_id), "optimizer": model.optimizer.state_dict()}
         st.checkpoints.save(loc, who, meta, tensors, overwrite=body.overwrite)
+        st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "state")
         return dump(types.SaveWeightsResponse(path=loc.tinker_path))
 
     return _future(st, who, work)
@@ -284,6 +298,7 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
             model = st.engine.create_model(
                 new_id, who, body.base_model or meta["base_model"], LoraSettings(**meta["lora"])
             )
+            model.job_id = st.records.started(who, new_id, model.base.name, meta["lora"], source=body.path)
         elif meta["base_model"] != model.base.name or LoraSettings(**meta["lora"]) != model.lora:
             raise UserError(
                 f"checkpoint {body.path} is {meta['base_model']} rank {meta['lora']['rank']}: not this model's"
@@ -310,6 +325,7 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
         if body.path is not None:
             loc = Location(model.model_id, "sampler_weights", body.path)
             st.checkpoints.save(loc, who, _meta(model), {"adapter": model.base.state(model.model_id)}, overwrite=True)
+            st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "sampler weights")
             return dump(types.SaveWeightsForSamplerResponseInternal(path=loc.tinker_path))
         sampler_id = "smp_" + uuid.uuid4().hex
         st.engine.snapshot_sampler(sampler_id, model)
@@ -447,5 +463,8 @@ async def retrieve_future(request: Request, who: str = Depends(owner)) -> Respon
 
 def mount(app) -> None:
     """The Tinker routes on ``app``, next to the others (not in its OpenAPI document)."""
-    app.state.tinker = TinkerState(app.state.config.data_dir)
+    app.state.tinker = TinkerState(app.state.config.data_dir, app.state.store)
+    resumable = app.state.tinker.records.orphaned()
+    if resumable:
+        log.info("Tinker training clients left by a stopped server, marked paused: %s", ", ".join(resumable))
     app.include_router(router)

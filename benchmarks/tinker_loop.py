@@ -1,0 +1,132 @@
+"""``make demo``'s job and the Tinker example's RL loop, the same number of steps, in one invocation.
+
+The demo job runs as ``openrft train examples/arithmetic/recipe.yaml --steps N`` (its
+``perf/time_per_step``: rollout, reward, advantages, learner step). The example runs
+``examples/tinker_rl/train.py --steps N`` with the official SDK against an ``openrft serve --workers 0``
+started here on a free loopback port (its ``step_seconds``: publishing the weights to a sampler,
+sampling, reward, advantages, ``forward_backward``, ``optim_step``). Validation is left out of both.
+Rounds alternate which of the two goes first, so a change in the machine's load hits both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from benchmarks.common import ROOT, load_average
+
+RECIPE = ROOT / "examples" / "arithmetic" / "recipe.yaml"
+EXAMPLE = ROOT / "examples" / "tinker_rl" / "train.py"
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TINKER_TELEMETRY": "0"}
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _summary(system: str, times: list[float], curve: dict[int, float], wall: float, load: dict) -> dict:
+    return {
+        "system": system,
+        "steps": len(times),
+        "mean_step_s": statistics.fmean(times),
+        "median_step_s": statistics.median(times),
+        "curve": curve,
+        "final_val_reward": curve[max(curve)] if curve else None,
+        "wall_s": wall,
+        "load": load,
+    }
+
+
+def run_demo(steps: int, workdir: Path) -> dict:
+    out = workdir / "demo"
+    load = {"before": load_average()}
+    started = time.perf_counter()
+    cmd = [sys.executable, "-m", "openrft", "train", str(RECIPE), "--output", str(out), "--overwrite"]
+    subprocess.run([*cmd, "--steps", str(steps), "--quiet"], env=_env(), check=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    load["after"] = load_average()
+    rows = _rows(out / "metrics.jsonl")
+    times = [r["perf/time_per_step"] for r in rows if "perf/time_per_step" in r]
+    curve = {int(r["step"]): r["val-score/rewards/mean@1"] for r in rows if "val-score/rewards/mean@1" in r}
+    return _summary("make demo (openrft train)", times, curve, wall, load)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_example(steps: int, workdir: Path, eval_every: int) -> dict:
+    port, data = _free_port(), workdir / "serve"
+    env = {**_env(), "OPENRFT_HOME": str(data)}
+    cmd = [sys.executable, "-m", "openrft", "serve", "--workers", "0", "--port", str(port), "--data-dir", str(data)]
+    server = subprocess.Popen([*cmd, "--log-level", "warning"], env=env, cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(base + "/api/v1/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"openrft serve did not come up on {base}")
+            time.sleep(0.5)
+        metrics = workdir / "tinker" / "metrics.jsonl"
+        load = {"before": load_average()}
+        started = time.perf_counter()
+        args = ["--steps", str(steps), "--eval-every", str(eval_every), "--out", str(metrics)]
+        client_env = {**env, "TINKER_BASE_URL": base, "TINKER_API_KEY": "tml-local"}
+        subprocess.run([sys.executable, str(EXAMPLE), *args], env=client_env, check=True, cwd=ROOT)
+        wall = time.perf_counter() - started
+        load["after"] = load_average()
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    rows = _rows(metrics)
+    times = [r["step_seconds"] for r in rows if "step_seconds" in r]
+    curve = {int(r["step"]): r["val_reward"] for r in rows if "val_reward" in r}
+    return _summary("Tinker example (SDK -> openrft serve)", times, curve, wall, load)
+
+
+def side_by_side(steps: int, rounds: int, eval_every: int, log: Callable[[str], None]) -> dict:
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="openrft-bench-tinker-") as tmp:
+        for round_ in range(rounds):
+            order = ("demo", "example") if round_ % 2 == 0 else ("example", "demo")
+            pair = {}
+            for which in order:
+                workdir = Path(tmp) / f"round{round_}"
+                log(f"  round {round_ + 1}: {which}, {steps} steps")
+                r = run_demo(steps, workdir) if which == "demo" else run_example(steps, workdir, eval_every)
+                r["round"] = round_ + 1
+                log(f"    mean {r['mean_step_s']:.3f} s/step, validation {r['final_val_reward']}")
+                pair[which] = r
+                runs.append(r)
+            pair["example"]["ratio_mean"] = pair["example"]["mean_step_s"] / pair["demo"]["mean_step_s"]
+            pair["example"]["ratio_median"] = pair["example"]["median_step_s"] / pair["demo"]["median_step_s"]
+    examples = [r for r in runs if "ratio_mean" in r]
+    return {
+        "steps": steps,
+        "rounds": rounds,
+        "runs": runs,
+        "ratio_mean": statistics.fmean(r["ratio_mean"] for r in examples),
+        "ratio_median": statistics.fmean(r["ratio_median"] for r in examples),
+        "example_final_val": [r["final_val_reward"] for r in examples],
+    }
