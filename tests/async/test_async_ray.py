@@ -176,7 +176,14 @@ def test_ray_jobs_sample_from_generation_servers_by_url(cluster, recipe_factory,
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     trained = [m for m in rows if "actor/pg_loss" in m]
     assert len(trained) == 2
-    for m in trained:  # the server's samples, corrected against the learner actor's log-probs
+    # the server's fresh samples are corrected against the learner actor's log-probs; a step of stale samples
+    # only (off_policy_async) is importance-weighted against its old policy instead, with no correction metrics
+    corrected = [m for m in trained if "rollout_correction/missing_logprobs" in m]
+    assert len(corrected) == 2 if strategy == "sync" else len(corrected) >= 1
+    for m in corrected:
         assert m["rollout_correction/missing_logprobs"] == 0
-        if strategy == "sync" or m["rollout/policy_age/max"] == 0:  # the correction compares fresh samples
+        if m["rollout/policy_age/max"] == 0:  # every sample fresh: the engine and the learner hold one policy
             assert m["rollout_correction/ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+    for m in trained:
+        if m not in corrected:
+            assert m["rollout/policy_age/mean"] >= 1 and "actor/importance_weight_mean" in m
