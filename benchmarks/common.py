@@ -171,6 +171,20 @@ class NoText:
         return ""
 
 
+def run_worker(command: list[str], threads: int, timeout: float, identity: dict) -> dict:
+    """Run a benchmark worker (``python -m benchmarks.X --worker ...``) in a fresh process with ``threads``
+    OpenMP threads; its last JSON line, or ``identity`` with the error (a timeout, or the end of stderr)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    try:
+        done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**identity, "error": f"timed out after {timeout:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {**identity, "error": done.stderr[-2000:]}
+    return json.loads(lines[-1])
+
+
 def markdown_table(columns: list[tuple[str, str]], rows: list[dict]) -> list[str]:
     """``columns`` are (key, header) pairs; a header ending in ':' is right-aligned (numbers)."""
     headers = [h.rstrip(":") for _, h in columns]

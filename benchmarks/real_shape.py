@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, matmul_peak
+from benchmarks.common import ROOT, matmul_peak, run_worker
 
 DEMO = ROOT / "src" / "openrft" / "assets" / "demo_model"
 RECIPE = ROOT / "examples" / "arithmetic" / "recipe.yaml"
@@ -130,24 +129,13 @@ def learner_flops(samples, config) -> int:
 def run_openrft(spec, workdir: Path) -> dict:
     """The engine's job loop; per step: its time, generation time and tokens, learner time and FLOPs."""
     import openrft.engine.setup as setup
-    from openrft.engine import JobControl, RFTJob
+    from openrft.engine import RFTJob
 
     setup.eos_token_ids = lambda tokenizer, model: []  # every answer runs to max_new_tokens
     rows: dict[int, dict] = {}
-    cpu_start: dict[int, float] = {}
-    cpu_end: dict[int, float] = {}
-
-    class CpuClock(JobControl):
-        def poll(self, step: int) -> str:  # the job asks before every step
-            cpu_start[step] = time.process_time()
-            return "continue"
-
-    def listener(step: int, metrics: dict) -> None:
-        cpu_end[step] = time.process_time()
-        rows.setdefault(step, metrics)
-
     learner_times: list[float] = []
     flops: list[int] = []
+    step_cpu: list[float] = []
 
     class TimedJob(RFTJob):
         def _build(self) -> None:
@@ -163,14 +151,19 @@ def run_openrft(spec, workdir: Path) -> dict:
 
             self.learner.step = timed_step
 
-    job = TimedJob(spec, workdir / "openrft", show_progress=False, control=CpuClock(), listeners=(listener,))
+        def _train_step(self, step: int) -> dict[str, float]:  # the step's CPU seconds, evaluation left out
+            start = time.process_time()
+            metrics = super()._train_step(step)
+            step_cpu.append(time.process_time() - start)
+            return metrics
+
+    job = TimedJob(spec, workdir / "openrft", show_progress=False, listeners=(lambda s, m: rows.setdefault(s, m),))
     job.run()
-    numbers = [s for s in sorted(rows) if s > 0]
-    steps = [rows[s] for s in numbers]
+    steps = [rows[s] for s in sorted(rows) if s > 0]
     tokens = spec.training.prompts_per_step * spec.sampling.samples_per_prompt * spec.sampling.max_new_tokens
     return {
         "step_s": [m["perf/time_per_step"] for m in steps],
-        "step_cpu_s": [cpu_end[s] - cpu_start[s] for s in numbers],
+        "step_cpu_s": step_cpu,
         "generate_s": [m["timing/sampling_and_reward"] for m in steps],
         "generated_tokens": tokens,
         "learner_s": learner_times,
@@ -293,17 +286,9 @@ def worker(system: str, threads: int, steps: int, model_dir: Path, new_tokens: i
 
 
 def run_configuration(system: str, threads: int, steps: int, model_dir: Path, args, timeout: float) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     command = [sys.executable, "-m", "benchmarks.real_shape", "--worker", system, str(threads), str(steps)]
     command += [str(model_dir), str(args.real_tokens), str(args.real_prompts), str(args.real_samples)]
-    try:
-        done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"system": system, "threads": threads, "error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"system": system, "threads": threads, "error": done.stderr[-2000:]}
-    return json.loads(lines[-1])
+    return run_worker(command, threads, timeout, {"system": system, "threads": threads})
 
 
 def vllm_generation(

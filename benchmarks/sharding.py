@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, run_worker
 from benchmarks.learner import _release_free_memory
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 896, 24, 14, 2, 4864, 151_936  # Qwen2.5-0.5B
@@ -155,7 +153,6 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
 
 def run_configuration(mode: str, learners: int, steps: int, timeout: float, layers: int = LAYERS) -> dict:
     """One configuration in fresh processes; its JSON row (or the error)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     module = ["-m", "benchmarks.sharding", "--worker", mode, str(learners), str(steps), str(layers)]
     if learners > 1:
         from openrft.learner.sharded import free_port
@@ -164,14 +161,7 @@ def run_configuration(mode: str, learners: int, steps: int, timeout: float, laye
         command = [sys.executable, *launch, *module]
     else:
         command = [sys.executable, *module]
-    try:
-        done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"learners": learners, "mode": mode, "error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"learners": learners, "mode": mode, "error": done.stderr[-2000:]}
-    return json.loads(lines[-1])
+    return run_worker(command, 1, timeout, {"learners": learners, "mode": mode})
 
 
 def sharding_rows(steps: int, timeout: float, log, layers: int = LAYERS, modes=("full", "lora")) -> list[dict]:
