@@ -176,12 +176,12 @@ def run_trl(spec, workdir: Path) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from benchmarks.trl_match import grpo_config_kwargs
+    from benchmarks.vs_trl import lora_plus_grpo_trainer
     from openrft.engine.setup import build_parts
     from openrft.learner.batch import TrainSample
-    from openrft.learner.optimizer import build_optimizer
     from openrft.learner.policy import lora_config
     from openrft.rewards.runner import RewardRunner
     from openrft.rewards.types import RewardSample
@@ -198,12 +198,7 @@ def run_trl(spec, workdir: Path) -> dict:
         samples = [RewardSample(train[i], text, sample_index=j) for j, (i, text) in enumerate(zip(index, texts))]
         return [o.score if o.ok else None for o in rewards.score(samples)]
 
-    class Trainer(GRPOTrainer):
-        def create_optimizer(self, model=None):
-            if self.optimizer is None:
-                self.optimizer = build_optimizer(model or self.model, spec.optimizer, spec.lora)
-            return self.optimizer
-
+    class Trainer(lora_plus_grpo_trainer(spec)):
         def _generate_and_score_completions(self, inputs):
             start = time.perf_counter()
             out = super()._generate_and_score_completions(inputs)

@@ -155,15 +155,29 @@ def run_openrft(spec: JobSpec, workdir: Path) -> RunResult:
     return result
 
 
+def lora_plus_grpo_trainer(spec: JobSpec):
+    """TRL's GRPOTrainer training with OpenRFT's own AdamW groups (LoRA+: TRL has no option for it)."""
+    from trl import GRPOTrainer
+
+    from openrft.learner.optimizer import build_optimizer
+
+    class LoraPlusGRPOTrainer(GRPOTrainer):
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                self.optimizer = build_optimizer(model or self.model, spec.optimizer, spec.lora)
+            return self.optimizer
+
+    return LoraPlusGRPOTrainer
+
+
 def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
     """TRL's GRPOTrainer on the same model, data, reward and settings (see ``trl_match``)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from openrft.engine.setup import build_parts
-    from openrft.learner.optimizer import build_optimizer
     from openrft.learner.policy import lora_config
     from openrft.models import configure_threads
     from openrft.rewards.runner import RewardRunner
@@ -194,11 +208,7 @@ def run_trl(spec: JobSpec, workdir: Path) -> RunResult:
         step_rewards.append(statistics.fmean(s for s in scores if s is not None))
         return scores
 
-    class LoraPlusGRPOTrainer(GRPOTrainer):
-        def create_optimizer(self, model=None):
-            if self.optimizer is None:
-                self.optimizer = build_optimizer(model or self.model, spec.optimizer, spec.lora)
-            return self.optimizer
+    LoraPlusGRPOTrainer = lora_plus_grpo_trainer(spec)
 
     class Timing(TrainerCallback):
         def __init__(self):
