@@ -260,9 +260,13 @@ class Engine:
         ):
             raise UserError(f"sampling_params.stop holds a token outside the vocabulary [0, {vocab})")
 
-    def sample(self, sampler: Sampler, prompts: list[list[int]], num_samples: int, params, prompt_logprobs: bool):
-        """Per prompt, its ``num_samples`` sequences and (if asked) its prompt log-probs: one generate call
-        for every prompt (they share the parameters)."""
+    def sample(self, sampler: Sampler, num_samples: int, params, prompt_logprobs: bool, first, more) -> None:
+        """Answers each queued prompt (``Queued.payload``, futures.py) with ``(sequences, prompt log-probs or
+        None)`` through its ``deliver``: ``num_samples`` sequences each. The prompts queued together start as
+        one batch (one prefill per prompt, shared by its samples) and those that arrive while it decodes
+        (``more()``) join it between decode steps (rollout/continuous.py), so a loop's requests, which reach
+        the server one by one, neither wait for a batch to end nor run alone. A model with sliding-window
+        layers runs each batch whole instead."""
         base = sampler.base
         max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
         stop_ids, stop_strings = self._stops(base, params.stop)
@@ -278,16 +282,30 @@ class Engine:
                 top_p=params.top_p,
                 max_new_tokens=max_tokens,
             )
-            groups = generator.generate(prompts, sampling, seed=params.seed)
-            prompt_lps: list[list[float] | None] = [None] * len(prompts)
-            if prompt_logprobs:
-                for i, prompt in enumerate(prompts):
+
+            def answer(prompt: list[int], completions, deliver) -> None:
+                lp = None
+                if prompt_logprobs:
                     lp = whole_logprobs(model, [prompt], [torch.tensor([*prompt[1:], 0])], base.pad)[0]
-                    prompt_lps[i] = [float("nan"), *lp[:-1].tolist()]
-        return [
-            ([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in group], lp)
-            for group, lp in zip(groups, prompt_lps)
-        ]
+                    lp = [float("nan"), *lp[:-1].tolist()]
+                deliver(([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in completions], lp))
+
+            if not generator.continuous:
+                groups = generator.generate([q.payload for q in first], sampling, seed=params.seed)
+                for q, group in zip(first, groups):
+                    answer(q.payload, group, q.deliver)
+                return
+            with generator.decoding(sampling, seed=params.seed) as session:
+
+                def admit(queued) -> None:
+                    for q in queued:
+                        done = _Gather(num_samples, lambda completions, q=q: answer(q.payload, completions, q.deliver))
+                        session.submit(q.payload, [max_tokens] * num_samples, done.callbacks)
+
+                admit(first)
+                while session.busy:
+                    session.step()
+                    admit(more())
 
     @staticmethod
     def _stops(base: BaseModel, stop) -> tuple[list[int], list[str]]:
@@ -305,6 +323,24 @@ class Engine:
                 else:
                     strings.append(s)
         return ids, strings
+
+
+class _Gather:
+    """One callback per sample of a request; ``then(completions)`` once all of them have ended, in order."""
+
+    def __init__(self, n: int, then):
+        self.slots: list = [None] * n
+        self.left, self.then = n, then
+        self.callbacks = [self._at(i) for i in range(n)]
+
+    def _at(self, i: int):
+        def done(completion) -> None:
+            self.slots[i] = completion
+            self.left -= 1
+            if self.left == 0:
+                self.then(self.slots)
+
+        return done
 
 
 class _adapter_disabled:
