@@ -16,6 +16,7 @@ import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
 from openrft.algo.tinker_losses import LOSSES, LossInputError, check_inputs, resolve_config
+from openrft.engine.phase_threads import PhaseThreads
 from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
@@ -126,6 +127,7 @@ class Engine:
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
         self._lock = threading.Lock()
+        self.threads = PhaseThreads(1, enabled=False)  # set when the first model loads
         # the random stream of requests without a seed: one for the server, so calls draw different samples
         self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
 
@@ -133,7 +135,9 @@ class Engine:
         key = resolve_model_path(name)  # a registered name and its directory are one model
         with self._lock:
             if not self.bases:
-                configure_threads(None)  # as a job chooses them: the cores left idle (docs/performance.md)
+                # as a job chooses them: at most the cores left idle, then sampling and learning each measured
+                # on their first calls (engine/phase_threads.py, docs/performance.md)
+                self.threads = PhaseThreads(configure_threads(None))
             if key not in self.bases:
                 self.bases[key] = BaseModel(name)
             return self.bases[key]
@@ -167,7 +171,8 @@ class Engine:
                         f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})"
                     )
         model.base.activate(model.model_id)
-        with torch.set_grad_enabled(backward):
+        with self.threads.phase("learn", measured=backward) as measure, torch.set_grad_enabled(backward):
+            measure.work = sum(len(d.tokens) for d in data)
             logps = shared_prefix_logprobs(
                 model.base.model, [d.tokens for d in data], [d.inputs["target_tokens"] for d in data], model.base.pad
             )
@@ -271,7 +276,8 @@ class Engine:
         max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
         stop_ids, stop_strings = self._stops(base, params.stop)
         self._ready(sampler)
-        with _adapter_disabled(base, sampler.adapter is None), torch.no_grad():
+        phase = self.threads.phase("generate")
+        with phase as measure, _adapter_disabled(base, sampler.adapter is None), torch.no_grad():
             model = base.model
             generator = TransformersGenerator(model, base.tokenizer, stop_ids, base.pad)
             generator.rng = self.rng
@@ -288,6 +294,7 @@ class Engine:
                 if prompt_logprobs:
                     lp = whole_logprobs(model, [prompt], [torch.tensor([*prompt[1:], 0])], base.pad)[0]
                     lp = [float("nan"), *lp[:-1].tolist()]
+                measure.work += len(prompt) + sum(len(c.token_ids) for c in completions)
                 deliver(([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in completions], lp))
 
             if not generator.continuous:

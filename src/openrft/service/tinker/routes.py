@@ -247,6 +247,7 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
     def work() -> dict:
         metrics = st.engine.optim_step(model, body.optim_params)
         row = {**st.engine.take_pending(model), **metrics, "optim/learning_rate": body.optim_params.learning_rate}
+        row.update(st.engine.threads.metrics())  # perf/threads_generate, perf/threads_learn: as a job's rows
         st.records.step(model.job_id, model.steps, row)
         return dump(types.OptimStepResponse(metrics=metrics))
 
