@@ -639,10 +639,13 @@ def tinker_suite(args: argparse.Namespace) -> None:
         ("ratio_median", "(median):"),
         ("final_val_reward", "final validation reward:"),
         ("wall_s", "wall s:"),
-        ("load_before", "load before:"),
-        ("load_after", "load after:"),
+        ("load_mean", "load during (mean):"),
+        ("load_range", "(range)"),
     ]
-    rows = [{**x, "load_before": x["load"]["before"][0], "load_after": x["load"]["after"][0]} for x in r["runs"]]
+    rows = [
+        {**x, "load_mean": x["load"]["during"]["mean"], "load_range": "{min}-{max}".format(**x["load"]["during"])}
+        for x in r["runs"]
+    ]
     marks = sorted({s for x in r["runs"] for s in x["curve"]})
     curve = [{"step": s, **{f"{x['round']}-{i}": x["curve"].get(s) for i, x in enumerate(r["runs"])}} for s in marks]
     curve_columns = [("step", "step:")] + [
@@ -652,11 +655,13 @@ def tinker_suite(args: argparse.Namespace) -> None:
         f"`make demo`'s job (`openrft train examples/arithmetic/recipe.yaml --steps {steps}`, its "
         "`perf/time_per_step`) and `examples/tinker_rl/train.py --steps "
         f"{steps}` (the official `tinker` SDK against `openrft serve --workers 0` on 127.0.0.1, its `step_seconds`), "
-        "one after the other in this one invocation; a second round reverses the order. Validation excluded from "
-        "both (200 problems, one sample each at temperature 1, every 10 steps). The machine is shared: the ratio "
-        "within a round is the figure to read.",
+        "one after the other in this one invocation; each round reverses the order of the one before. Validation "
+        "excluded from both (200 problems, one sample each at temperature 1, every 10 steps). The machine is shared: "
+        "the ratio within a round is the figure to read, and the 1-minute load average was sampled every 5 s "
+        "during each run.",
         "",
-        f"**Time per step, example / demo: {r['ratio_mean']:.2f}x (means), {r['ratio_median']:.2f}x (medians)**; "
+        f"**Time per step, example / demo, the median over rounds of each round's ratio: {r['ratio_mean']:.2f}x "
+        f"(of the means), {r['ratio_median']:.2f}x (of the medians)**; "
         "the example's validation reward after the last step: "
         + ", ".join(f"{v:.3f}" for v in r["example_final_val"])
         + " (goal: at most 1.5x, 0.60 or more after 100 steps).",

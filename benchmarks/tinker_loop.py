@@ -5,7 +5,8 @@ The demo job runs as ``openrft train examples/arithmetic/recipe.yaml --steps N``
 ``examples/tinker_rl/train.py --steps N`` with the official SDK against an ``openrft serve --workers 0``
 started here on a free loopback port (its ``step_seconds``: publishing the weights to a sampler,
 sampling, reward, advantages, ``forward_backward``, ``optim_step``). Validation is left out of both.
-Rounds alternate which of the two goes first, so a change in the machine's load hits both.
+Rounds alternate which of the two goes first, so a change in the machine's load hits both; the load average is
+sampled every few seconds during each run, and the ratio is taken within each round (its median over rounds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +40,32 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class LoadSampler:
+    """The 1-minute load average every ``every_s`` seconds while a run lasts (its mean and range go with it)."""
+
+    def __init__(self, every_s: float = 5.0):
+        self.every_s, self.samples = every_s, [load_average()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.samples.append(load_average()[0])
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(load_average()[0])
+
+    def summary(self) -> dict:
+        x = self.samples
+        return {"mean": round(statistics.fmean(x), 2), "min": min(x), "max": max(x), "samples": len(x)}
+
+
 def _summary(system: str, times: list[float], curve: dict[int, float], wall: float, load: dict) -> dict:
     return {
         "system": system,
@@ -56,9 +84,10 @@ def run_demo(steps: int, workdir: Path) -> dict:
     load = {"before": load_average()}
     started = time.perf_counter()
     cmd = [sys.executable, "-m", "openrft", "train", str(RECIPE), "--output", str(out), "--overwrite"]
-    subprocess.run([*cmd, "--steps", str(steps), "--quiet"], env=_env(), check=True, cwd=ROOT)
+    with LoadSampler() as sampler:
+        subprocess.run([*cmd, "--steps", str(steps), "--quiet"], env=_env(), check=True, cwd=ROOT)
     wall = time.perf_counter() - started
-    load["after"] = load_average()
+    load.update(after=load_average(), during=sampler.summary())
     rows = _rows(out / "metrics.jsonl")
     times = [r["perf/time_per_step"] for r in rows if "perf/time_per_step" in r]
     curve = {int(r["step"]): r["val-score/rewards/mean@1"] for r in rows if "val-score/rewards/mean@1" in r}
@@ -93,9 +122,10 @@ def run_example(steps: int, workdir: Path, eval_every: int) -> dict:
         started = time.perf_counter()
         args = ["--steps", str(steps), "--eval-every", str(eval_every), "--out", str(metrics)]
         client_env = {**env, "TINKER_BASE_URL": base, "TINKER_API_KEY": "tml-local"}
-        subprocess.run([sys.executable, str(EXAMPLE), *args], env=client_env, check=True, cwd=ROOT)
+        with LoadSampler() as sampler:
+            subprocess.run([sys.executable, str(EXAMPLE), *args], env=client_env, check=True, cwd=ROOT)
         wall = time.perf_counter() - started
-        load["after"] = load_average()
+        load.update(after=load_average(), during=sampler.summary())
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -126,7 +156,8 @@ def side_by_side(steps: int, rounds: int, eval_every: int, log: Callable[[str], 
         "steps": steps,
         "rounds": rounds,
         "runs": runs,
-        "ratio_mean": statistics.fmean(r["ratio_mean"] for r in examples),
-        "ratio_median": statistics.fmean(r["ratio_median"] for r in examples),
+        # each round's ratio (its two runs side by side), then the median over rounds
+        "ratio_mean": statistics.median(r["ratio_mean"] for r in examples),
+        "ratio_median": statistics.median(r["ratio_median"] for r in examples),
         "example_final_val": [r["final_val_reward"] for r in examples],
     }
