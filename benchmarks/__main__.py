@@ -637,6 +637,8 @@ def tinker_suite(args: argparse.Namespace) -> None:
         ("median_step_s", "median s/step:"),
         ("ratio_mean", "example / demo (mean):"),
         ("ratio_median", "(median):"),
+        ("median_step_cpu_s", "CPU s/step (median):"),
+        ("ratio_cpu", "example / demo (CPU):"),
         ("final_val_reward", "final validation reward:"),
         ("wall_s", "wall s:"),
         ("load_mean", "load during (mean):"),
@@ -651,6 +653,12 @@ def tinker_suite(args: argparse.Namespace) -> None:
     curve_columns = [("step", "step:")] + [
         (f"{x['round']}-{i}", f"round {x['round']}, {x['system'].split(' (')[0]}:") for i, x in enumerate(r["runs"])
     ]
+    server = [x for x in r["runs"] if x.get("server")]
+    names = sorted({k for x in server for k in x["server"]})
+    server_rows = [{"name": name, **{f"r{x['round']}": x["server"].get(name) for x in server}} for name in names]
+    server_columns = [("name", "server's own timing (median per step)")] + [
+        (f"r{x['round']}", f"round {x['round']}:") for x in server
+    ]
     body = [
         f"`make demo`'s job (`openrft train examples/arithmetic/recipe.yaml --steps {steps}`, its "
         "`perf/time_per_step`) and `examples/tinker_rl/train.py --steps "
@@ -661,12 +669,24 @@ def tinker_suite(args: argparse.Namespace) -> None:
         "during each run.",
         "",
         f"**Time per step, example / demo, the median over rounds of each round's ratio: {r['ratio_mean']:.2f}x "
-        f"(of the means), {r['ratio_median']:.2f}x (of the medians)**; "
+        f"(of the means), {r['ratio_median']:.2f}x (of the medians); CPU seconds per step {r['ratio_cpu']:.2f}x** "
+        "(the example's client and server processes against the demo's process, medians over steps without "
+        "validation); "
         "the example's validation reward after the last step: "
         + ", ".join(f"{v:.3f}" for v in r["example_final_val"])
         + " (goal: at most 1.5x, 0.60 or more after 100 steps).",
         "",
         *markdown_table(columns, rows),
+        "",
+        "## Where the example's step goes, by the server's own timings",
+        "",
+        "`time/*` in the session's metrics rows (on the dashboard): `step_s` the wall time between two "
+        "`optim_step`s as the server sees it, `sample_s` / `forward_backward_s` / `optim_step_s` / `publish_s` its "
+        "worker's wall time on each kind of call (the `_cpu_s` lines that thread's CPU), `server_cpu_s` the whole "
+        "server process's CPU (HTTP handling included). What `step_s` holds beyond these calls is the client "
+        "(the SDK, rewards, building the datums) and the round trips.",
+        "",
+        *markdown_table(server_columns, server_rows),
         "",
         "## Validation reward",
         "",

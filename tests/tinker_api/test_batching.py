@@ -1,6 +1,7 @@
-"""Samples that reach the server one by one join the batch already decoding (futures.py, engine.py): each
-request is answered once, with its own prompt's samples and the sampler's log-probs; a request a batch took
-and did not answer fails; one it did not take runs in the next batch. The demo model in-process, seconds."""
+"""How the Tinker server schedules its work (futures.py, engine.py), the demo model in-process, seconds: samples
+that reach it one by one join the batch already decoding, each answered once with its own prompt's samples and
+the sampler's log-probs; a request a batch took and did not answer fails, one it did not take runs in the next
+batch; sampling and learning each measure their thread count; each step's row says where the time went."""
 
 from __future__ import annotations
 
@@ -100,3 +101,25 @@ def test_sampling_and_learning_each_measure_their_thread_count(engine):
         "learn": True,
     }
     assert set(engine.threads.metrics()) == {"perf/threads_generate", "perf/threads_learn"}
+
+
+def test_a_steps_row_says_where_the_servers_time_went(engine):
+    engine, model = engine
+    prompt = model.base.tokenizer.encode("What is 2+2? ")
+    datum = WireDatum(prompt[:-1], {"target_tokens": torch.tensor(prompt[1:]), "weights": torch.ones(len(prompt) - 1)})
+    adam = types.AdamParams(learning_rate=1e-3)
+    rows = []
+    for i in range(2):
+        sampler = engine.snapshot_sampler(f"timed{i}", model)
+        engine.sample(sampler, 2, types.SamplingParams(max_tokens=3), False, [Queued(prompt, lambda r: None)], list)
+        engine.forward_backward(model, "cross_entropy", {}, [datum], backward=True)
+        engine.optim_step(model, adam)
+        rows.append(engine.take_pending(model))
+    calls = {
+        f"time/{name}{kind}"
+        for name in ("publish", "sample", "forward_backward", "optim_step")
+        for kind in ("_s", "_cpu_s")
+    }
+    assert calls <= set(rows[0]) and "time/step_s" not in rows[0]  # the first step has no step before it
+    assert calls | {"time/step_s", "time/server_cpu_s"} <= set(rows[1])
+    assert rows[1]["time/step_s"] >= rows[1]["time/sample_s"] + rows[1]["time/forward_backward_s"] > 0

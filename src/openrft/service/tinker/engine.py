@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -105,8 +108,9 @@ class TrainingModel:
     steps: int = 0
     pending_grads: bool = False
     job_id: str | None = None  # its row in the job store (records.py)
-    pending: dict[str, float] = field(default_factory=dict)  # loss, datums, tokens since the last optim_step
+    pending: dict[str, float] = field(default_factory=dict)  # loss, datums, tokens, timings since the last step
     snapshots: list[str] = field(default_factory=list)  # its snapshot samplers, oldest first
+    last_step: tuple[float, float] | None = None  # (wall clock, server process CPU) when its last step ended
 
 
 @dataclass
@@ -118,7 +122,7 @@ class Sampler:
     weights: dict[str, torch.Tensor] | None
     model_path: str | None
     lora: LoraSettings | None = None
-    generator: TransformersGenerator | None = field(default=None, repr=False)
+    model: TrainingModel | None = None  # the training model it is a snapshot of (its samples count in its steps)
 
 
 class Engine:
@@ -171,7 +175,11 @@ class Engine:
                         f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})"
                     )
         model.base.activate(model.model_id)
-        with self.threads.phase("learn", measured=backward) as measure, torch.set_grad_enabled(backward):
+        with (
+            timed(model.pending, "forward_backward" if backward else "forward"),
+            self.threads.phase("learn", measured=backward) as measure,
+            torch.set_grad_enabled(backward),
+        ):
             measure.work = sum(len(d.tokens) for d in data)
             logps = shared_prefix_logprobs(
                 model.base.model, [d.tokens for d in data], [d.inputs["target_tokens"] for d in data], model.base.pad
@@ -187,6 +195,10 @@ class Engine:
         return {"logprobs": [lp.detach() for lp in logps]}, {"loss:sum": float(total.detach())}
 
     def optim_step(self, model: TrainingModel, params) -> dict[str, float]:
+        with timed(model.pending, "optim_step"):
+            return self._optim_step(model, params)
+
+    def _optim_step(self, model: TrainingModel, params) -> dict[str, float]:
         for group in model.optimizer.param_groups:
             group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps)
             group["weight_decay"] = params.weight_decay
@@ -202,8 +214,16 @@ class Engine:
         return metrics
 
     def take_pending(self, model: TrainingModel) -> dict[str, float]:
-        """What the model's forward_backward calls added up to since the last step (for its metrics row)."""
+        """What the model's forward_backward calls added up to since the last step, and where the server's time went
+        (for its metrics row): ``time/NAME_s`` and ``time/NAME_cpu_s``, the wall and worker-thread CPU seconds of its
+        publish, sample, forward_backward and optim_step calls; ``time/step_s`` and ``time/server_cpu_s``, the wall
+        time and the whole server process's CPU seconds (HTTP handling included) since its last step."""
         pending, model.pending = model.pending, {}
+        now = (time.perf_counter(), time.process_time())
+        if model.last_step is not None:
+            pending["time/step_s"] = now[0] - model.last_step[0]
+            pending["time/server_cpu_s"] = now[1] - model.last_step[1]
+        model.last_step = now
         return pending
 
     # sampling ------------------------------------------------------------------------------
@@ -226,9 +246,10 @@ class Engine:
         """A sampler of the model's current weights (``save_weights_and_get_sampling_client``). These are
         ephemeral, as in Tinker: a model keeps its newest ``KEEP_SNAPSHOTS``, older ones read as not found,
         so a long RL loop does not hold every step's weights."""
-        sampler = self.sampler_for(
-            sampler_id, model.owner, model.base, model.base.state(model.model_id), None, model.lora
-        )
+        with timed(model.pending, "publish"):
+            weights = model.base.state(model.model_id)
+            sampler = self.sampler_for(sampler_id, model.owner, model.base, weights, None, model.lora)
+        sampler.model = model
         model.snapshots.append(sampler_id)
         while len(model.snapshots) > KEEP_SNAPSHOTS:
             self.samplers.pop(model.snapshots.pop(0), None)
@@ -272,12 +293,16 @@ class Engine:
         (``more()``) join it between decode steps (rollout/continuous.py), so a loop's requests, which reach
         the server one by one, neither wait for a batch to end nor run alone. A model with sliding-window
         layers runs each batch whole instead."""
+        clock = timed(sampler.model.pending, "sample") if sampler.model is not None else nullcontext()
+        with clock, self.threads.phase("generate") as measure:
+            self._ready(sampler)
+            self._sample(sampler, num_samples, params, prompt_logprobs, first, more, measure)
+
+    def _sample(self, sampler: Sampler, num_samples: int, params, prompt_logprobs: bool, first, more, measure) -> None:
         base = sampler.base
         max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
         stop_ids, stop_strings = self._stops(base, params.stop)
-        self._ready(sampler)
-        phase = self.threads.phase("generate")
-        with phase as measure, _adapter_disabled(base, sampler.adapter is None), torch.no_grad():
+        with _adapter_disabled(base, sampler.adapter is None), torch.no_grad():
             model = base.model
             generator = TransformersGenerator(model, base.tokenizer, stop_ids, base.pad)
             generator.rng = self.rng
@@ -330,6 +355,21 @@ class Engine:
                 else:
                     strings.append(s)
         return ids, strings
+
+
+@contextmanager
+def timed(into: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the block's wall seconds to ``into["time/NAME_s"]`` and this thread's CPU seconds to
+    ``into["time/NAME_cpu_s"]`` (the worker thread's: torch runs its ops there at one thread)."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    try:
+        yield
+    finally:
+        for key, value in (
+            (f"time/{name}_s", time.perf_counter() - wall),
+            (f"time/{name}_cpu_s", time.thread_time() - cpu),
+        ):
+            into[key] = into.get(key, 0.0) + value
 
 
 class _Gather:
