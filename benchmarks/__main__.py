@@ -620,9 +620,40 @@ def tools_suite(args: argparse.Namespace) -> None:
     write_results("tools", "Tool episodes with uneven tool latency: independent vs lock-step", body, r, args.out)
 
 
+def tinker_baseline(args: argparse.Namespace) -> None:
+    from benchmarks.tinker_loop import against_baseline
+
+    steps = 4 if args.quick else args.tinker_steps
+    _log(f"the Tinker example against this checkout's server and {args.tinker_baseline}'s, {steps} steps each")
+    load = {"before": load_average()}
+    r = against_baseline(steps, args.tinker_rounds, args.tinker_baseline, _log)
+    load["after"] = load_average()
+    columns = [
+        ("round", "round:"),
+        ("checkout", "server and example"),
+        ("median_step_s", "median s/step:"),
+        ("mean_step_s", "mean s/step:"),
+        ("median_step_cpu_s", "CPU s/step (median):"),
+        ("load_mean", "load during (mean):"),
+    ]
+    rows = [{**x, "load_mean": x["load"]["during"]["mean"]} for x in r["runs"]]
+    body = [
+        f"`examples/tinker_rl/train.py --steps {steps}` against `openrft serve --workers 0`, each from the checkout "
+        f"named (the baseline: `{args.tinker_baseline}`), alternating which goes first; validation only before the "
+        "first step and after the last. CPU s/step: the client and server processes together, median over steps.",
+        "",
+        *markdown_table(columns, rows),
+    ]
+    title = "The Tinker example before and after: this checkout's server against a baseline's"
+    write_results("tinker_baseline", title, body, {**r, "load": load}, args.out)
+
+
 def tinker_suite(args: argparse.Namespace) -> None:
     from benchmarks.tinker_loop import side_by_side
 
+    if args.tinker_baseline is not None:
+        tinker_baseline(args)
+        return
     steps = 4 if args.quick else args.tinker_steps
     eval_every = 2 if args.quick else 10
     _log(f"make demo's job and the Tinker example's loop, {steps} steps each, {args.tinker_rounds} round(s)")
@@ -802,6 +833,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sharding-timeout", type=float, default=900, help="sharding: seconds per configuration")
     parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
     parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")
+    parser.add_argument(
+        "--tinker-baseline",
+        type=Path,
+        default=None,
+        help="tinker: instead of the demo, the example against another checkout's server (before / after a change)",
+    )
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
     parser.add_argument("--real-steps", type=int, default=4, help="real-shape: steps per run (the first warms up)")
     parser.add_argument("--real-layers", type=int, default=24, help="real-shape: decoder layers (default 24)")

@@ -35,8 +35,8 @@ RECIPE = ROOT / "examples" / "arithmetic" / "recipe.yaml"
 EXAMPLE = ROOT / "examples" / "tinker_rl" / "train.py"
 
 
-def _env() -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+def _env(tree: Path = ROOT) -> dict[str, str]:
+    path = os.pathsep.join([str(tree / "src"), str(tree), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TINKER_TELEMETRY": "0"}
 
 
@@ -176,11 +176,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_example(steps: int, workdir: Path, eval_every: int) -> dict:
+def run_example(steps: int, workdir: Path, eval_every: int, tree: Path = ROOT) -> dict:
+    """The example and ``openrft serve`` of the checkout at ``tree`` (this one unless a baseline is measured)."""
     port, data = _free_port(), workdir / "serve"
-    env = {**_env(), "OPENRFT_HOME": str(data)}
+    env = {**_env(tree), "OPENRFT_HOME": str(data)}
     cmd = [sys.executable, "-m", "openrft", "serve", "--workers", "0", "--port", str(port), "--data-dir", str(data)]
-    server = subprocess.Popen([*cmd, "--log-level", "warning"], env=env, cwd=ROOT)
+    server = subprocess.Popen([*cmd, "--log-level", "warning"], env=env, cwd=tree)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -198,12 +199,13 @@ def run_example(steps: int, workdir: Path, eval_every: int) -> dict:
         started = time.perf_counter()
         args = ["--steps", str(steps), "--eval-every", str(eval_every), "--out", str(metrics)]
         client_env = {**env, "TINKER_BASE_URL": base, "TINKER_API_KEY": "tml-local"}
-        client = subprocess.Popen([sys.executable, str(EXAMPLE), *args], env=client_env, cwd=ROOT)
+        example = tree / EXAMPLE.relative_to(ROOT)
+        client = subprocess.Popen([sys.executable, str(example), *args], env=client_env, cwd=tree)
         processes = [psutil.Process(client.pid), psutil.Process(server.pid)]
         watch = StepCPU(metrics, processes, lambda r: "step_seconds" in r, lambda r: "val_reward" in r)
         with LoadSampler() as sampler, watch:
             if client.wait() != 0:
-                raise RuntimeError(f"{EXAMPLE.name} exited with {client.returncode}")
+                raise RuntimeError(f"{example} exited with {client.returncode}")
         wall = time.perf_counter() - started
         load.update(after=load_average(), during=sampler.summary())
         server_timings = _server_timings(base)
@@ -218,8 +220,11 @@ def run_example(steps: int, workdir: Path, eval_every: int) -> dict:
 
 
 def _server_timings(base: str) -> dict[str, float]:
-    """The medians over steps of the server's own timings (``time/*`` in the session's rows, on the dashboard)."""
+    """The medians over steps of the server's own timings (``time/*`` in the session's rows, on the dashboard;
+    none from a server that predates them)."""
     jobs = httpx.get(base + "/v1/dashboard/jobs", timeout=30).json()["data"]
+    if not jobs:
+        return {}
     page = httpx.get(f"{base}/v1/dashboard/jobs/{jobs[0]['id']}", timeout=30).json()
     lines = {line["name"]: line["values"] for chart in page["charts"] for line in chart["lines"]}
     # the first step's samples hold step 0's validation too (the same sampler): left out with it
@@ -256,3 +261,19 @@ def side_by_side(steps: int, rounds: int, eval_every: int, log: Callable[[str], 
         "ratio_cpu": statistics.median(r["ratio_cpu"] for r in examples if "ratio_cpu" in r),
         "example_final_val": [r["final_val_reward"] for r in examples],
     }
+
+
+def against_baseline(steps: int, rounds: int, baseline: Path, log: Callable[[str], None]) -> dict:
+    """The example with this checkout's server and with ``baseline``'s (another checkout, e.g. ``git worktree add
+    /tmp/base main``), alternating which goes first: time and CPU seconds per step before and after a change."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="openrft-bench-tinker-") as tmp:
+        for round_ in range(rounds):
+            order = (("baseline", baseline), ("this", ROOT))
+            for name, tree in order if round_ % 2 == 0 else order[::-1]:
+                log(f"  round {round_ + 1}: the example against {name} ({tree}), {steps} steps")
+                r = run_example(steps, Path(tmp) / f"{name}{round_}", steps, tree)
+                r.update(round=round_ + 1, system=f"{name} ({tree})", checkout=name)
+                log(f"    median {r['median_step_s']:.3f} s/step, {r['median_step_cpu_s']} CPU s/step")
+                runs.append(r)
+    return {"steps": steps, "rounds": rounds, "baseline": str(baseline), "runs": runs}
