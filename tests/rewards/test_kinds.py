@@ -12,7 +12,7 @@ import pytest
 
 import openrft.spec.rewards as configs
 from openrft.errors import RewardError
-from openrft.rewards.registry import kind_of, needs_of
+from openrft.rewards.types import kind_of, needs_of
 from openrft.spec.rewards import NovaLambdaReward, RewardConfig, VertexReward
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "openrft"
@@ -63,7 +63,7 @@ def _isinstance_of_configs(path: Path) -> list[str]:
 
 
 def test_no_isinstance_on_reward_configs_outside_their_kind():
-    allowed = {SOURCE / "spec" / "rewards.py", SOURCE / "rewards" / "registry.py"}
+    allowed = {SOURCE / "spec" / "rewards.py", SOURCE / "rewards" / "types.py"}
     allowed |= set((SOURCE / "rewards" / "kinds").glob("*.py"))
     offenders = [hit for path in SOURCE.rglob("*.py") if path not in allowed for hit in _isinstance_of_configs(path)]
     assert offenders == []
