@@ -1,5 +1,4 @@
-"""Standalone workers against one store: racing claims, and a worker killed with SIGKILL mid-job; the
-server's embedded worker killed the same way."""
+"""Standalone workers against one store: racing claims, and a worker killed with SIGKILL mid-job."""
 
 from __future__ import annotations
 
@@ -90,24 +89,3 @@ def test_a_killed_worker_s_job_is_requeued_and_resumes_from_its_checkpoint(api, 
     assert sorted(steps) == list(range(17))
     lines = (service.data_dir / "runs" / job_id / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(17))
-
-
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_a_killed_server_s_job_process_and_fork_server_exit(service, tmp_path):
-    """``openrft serve`` forks its jobs from a fork server (service/launchers.py): with the server gone
-    (SIGKILL, nothing handed back), the fork server and the job process it forked must not outlive it."""
-    server = service.serve(workers=1)
-    with httpx.Client(base_url=service.base_url, timeout=30) as client:
-        train = upload(client, small_dataset(tmp_path / "train.jsonl", TRAIN, 16))
-        validation = upload(client, small_dataset(tmp_path / "validation.jsonl", VALIDATION, 4))
-        job = client.post("/v1/nova/jobs", json=tiny_recipe(train, validation, steps=500, save_steps=100)).json()
-        deadline = time.monotonic() + 120
-        while client.get(f"/v1/fine_tuning/jobs/{job['id']}").json()["step"] < 1:
-            assert time.monotonic() < deadline, "the job never reached step 1"
-            time.sleep(0.05)
-    started = psutil.Process(server.proc.pid).children(recursive=True)
-    forked = [p for p in started if "multiprocessing.forkserver" in " ".join(p.cmdline())]
-    assert len(forked) == 2, started  # the fork server, and the job process it forked (same command line)
-    server.kill()  # SIGKILL: no chance to stop its jobs
-    _gone, alive = psutil.wait_procs(started, timeout=60)
-    assert not alive, f"outlived the server: {[' '.join(p.cmdline())[:100] for p in alive]}"

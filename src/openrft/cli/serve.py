@@ -61,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
 
     from openrft.service.app import create_app
     from openrft.service.config import LOOPBACK_HOSTS
-    from openrft.service.launchers import ForkServerLauncher
     from openrft.service.worker import Worker, start_in_thread
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -89,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     threading.Thread(target=importlib.import_module, args=("openrft.engine.setup",), daemon=True).start()
     worker_thread = stop = None
     if args.workers > 0:
-        launcher = ForkServerLauncher(config)  # jobs start without importing torch again (launchers.py)
-        worker_thread, stop = start_in_thread(Worker(store, config, concurrency=args.workers, launcher=launcher))
+        worker_thread, stop = start_in_thread(Worker(store, config, concurrency=args.workers))
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
     try:
         server.run()
