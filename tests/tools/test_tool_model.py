@@ -1,7 +1,6 @@
 """The calculator example's model and data, and the script that builds them."""
 
 import hashlib
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.tool_calls import parse_tool_calls
+from tests.processes import run_at_once
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_tool_model.py"
@@ -20,9 +20,8 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build(out: Path, steps: int) -> None:
-    cmd = [sys.executable, str(SCRIPT), "--steps", str(steps), "--out", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+def build_command(out: Path, steps: int) -> list[str]:
+    return [sys.executable, str(SCRIPT), "--steps", str(steps), "--out", str(out)]
 
 
 def test_the_calculator_model_is_small_and_its_template_renders_the_tools():
@@ -44,8 +43,8 @@ def test_the_calculator_model_is_small_and_its_template_renders_the_tools():
 
 @pytest.mark.slow
 def test_rebuilding_is_byte_identical_and_writes_the_committed_data(tmp_path):
-    build(tmp_path / "a", steps=3)
-    build(tmp_path / "b", steps=3)
+    # the two builds run at once (each on one thread), so a rebuild that depended on timing would differ too
+    run_at_once([build_command(tmp_path / "a", steps=3), build_command(tmp_path / "b", steps=3)], timeout=600)
     a, b = tmp_path / "a", tmp_path / "b"
     assert digest(a / "model" / "model.safetensors") == digest(b / "model" / "model.safetensors")
     for name in ("train.jsonl", "validation.jsonl"):
