@@ -124,13 +124,13 @@ def one_rank_group():
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("ranks, mode", [*((2, mode) for mode in RUNS), *((4, mode) for mode in FOUR_RANK_RUNS)])
 @pytest.fixture(scope="module")
 def one_learner_steps() -> dict:
     """One learner's step per mode, taken once (the same at two and four ranks)."""
     return {}
 
 
+@pytest.mark.parametrize("ranks, mode", [*((2, mode) for mode in RUNS), *((4, mode) for mode in FOUR_RANK_RUNS)])
 def test_sharded_ranks_make_one_learners_update(request, one_learner_steps, tmp_path, ranks, mode):
     runs = request.getfixturevalue("two_ranks") if ranks == 2 else request.getfixturevalue("four_ranks")[0]
     spec = sharded_spec(tmp_path, mode)
