@@ -444,7 +444,9 @@ def sharding_suite(args: argparse.Namespace) -> None:
     _log("sharded learner: one JSON line per configuration (learners, mode)")
     load = {"before": load_average()}
     layers = 2 if args.quick else (args.sharding_layers or LAYERS)
-    rows = sharding_rows(args.sharding_steps, args.sharding_timeout, _log, layers)
+    rows = sharding_rows(
+        args.sharding_steps, args.sharding_timeout, _log, layers, args.sharding_modes, args.sharding_learners
+    )
     load["after"] = load_average()
     columns = [
         ("mode", "mode:"),
@@ -459,6 +461,9 @@ def sharding_suite(args: argparse.Namespace) -> None:
         ("baseline_mib", "libraries MiB:"),
         ("step_s", "step s:"),
         ("step_per_sample_vs_one_learner", "vs one learner:"),
+        ("step_cpu_s", "CPU s, all learners:"),
+        ("cpu_per_sample_vs_one_learner", "vs one learner:"),
+        ("load_before", "load:"),
     ]
     body = [
         f"Qwen2.5-0.5B's shape (hidden {HIDDEN}, 14 heads / 2 KV heads, MLP {INTERMEDIATE}, vocabulary 151,936, tied "
@@ -469,7 +474,8 @@ def sharding_suite(args: argparse.Namespace) -> None:
         "ranks (FSDP2, gloo) under `torch.distributed.run`, the larger rank's figures. Each configuration in fresh "
         f"processes, 1 torch thread each, {args.sharding_steps} timed step(s) after a warm-up. Parameters + AdamW "
         "state: the tensors a learner holds between steps (its shards). Peak: the step's resident high-water mark "
-        "of the whole process, libraries included.",
+        "of the whole process, libraries included. CPU s: the step's CPU seconds, all the learners' together "
+        "(the work, whatever else the machine ran); load: the 1-minute load average as the configuration started.",
         "",
         *markdown_table(columns, rows),
     ]
@@ -775,6 +781,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sharding-steps", type=int, default=3, help="sharding: timed steps per configuration")
     parser.add_argument("--sharding-layers", type=int, default=None, help="sharding: decoder layers (default 24)")
     parser.add_argument("--sharding-timeout", type=float, default=900, help="sharding: seconds per configuration")
+    parser.add_argument(
+        "--sharding-modes", nargs="+", choices=("full", "lora"), default=["full", "lora"], help="sharding: the modes"
+    )
+    parser.add_argument(
+        "--sharding-learners",
+        type=lambda text: [int(x) for x in text.split(",") if x],
+        default=[1, 2, 4],
+        metavar="1,N,...",
+        help="sharding: learner counts (1 first: the others' ratios are to it)",
+    )
     parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
     parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
