@@ -43,11 +43,20 @@ def padded(tokenizer, seqs: list[tuple[list[int], list[int]]]) -> Batch:
 
 
 def pretrain(
-    model, steps: int, next_batch: Callable[[], Batch], report: Callable[[int, float], None] | None = None
+    model,
+    steps: int,
+    next_batch: Callable[[], Batch],
+    report: Callable[[int, float], None] | None = None,
+    decay: bool = False,
 ) -> None:
-    """AdamW at 2e-3 with 100 warm-up steps, gradients clipped at 1; ``report(step, loss)`` every 100 steps."""
+    """AdamW at 2e-3 with 100 warm-up steps, then constant (or, with ``decay``, down linearly to 0 at the last
+    step), gradients clipped at 1; ``report(step, loss)`` every 100 steps."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))
+
+    def rate(s: int) -> float:
+        return min(1.0, (s + 1) / 100, (steps - s) / max(1, steps - 100) if decay else 1.0)
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     model.train()
     for step in range(1, steps + 1):
         ids, labels, mask = next_batch()
