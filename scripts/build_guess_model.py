@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_demo_model import build_model, build_tokenizer, save, write_jsonl
 from openrft.rollout.prompts import render_prompt
-from tool_sft import Batch, EpisodeTokens, padded, pretrain
+from tool_sft import Batch, EpisodeTokens, chat_template, padded, pretrain
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DIR = ROOT / "examples" / "guessing"
@@ -35,18 +35,7 @@ SEED = 2468
 TURNS = 4  # guesses per game: the game's own limit (examples/guessing/game.py)
 MIDDLE = 0.25  # how often the pre-training player halves the range; otherwise it guesses the range's lowest
 DEFAULT_STEPS = 800
-PYTHONIC_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\nTools: ' }}"
-    "{%- for tool in tools %}"
-    "{{- tool.function.name + '(' + (tool.function.parameters.properties | list | join(',')) + ')' }}"
-    "{%- if not loop.last %}{{- ', ' }}{%- endif %}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' + (message.content or '') }}"
+PYTHONIC_TEMPLATE = chat_template(
     "{%- if message.tool_calls %}"
     "{{- '[' }}"
     "{%- for call in message.tool_calls %}"
@@ -58,12 +47,6 @@ PYTHONIC_TEMPLATE = (
     "{%- endfor %}"
     "{{- ']' }}"
     "{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 GUESS = {
     "type": "function",

@@ -24,37 +24,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_demo_model import build_model, build_tokenizer, save, write_jsonl
 from openrft.rollout.prompts import render_prompt
-from tool_sft import Batch, EpisodeTokens, padded
+from tool_sft import Batch, EpisodeTokens, chat_template, padded
 from tool_sft import pretrain as sft_pretrain
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DIR = ROOT / "examples" / "calculator"
 SEED = 4321
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-TOOL_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\nTools: ' }}"
-    "{%- for tool in tools %}"
-    "{{- tool.function.name + '(' + (tool.function.parameters.properties | list | join(',')) + ')' }}"
-    "{%- if not loop.last %}{{- ', ' }}{%- endif %}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' + (message.content or '') }}"
+TOOL_TEMPLATE = chat_template(
     "{%- for call in message.tool_calls or [] %}"
     "{{- '<tool_call>' + ({'name': call.function.name, 'arguments': call.function.arguments} | tojson)"
     " + '</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}"
-    "{{- '<|im_start|>user\\n<tool_response>' + message.content + '</tool_response><|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    "{%- endfor %}",
+    "{{- '<|im_start|>user\\n<tool_response>' + message.content + '</tool_response><|im_end|>\\n' }}",
 )
 CALCULATOR = {
     "type": "function",

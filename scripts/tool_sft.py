@@ -10,6 +10,35 @@ import torch
 from openrft.tools.continuation import continuation_ids
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+TOOLS_LINE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\nTools: ' }}"
+    "{%- for tool in tools %}"
+    "{{- tool.function.name + '(' + (tool.function.parameters.properties | list | join(',')) + ')' }}"
+    "{%- if not loop.last %}{{- ', ' }}{%- endif %}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+)
+
+
+def chat_template(calls: str, tool_message: str | None = None) -> str:
+    """The demo model's ChatML with a system line listing the rows' tools (``name(arguments)``): ``calls`` writes
+    an assistant message's ``tool_calls``, ``tool_message`` a tool message (None: as any other role)."""
+    tool_branch = "" if tool_message is None else "{%- elif message.role == 'tool' %}" + tool_message
+    return (
+        TOOLS_LINE + "{%- for message in messages %}"
+        "{%- if message.role == 'assistant' %}"
+        "{{- '<|im_start|>assistant\\n' + (message.content or '') }}"
+        + calls
+        + "{{- '<|im_end|>\\n' }}"
+        + tool_branch
+        + "{%- else %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
 
 
 class EpisodeTokens:
