@@ -15,7 +15,10 @@ the recipe's budget. Its calculator answers after 0-2 s (``benchmarks/tool_laten
   until its longest turn ends, each later turn prefilled from the whole context), as before the continuous batch.
 
 Reward: the share of episodes whose answer is the reference (``exact_match``), to show the schedules sample
-the same task equally well.
+the same task equally well. Each run also counts the model's forward passes and the token positions they
+computed, and for the continuous batch its decode steps, prefilled tokens and kept-KV hits. With ``rounds``
+the three run again, in the opposite order each round (a load that changes weighs on each alike), and the
+figures are pooled over the rounds.
 """
 
 from __future__ import annotations
