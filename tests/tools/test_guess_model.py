@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -21,14 +18,11 @@ from openrft.rollout.tool_calls import parse_tool_calls
 from openrft.spec.dialects import load_job
 from openrft.tools.continuation import continuation_ids
 from openrft.tools.runners import Step
+from tests.tools.builders import build_twice, digest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_guess_model.py"
 EXAMPLE = ROOT / "examples" / "guessing"
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def game(secret: int):
@@ -90,18 +84,10 @@ def test_the_guessing_model_is_small_and_its_template_writes_pythonic_calls():
     assert tokenizer.decode(tail) == "\n<|im_start|>tool\nhigher 9-15<|im_end|>\n<|im_start|>assistant\n"
 
 
-def build(out: Path) -> subprocess.Popen:
-    """The builder at 2 steps of 4 games, no games played at the end: what makes it byte-identical, cheaply."""
-    cmd = [sys.executable, str(SCRIPT), "--steps", "2", "--batch-size", "4", "--no-games", "--out", str(out)]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
 def test_rebuilding_is_byte_identical_and_writes_the_committed_data(tmp_path):
+    """The builder at 2 steps of 4 games, no games played at the end: what makes it byte-identical, cheaply."""
     a, b = tmp_path / "a", tmp_path / "b"
-    builds = [build(a), build(b)]  # two processes side by side
-    for process in builds:
-        _, err = process.communicate(timeout=300)
-        assert process.returncode == 0, err.decode()[-2000:]
+    build_twice(SCRIPT, ["--steps", "2", "--batch-size", "4", "--no-games"], a, b)
     for name in ("model.safetensors", "tokenizer.json", "chat_template.jinja", "config.json"):
         assert digest(a / "model" / name) == digest(b / "model" / name), name
     for name in ("train.jsonl", "validation.jsonl"):
