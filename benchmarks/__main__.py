@@ -581,41 +581,48 @@ def write_vllm_demo_results(rows: list[dict], engine: str, load: dict, out: Path
 def tools_suite(args: argparse.Namespace) -> None:
     import json
 
-    from benchmarks.tools import tool_throughput
+    from benchmarks.tools import SCHEDULES, tool_throughput
 
     prompts = 16 if args.quick else 64
-    _log(f"tool episodes: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency: independent vs lock-step")
-    r = tool_throughput(prompts=prompts)
-    print(
-        json.dumps(
-            {
-                k: r[k]
-                for k in (
-                    "episodes_per_s",
-                    "lockstep_episodes_per_s",
-                    "speedup",
-                    "reward",
-                    "lockstep_reward",
-                    "batches_episodes_per_s",
-                )
-            }
-        )
+    _log(
+        f"tool episodes: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency, {args.rounds} rounds, "
+        f"{torch.get_num_threads()} torch threads: independent vs lock-step"
     )
-    rows = [{"schedule": s, **r[s]} for s in ("lockstep", "independent", "independent_batches")]
+    r = tool_throughput(prompts=prompts, rounds=args.rounds, log=_log)
+    headline = ("episodes_per_s", "lockstep_episodes_per_s", "speedup", "reward", "lockstep_reward")
+    print(json.dumps({k: r[k] for k in (*headline, "batches_episodes_per_s", "threads", "load")}))
+    rows = [
+        {"schedule": name, "round": i + 1, **run}
+        for i in range(args.rounds)
+        for name in SCHEDULES
+        for run in [r[name]["rounds"][i]]
+    ]
+    pooled = [{k: v for k, v in r[name].items() if k != "rounds"} for name in SCHEDULES]
+    rows += [{"schedule": name, "round": "all", **p} for name, p in zip(SCHEDULES, pooled)]
     body = [
         f"{prompts} validation rows of examples/calculator x 4 episodes, 32 episodes in flight, the calculator "
-        "answering after 0-2 s (fixed per expression), the example's model at temperature 1. independent: the "
-        "continuous decode batch with KV caches kept across turns; independent_batches: the same schedule with "
-        "whole generate batches (for comparison).",
+        "answering after 0-2 s (fixed per expression), the example's model at temperature 1, "
+        f"{r['threads']} torch thread(s), {args.rounds} round(s) (the order of the schedules turned round each "
+        "round). independent: the continuous decode batch with KV caches kept across turns; independent_batches: "
+        "the same schedule with whole generate batches (for comparison). Forward passes and the positions they "
+        "computed (padding included) counted on the model; the KV columns: later turns that continued their "
+        "episode's kept cache (hits), that had none (misses: first turns), and the tokens read from it.",
         "",
         *markdown_table(
             [
                 ("schedule", "schedule"),
+                ("round", "round"),
                 ("seconds", "seconds:"),
                 ("episodes", "episodes:"),
                 ("episodes_per_s", "episodes/s:"),
                 ("reward", "reward:"),
                 ("calls", "tool calls:"),
+                ("forward_passes", "forward passes:"),
+                ("positions_computed", "positions computed:"),
+                ("kv_hits", "KV hits:"),
+                ("kv_misses", "KV misses:"),
+                ("kv_reused_tokens", "tokens from kept KV:"),
+                ("prefilled_tokens", "tokens prefilled:"),
             ],
             rows,
         ),
