@@ -633,9 +633,40 @@ def tools_suite(args: argparse.Namespace) -> None:
     write_results("tools", "Tool episodes with uneven tool latency: independent vs lock-step", body, r, args.out)
 
 
+def tinker_baseline(args: argparse.Namespace) -> None:
+    from benchmarks.tinker_loop import against_baseline
+
+    steps = 4 if args.quick else args.tinker_steps
+    _log(f"the Tinker example against this checkout's server and {args.tinker_baseline}'s, {steps} steps each")
+    load = {"before": load_average()}
+    r = against_baseline(steps, args.tinker_rounds, args.tinker_baseline, _log)
+    load["after"] = load_average()
+    columns = [
+        ("round", "round:"),
+        ("checkout", "server and example"),
+        ("median_step_s", "median s/step:"),
+        ("mean_step_s", "mean s/step:"),
+        ("median_step_cpu_s", "CPU s/step (median):"),
+        ("load_mean", "load during (mean):"),
+    ]
+    rows = [{**x, "load_mean": x["load"]["during"]["mean"]} for x in r["runs"]]
+    body = [
+        f"`examples/tinker_rl/train.py --steps {steps}` against `openrft serve --workers 0`, each from the checkout "
+        f"named (the baseline: `{args.tinker_baseline}`), alternating which goes first; validation only before the "
+        "first step and after the last. CPU s/step: the client and server processes together, median over steps.",
+        "",
+        *markdown_table(columns, rows),
+    ]
+    title = "The Tinker example before and after: this checkout's server against a baseline's"
+    write_results("tinker_baseline", title, body, {**r, "load": load}, args.out)
+
+
 def tinker_suite(args: argparse.Namespace) -> None:
     from benchmarks.tinker_loop import side_by_side
 
+    if args.tinker_baseline is not None:
+        tinker_baseline(args)
+        return
     steps = 4 if args.quick else args.tinker_steps
     eval_every = 2 if args.quick else 10
     _log(f"make demo's job and the Tinker example's loop, {steps} steps each, {args.tinker_rounds} round(s)")
@@ -650,31 +681,56 @@ def tinker_suite(args: argparse.Namespace) -> None:
         ("median_step_s", "median s/step:"),
         ("ratio_mean", "example / demo (mean):"),
         ("ratio_median", "(median):"),
+        ("median_step_cpu_s", "CPU s/step (median):"),
+        ("ratio_cpu", "example / demo (CPU):"),
         ("final_val_reward", "final validation reward:"),
         ("wall_s", "wall s:"),
-        ("load_before", "load before:"),
-        ("load_after", "load after:"),
+        ("load_mean", "load during (mean):"),
+        ("load_range", "(range)"),
     ]
-    rows = [{**x, "load_before": x["load"]["before"][0], "load_after": x["load"]["after"][0]} for x in r["runs"]]
+    rows = [
+        {**x, "load_mean": x["load"]["during"]["mean"], "load_range": "{min}-{max}".format(**x["load"]["during"])}
+        for x in r["runs"]
+    ]
     marks = sorted({s for x in r["runs"] for s in x["curve"]})
     curve = [{"step": s, **{f"{x['round']}-{i}": x["curve"].get(s) for i, x in enumerate(r["runs"])}} for s in marks]
     curve_columns = [("step", "step:")] + [
         (f"{x['round']}-{i}", f"round {x['round']}, {x['system'].split(' (')[0]}:") for i, x in enumerate(r["runs"])
     ]
+    server = [x for x in r["runs"] if x.get("server")]
+    names = sorted({k for x in server for k in x["server"]})
+    server_rows = [{"name": name, **{f"r{x['round']}": x["server"].get(name) for x in server}} for name in names]
+    server_columns = [("name", "server's own timing (median per step)")] + [
+        (f"r{x['round']}", f"round {x['round']}:") for x in server
+    ]
     body = [
         f"`make demo`'s job (`openrft train examples/arithmetic/recipe.yaml --steps {steps}`, its "
         "`perf/time_per_step`) and `examples/tinker_rl/train.py --steps "
         f"{steps}` (the official `tinker` SDK against `openrft serve --workers 0` on 127.0.0.1, its `step_seconds`), "
-        "one after the other in this one invocation; a second round reverses the order. Validation excluded from "
-        "both (200 problems, one sample each at temperature 1, every 10 steps). The machine is shared: the ratio "
-        "within a round is the figure to read.",
+        "one after the other in this one invocation; each round reverses the order of the one before. Validation "
+        "excluded from both (200 problems, one sample each at temperature 1, every 10 steps). The machine is shared: "
+        "the ratio within a round is the figure to read, and the 1-minute load average was sampled every 5 s "
+        "during each run.",
         "",
-        f"**Time per step, example / demo: {r['ratio_mean']:.2f}x (means), {r['ratio_median']:.2f}x (medians)**; "
+        f"**Time per step, example / demo, the median over rounds of each round's ratio: {r['ratio_mean']:.2f}x "
+        f"(of the means), {r['ratio_median']:.2f}x (of the medians); CPU seconds per step {r['ratio_cpu']:.2f}x** "
+        "(the example's client and server processes against the demo's process, medians over steps without "
+        "validation); "
         "the example's validation reward after the last step: "
         + ", ".join(f"{v:.3f}" for v in r["example_final_val"])
         + " (goal: at most 1.5x, 0.60 or more after 100 steps).",
         "",
         *markdown_table(columns, rows),
+        "",
+        "## Where the example's step goes, by the server's own timings",
+        "",
+        "`time/*` in the session's metrics rows (on the dashboard): `step_s` the wall time between two "
+        "`optim_step`s as the server sees it, `sample_s` / `forward_backward_s` / `optim_step_s` / `publish_s` its "
+        "worker's wall time on each kind of call (the `_cpu_s` lines that thread's CPU), `server_cpu_s` the whole "
+        "server process's CPU (HTTP handling included). What `step_s` holds beyond these calls is the client "
+        "(the SDK, rewards, building the datums) and the round trips.",
+        "",
+        *markdown_table(server_columns, server_rows),
         "",
         "## Validation reward",
         "",
@@ -800,6 +856,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
     parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")
+    parser.add_argument(
+        "--tinker-baseline",
+        type=Path,
+        default=None,
+        help="tinker: instead of the demo, the example against another checkout's server (before / after a change)",
+    )
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
     parser.add_argument("--real-steps", type=int, default=4, help="real-shape: steps per run (the first warms up)")
     parser.add_argument("--real-layers", type=int, default=24, help="real-shape: decoder layers (default 24)")

@@ -51,6 +51,13 @@ TINKER_CHARTS: tuple[Chart, ...] = (
     Chart("Tokens per step", "tokens"),
     Chart("Gradient norm", "grad_norm"),
     Chart("Learning rate", "optim/learning_rate"),
+    # where the server's time went between two optim_steps (service/tinker/engine.py take_pending)
+    Chart(
+        "Server time per step (s)",
+        "time/step_s",
+        also=("time/sample_s", "time/forward_backward_s", "time/optim_step_s", "time/publish_s"),
+    ),
+    Chart("Server CPU per step (s)", "time/server_cpu_s", also=("time/sample_cpu_s", "time/forward_backward_cpu_s")),
 )
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
 from openrft.algo.tinker_losses import LOSSES, LossInputError, check_inputs, resolve_config
+from openrft.engine.phase_threads import PhaseThreads
 from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
@@ -104,8 +108,9 @@ class TrainingModel:
     steps: int = 0
     pending_grads: bool = False
     job_id: str | None = None  # its row in the job store (records.py)
-    pending: dict[str, float] = field(default_factory=dict)  # loss, datums, tokens since the last optim_step
+    pending: dict[str, float] = field(default_factory=dict)  # loss, datums, tokens, timings since the last step
     snapshots: list[str] = field(default_factory=list)  # its snapshot samplers, oldest first
+    last_step: tuple[float, float] | None = None  # (wall clock, server process CPU) when its last step ended
 
 
 @dataclass
@@ -117,7 +122,7 @@ class Sampler:
     weights: dict[str, torch.Tensor] | None
     model_path: str | None
     lora: LoraSettings | None = None
-    generator: TransformersGenerator | None = field(default=None, repr=False)
+    model: TrainingModel | None = None  # the training model it is a snapshot of (its samples count in its steps)
 
 
 class Engine:
@@ -126,6 +131,7 @@ class Engine:
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
         self._lock = threading.Lock()
+        self.threads = PhaseThreads(1, enabled=False)  # set when the first model loads
         # the random stream of requests without a seed: one for the server, so calls draw different samples
         self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
 
@@ -133,7 +139,9 @@ class Engine:
         key = resolve_model_path(name)  # a registered name and its directory are one model
         with self._lock:
             if not self.bases:
-                configure_threads(None)  # as a job chooses them: the cores left idle (docs/performance.md)
+                # as a job chooses them: at most the cores left idle, then sampling and learning each measured
+                # on their first calls (engine/phase_threads.py, docs/performance.md)
+                self.threads = PhaseThreads(configure_threads(None))
             if key not in self.bases:
                 self.bases[key] = BaseModel(name)
             return self.bases[key]
@@ -167,7 +175,12 @@ class Engine:
                         f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})"
                     )
         model.base.activate(model.model_id)
-        with torch.set_grad_enabled(backward):
+        with (
+            timed(model.pending, "forward_backward" if backward else "forward"),
+            self.threads.phase("learn", measured=backward) as measure,
+            torch.set_grad_enabled(backward),
+        ):
+            measure.work = sum(len(d.tokens) for d in data)
             logps = shared_prefix_logprobs(
                 model.base.model, [d.tokens for d in data], [d.inputs["target_tokens"] for d in data], model.base.pad
             )
@@ -182,6 +195,10 @@ class Engine:
         return {"logprobs": [lp.detach() for lp in logps]}, {"loss:sum": float(total.detach())}
 
     def optim_step(self, model: TrainingModel, params) -> dict[str, float]:
+        with timed(model.pending, "optim_step"):
+            return self._optim_step(model, params)
+
+    def _optim_step(self, model: TrainingModel, params) -> dict[str, float]:
         for group in model.optimizer.param_groups:
             group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps)
             group["weight_decay"] = params.weight_decay
@@ -197,8 +214,16 @@ class Engine:
         return metrics
 
     def take_pending(self, model: TrainingModel) -> dict[str, float]:
-        """What the model's forward_backward calls added up to since the last step (for its metrics row)."""
+        """What the model's forward_backward calls added up to since the last step, and where the server's time went
+        (for its metrics row): ``time/NAME_s`` and ``time/NAME_cpu_s``, the wall and worker-thread CPU seconds of its
+        publish, sample, forward_backward and optim_step calls; ``time/step_s`` and ``time/server_cpu_s``, the wall
+        time and the whole server process's CPU seconds (HTTP handling included) since its last step."""
         pending, model.pending = model.pending, {}
+        now = (time.perf_counter(), time.process_time())
+        if model.last_step is not None:
+            pending["time/step_s"] = now[0] - model.last_step[0]
+            pending["time/server_cpu_s"] = now[1] - model.last_step[1]
+        model.last_step = now
         return pending
 
     # sampling ------------------------------------------------------------------------------
@@ -221,9 +246,10 @@ class Engine:
         """A sampler of the model's current weights (``save_weights_and_get_sampling_client``). These are
         ephemeral, as in Tinker: a model keeps its newest ``KEEP_SNAPSHOTS``, older ones read as not found,
         so a long RL loop does not hold every step's weights."""
-        sampler = self.sampler_for(
-            sampler_id, model.owner, model.base, model.base.state(model.model_id), None, model.lora
-        )
+        with timed(model.pending, "publish"):
+            weights = model.base.state(model.model_id)
+            sampler = self.sampler_for(sampler_id, model.owner, model.base, weights, None, model.lora)
+        sampler.model = model
         model.snapshots.append(sampler_id)
         while len(model.snapshots) > KEEP_SNAPSHOTS:
             self.samplers.pop(model.snapshots.pop(0), None)
@@ -260,13 +286,22 @@ class Engine:
         ):
             raise UserError(f"sampling_params.stop holds a token outside the vocabulary [0, {vocab})")
 
-    def sample(self, sampler: Sampler, prompts: list[list[int]], num_samples: int, params, prompt_logprobs: bool):
-        """Per prompt, its ``num_samples`` sequences and (if asked) its prompt log-probs: one generate call
-        for every prompt (they share the parameters)."""
+    def sample(self, sampler: Sampler, num_samples: int, params, prompt_logprobs: bool, first, more) -> None:
+        """Answers each queued prompt (``Queued.payload``, futures.py) with ``(sequences, prompt log-probs or
+        None)`` through its ``deliver``: ``num_samples`` sequences each. The prompts queued together start as
+        one batch (one prefill per prompt, shared by its samples) and those that arrive while it decodes
+        (``more()``) join it between decode steps (rollout/continuous.py), so a loop's requests, which reach
+        the server one by one, neither wait for a batch to end nor run alone. A model with sliding-window
+        layers runs each batch whole instead."""
+        clock = timed(sampler.model.pending, "sample") if sampler.model is not None else nullcontext()
+        with clock, self.threads.phase("generate") as measure:
+            self._ready(sampler)
+            self._sample(sampler, num_samples, params, prompt_logprobs, first, more, measure)
+
+    def _sample(self, sampler: Sampler, num_samples: int, params, prompt_logprobs: bool, first, more, measure) -> None:
         base = sampler.base
         max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
         stop_ids, stop_strings = self._stops(base, params.stop)
-        self._ready(sampler)
         with _adapter_disabled(base, sampler.adapter is None), torch.no_grad():
             model = base.model
             generator = TransformersGenerator(model, base.tokenizer, stop_ids, base.pad)
@@ -278,16 +313,31 @@ class Engine:
                 top_p=params.top_p,
                 max_new_tokens=max_tokens,
             )
-            groups = generator.generate(prompts, sampling, seed=params.seed)
-            prompt_lps: list[list[float] | None] = [None] * len(prompts)
-            if prompt_logprobs:
-                for i, prompt in enumerate(prompts):
+
+            def answer(prompt: list[int], completions, deliver) -> None:
+                lp = None
+                if prompt_logprobs:
                     lp = whole_logprobs(model, [prompt], [torch.tensor([*prompt[1:], 0])], base.pad)[0]
-                    prompt_lps[i] = [float("nan"), *lp[:-1].tolist()]
-        return [
-            ([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in group], lp)
-            for group, lp in zip(groups, prompt_lps)
-        ]
+                    lp = [float("nan"), *lp[:-1].tolist()]
+                measure.work += len(prompt) + sum(len(c.token_ids) for c in completions)
+                deliver(([_cut_at_stop_strings(c, stop_strings, base.tokenizer) for c in completions], lp))
+
+            if not generator.continuous:
+                groups = generator.generate([q.payload for q in first], sampling, seed=params.seed)
+                for q, group in zip(first, groups):
+                    answer(q.payload, group, q.deliver)
+                return
+            with generator.decoding(sampling, seed=params.seed) as session:
+
+                def admit(queued) -> None:
+                    for q in queued:
+                        done = _Gather(num_samples, lambda completions, q=q: answer(q.payload, completions, q.deliver))
+                        session.submit(q.payload, [max_tokens] * num_samples, done.callbacks)
+
+                admit(first)
+                while session.busy:
+                    session.step()
+                    admit(more())
 
     @staticmethod
     def _stops(base: BaseModel, stop) -> tuple[list[int], list[str]]:
@@ -305,6 +355,39 @@ class Engine:
                 else:
                     strings.append(s)
         return ids, strings
+
+
+@contextmanager
+def timed(into: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the block's wall seconds to ``into["time/NAME_s"]`` and this thread's CPU seconds to
+    ``into["time/NAME_cpu_s"]`` (the worker thread's: torch runs its ops there at one thread)."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    try:
+        yield
+    finally:
+        for key, value in (
+            (f"time/{name}_s", time.perf_counter() - wall),
+            (f"time/{name}_cpu_s", time.thread_time() - cpu),
+        ):
+            into[key] = into.get(key, 0.0) + value
+
+
+class _Gather:
+    """One callback per sample of a request; ``then(completions)`` once all of them have ended, in order."""
+
+    def __init__(self, n: int, then):
+        self.slots: list = [None] * n
+        self.left, self.then = n, then
+        self.callbacks = [self._at(i) for i in range(n)]
+
+    def _at(self, i: int):
+        def done(completion) -> None:
+            self.slots[i] = completion
+            self.left -= 1
+            if self.left == 0:
+                self.then(self.slots)
+
+        return done
 
 
 class _adapter_disabled:

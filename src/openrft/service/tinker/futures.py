@@ -1,5 +1,6 @@
 """The API's futures: every call that computes returns ``{"request_id"}`` at once and runs on one worker
-thread, in arrival order; ``retrieve_future`` waits a while for it and answers ``try_again`` until done."""
+thread, in arrival order; ``retrieve_future`` waits a while for it and answers ``try_again`` until done.
+Concurrent samples from one sampler run as one batch, which the ones still arriving join as it runs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,22 @@ class Failure:
 
     message: str
     category: str  # "user" | "server"
+
+
+@dataclass
+class Queued:
+    """A batched request as its batch sees it: its payload, and the call that answers it."""
+
+    payload: Any
+    deliver: Callable[[Any], None]
+
+
+def _deliver_once(future: Future) -> Callable[[Any], None]:
+    def deliver(result: Any) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    return deliver
 
 
 @dataclass
@@ -63,11 +80,14 @@ class Futures:
         owner: str,
         key: tuple,
         payload: Any,
-        run_batch: Callable[[list[Any]], list[Any]],
+        run_batch: Callable[[list[Queued], Callable[[], list[Queued]]], None],
         user_errors: tuple[type[BaseException], ...],
     ) -> str:
-        """A request that runs together with the others of the same ``key`` still queued when its turn
-        comes (concurrent samples from one sampler: one generate call for all of them)."""
+        """A request that runs together with the others of the same ``key`` (concurrent samples from one
+        sampler with the same parameters): those queued when its turn comes start together, and
+        ``run_batch(first, more)`` may take the ones that arrive while it runs with ``more()`` (the sampler
+        admits them into its running decode batch). It calls each one's ``deliver`` once; a request it took
+        and did not deliver fails, and a request it did not take runs in the key's next batch."""
         request_id = "req_" + uuid.uuid4().hex
         future: Future = Future()
         self._items[request_id] = Pending(owner, future)
@@ -75,6 +95,12 @@ class Futures:
             self._queues.setdefault(key, []).append((payload, future))
         self.executor.submit(self._drain, key, run_batch, user_errors)
         return request_id
+
+    def _take(self, key: tuple, taken: list[Future]) -> list[Queued]:
+        with self._lock:
+            batch = self._queues.pop(key, [])
+        taken += [future for _, future in batch]
+        return [Queued(payload, _deliver_once(future)) for payload, future in batch]
 
     def _drain(self, key: tuple, run_batch, user_errors) -> None:
         # the SDK sends a loop's samples one HTTP request each: wait while more keep coming, so the first
@@ -88,18 +114,20 @@ class Futures:
             queued = now
             time.sleep(LINGER_S)
             waited += LINGER_S
-        with self._lock:
-            batch = self._queues.pop(key, [])
-        if not batch:
+        taken: list[Future] = []
+        first = self._take(key, taken)
+        if not first:
             return  # an earlier drain of this key took them
+        failure = Failure("the batch ended without answering this request", "server")
         try:
-            results = run_batch([payload for payload, _ in batch])
+            run_batch(first, lambda: self._take(key, taken))
         except user_errors as exc:
-            results = [Failure(str(exc), "user")] * len(batch)
+            failure = Failure(str(exc), "user")
         except Exception as exc:
-            results = [Failure(f"{type(exc).__name__}: {exc}", "server")] * len(batch)
-        for (_, future), result in zip(batch, results):
-            future.set_result(result)
+            failure = Failure(f"{type(exc).__name__}: {exc}", "server")
+        for future in taken:
+            if not future.done():
+                future.set_result(failure)
 
     def get(self, request_id: str, owner: str) -> Pending | None:
         item = self._items.get(request_id)

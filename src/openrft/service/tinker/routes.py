@@ -18,15 +18,17 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 from tinker import types
 
 from openrft.algo.tinker_losses import LossInputError
 from openrft.errors import ModelNotFoundError, OpenRFTError
 from openrft.models import REGISTERED_MODELS
+from openrft.service.auth import RecentOwners
 from openrft.service.errors import ApiError
 from openrft.service.tinker.checkpoints import CheckpointError, CheckpointStore, Location, check_name, parse
 from openrft.service.tinker.engine import Engine, LoraSettings, UserError
-from openrft.service.tinker.futures import Failure, Futures
+from openrft.service.tinker.futures import Failure, Futures, Queued
 from openrft.service.tinker.records import SessionRecords
 from openrft.service.tinker.wire import WireError, forward_backward_output, read_forward_backward, sample_response
 
@@ -37,7 +39,8 @@ SDK_KEY_PREFIX = "tml-"
 
 
 class TinkerState:
-    def __init__(self, data_dir, store) -> None:
+    def __init__(self, data_dir, store, auth) -> None:
+        self.owners = RecentOwners(auth)
         self.engine = Engine()
         self.futures = Futures()
         self.checkpoints = CheckpointStore(data_dir / "tinker")
@@ -45,12 +48,17 @@ class TinkerState:
         self.sessions: dict[str, str] = {}  # session id -> owner
 
 
-def owner(request: Request) -> str:
+async def owner(request: Request) -> str:
     key = request.headers.get("x-api-key") or ""
     if key.startswith(SDK_KEY_PREFIX):
         key = key[len(SDK_KEY_PREFIX) :]
+    credential = f"Bearer {key}" if key else None
+    owners = state(request).owners
+    who = owners.cached(credential)
+    if who is not None:
+        return who
     try:
-        return request.app.state.auth.owner(f"Bearer {key}" if key else None)
+        return await run_in_threadpool(owners.owner, credential)
     except ApiError as exc:
         raise HTTPException(exc.status, exc.message) from None
 
@@ -104,7 +112,7 @@ async def client_config() -> dict:
     return dump(
         types.ClientConfigResponse(
             pjwt_auth_enabled=False,
-            use_pyqwest_transport=False,
+            use_pyqwest_transport=True,  # the SDK's default: its client spends about half the CPU of httpx's
             proto_compress_fwdbwd=False,
             sample_use_retrieve_futures=False,
             custom_loss_server_side=False,
@@ -239,6 +247,7 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
     def work() -> dict:
         metrics = st.engine.optim_step(model, body.optim_params)
         row = {**st.engine.take_pending(model), **metrics, "optim/learning_rate": body.optim_params.learning_rate}
+        row.update(st.engine.threads.metrics())  # perf/threads_generate, perf/threads_learn: as a job's rows
         st.records.step(model.job_id, model.steps, row)
         return dump(types.OptimStepResponse(metrics=metrics))
 
@@ -432,9 +441,13 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
     key = (sampler.sampler_id, body.num_samples, bool(body.prompt_logprobs), params.max_tokens, params.temperature)
     key += (params.top_k, params.top_p, stop, params.seed, uuid.uuid4().hex if params.seed is not None else None)
 
-    def run(prompts: list[list[int]]) -> list[bytes]:
-        results = st.engine.sample(sampler, prompts, body.num_samples, params, bool(body.prompt_logprobs))
-        return [sample_response(sequences, prompt_lp) for sequences, prompt_lp in results]
+    def run(first: list[Queued], more) -> None:
+        def wired(queued: list[Queued]) -> list[Queued]:  # answered as the SDK's SampleResponse message
+            return [Queued(q.payload, lambda result, q=q: q.deliver(sample_response(*result))) for q in queued]
+
+        st.engine.sample(
+            sampler, body.num_samples, params, bool(body.prompt_logprobs), wired(first), lambda: wired(more())
+        )
 
     request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS)
     ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
@@ -463,7 +476,7 @@ async def retrieve_future(request: Request, who: str = Depends(owner)) -> Respon
 
 def mount(app) -> None:
     """The Tinker routes on ``app``, next to the others (not in its OpenAPI document)."""
-    app.state.tinker = TinkerState(app.state.config.data_dir, app.state.store)
+    app.state.tinker = TinkerState(app.state.config.data_dir, app.state.store, app.state.auth)
     resumable = app.state.tinker.records.orphaned()
     if resumable:
         log.info("Tinker training clients left by a stopped server, marked paused: %s", ", ".join(resumable))
