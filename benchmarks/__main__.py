@@ -606,7 +606,8 @@ def tools_suite(args: argparse.Namespace) -> None:
         "round). independent: the continuous decode batch with KV caches kept across turns; independent_batches: "
         "the same schedule with whole generate batches (for comparison). Forward passes and the positions they "
         "computed (padding included) counted on the model; the KV columns: later turns that continued their "
-        "episode's kept cache (hits), that had none (misses: first turns), and the tokens read from it.",
+        "episode's kept cache (hits), later turns whose episode had none kept (misses; first turns are not "
+        "looked up), the tokens read from kept caches and the tokens prefilled.",
         "",
         *markdown_table(
             [

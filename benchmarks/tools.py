@@ -150,16 +150,30 @@ SCHEDULES = {
 }
 
 
+COUNTERS = (
+    "calls",
+    "forward_passes",
+    "positions_computed",
+    "decode_steps",
+    "prefilled_tokens",
+    "kv_hits",
+    "kv_misses",
+    "kv_stale",
+    "kv_reused_tokens",
+)
+
+
 def _pooled(runs: list[dict]) -> dict:
     """The runs of one schedule together: episodes per second over every round, rewards over every episode."""
     episodes, seconds = sum(r["episodes"] for r in runs), sum(r["seconds"] for r in runs)
     reward = sum(r["reward"] * r["episodes"] for r in runs) / episodes
+    counted = [k for k in COUNTERS if all(k in r for r in runs)]
     return {
         "seconds": round(seconds, 2),
         "episodes": episodes,
         "episodes_per_s": round(episodes / seconds, 3),
         "reward": round(reward, 4),
-        "calls": sum(r["calls"] for r in runs),
+        **{k: sum(r[k] for r in runs) for k in counted},
         "rounds": runs,
     }
 
