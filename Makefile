@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: venv demo calculator test lint format clean-demo demo-model bench bench-quick bench-gpu vllm-venv test-vllm
+.PHONY: venv demo calculator guessing test lint format clean-demo demo-model bench bench-quick bench-gpu vllm-venv test-vllm
 
 venv: $(STAMP)
 
@@ -31,6 +31,10 @@ demo: $(BASE_STAMP)
 calculator: $(BASE_STAMP)
 	@command -v bwrap >/dev/null 2>&1 || { echo "examples/calculator runs its tool in the strict sandbox, which needs bubblewrap: apt-get install bubblewrap (or add 'sandbox_isolation: weak' to the recipe's openrft block: no isolation)"; exit 1; }
 	$(VENV)/bin/openrft train examples/calculator/recipe.yaml --output runs/calculator --overwrite
+
+# The second tools example: a stateful environment (examples/guessing/game.py) runs in the job's process.
+guessing: $(BASE_STAMP)
+	$(VENV)/bin/openrft train examples/guessing/recipe.yaml --output runs/guessing --overwrite
 
 test: lint
 	$(VENV)/bin/pytest -q --durations=25

@@ -444,7 +444,9 @@ def sharding_suite(args: argparse.Namespace) -> None:
     _log("sharded learner: one JSON line per configuration (learners, mode)")
     load = {"before": load_average()}
     layers = 2 if args.quick else (args.sharding_layers or LAYERS)
-    rows = sharding_rows(args.sharding_steps, args.sharding_timeout, _log, layers)
+    rows = sharding_rows(
+        args.sharding_steps, args.sharding_timeout, _log, layers, args.sharding_modes, args.sharding_learners
+    )
     load["after"] = load_average()
     columns = [
         ("mode", "mode:"),
@@ -459,6 +461,9 @@ def sharding_suite(args: argparse.Namespace) -> None:
         ("baseline_mib", "libraries MiB:"),
         ("step_s", "step s:"),
         ("step_per_sample_vs_one_learner", "vs one learner:"),
+        ("step_cpu_s", "CPU s, all learners:"),
+        ("cpu_per_sample_vs_one_learner", "vs one learner:"),
+        ("load_before", "load:"),
     ]
     body = [
         f"Qwen2.5-0.5B's shape (hidden {HIDDEN}, 14 heads / 2 KV heads, MLP {INTERMEDIATE}, vocabulary 151,936, tied "
@@ -469,7 +474,8 @@ def sharding_suite(args: argparse.Namespace) -> None:
         "ranks (FSDP2, gloo) under `torch.distributed.run`, the larger rank's figures. Each configuration in fresh "
         f"processes, 1 torch thread each, {args.sharding_steps} timed step(s) after a warm-up. Parameters + AdamW "
         "state: the tensors a learner holds between steps (its shards). Peak: the step's resident high-water mark "
-        "of the whole process, libraries included.",
+        "of the whole process, libraries included. CPU s: the step's CPU seconds, all the learners' together "
+        "(the work, whatever else the machine ran); load: the 1-minute load average as the configuration started.",
         "",
         *markdown_table(columns, rows),
     ]
@@ -575,41 +581,49 @@ def write_vllm_demo_results(rows: list[dict], engine: str, load: dict, out: Path
 def tools_suite(args: argparse.Namespace) -> None:
     import json
 
-    from benchmarks.tools import tool_throughput
+    from benchmarks.tools import SCHEDULES, tool_throughput
 
     prompts = 16 if args.quick else 64
-    _log(f"tool episodes: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency: independent vs lock-step")
-    r = tool_throughput(prompts=prompts)
-    print(
-        json.dumps(
-            {
-                k: r[k]
-                for k in (
-                    "episodes_per_s",
-                    "lockstep_episodes_per_s",
-                    "speedup",
-                    "reward",
-                    "lockstep_reward",
-                    "batches_episodes_per_s",
-                )
-            }
-        )
+    _log(
+        f"tool episodes: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency, {args.rounds} rounds, "
+        f"{torch.get_num_threads()} torch threads: independent vs lock-step"
     )
-    rows = [{"schedule": s, **r[s]} for s in ("lockstep", "independent", "independent_batches")]
+    r = tool_throughput(prompts=prompts, rounds=args.rounds, log=_log)
+    headline = ("episodes_per_s", "lockstep_episodes_per_s", "speedup", "reward", "lockstep_reward")
+    print(json.dumps({k: r[k] for k in (*headline, "batches_episodes_per_s", "threads", "load")}))
+    rows = [
+        {"schedule": name, "round": i + 1, **run}
+        for i in range(args.rounds)
+        for name in SCHEDULES
+        for run in [r[name]["rounds"][i]]
+    ]
+    pooled = [{k: v for k, v in r[name].items() if k != "rounds"} for name in SCHEDULES]
+    rows += [{"schedule": name, "round": "all", **p} for name, p in zip(SCHEDULES, pooled)]
     body = [
         f"{prompts} validation rows of examples/calculator x 4 episodes, 32 episodes in flight, the calculator "
-        "answering after 0-2 s (fixed per expression), the example's model at temperature 1. independent: the "
-        "continuous decode batch with KV caches kept across turns; independent_batches: the same schedule with "
-        "whole generate batches (for comparison).",
+        "answering after 0-2 s (fixed per expression), the example's model at temperature 1, "
+        f"{r['threads']} torch thread(s), {args.rounds} round(s) (the order of the schedules turned round each "
+        "round). independent: the continuous decode batch with KV caches kept across turns; independent_batches: "
+        "the same schedule with whole generate batches (for comparison). Forward passes and the positions they "
+        "computed (padding included) counted on the model; the KV columns: later turns that continued their "
+        "episode's kept cache (hits), later turns whose episode had none kept (misses; first turns are not "
+        "looked up), the tokens read from kept caches and the tokens prefilled.",
         "",
         *markdown_table(
             [
                 ("schedule", "schedule"),
+                ("round", "round"),
                 ("seconds", "seconds:"),
                 ("episodes", "episodes:"),
                 ("episodes_per_s", "episodes/s:"),
                 ("reward", "reward:"),
                 ("calls", "tool calls:"),
+                ("forward_passes", "forward passes:"),
+                ("positions_computed", "positions computed:"),
+                ("kv_hits", "KV hits:"),
+                ("kv_misses", "KV misses:"),
+                ("kv_reused_tokens", "tokens from kept KV:"),
+                ("prefilled_tokens", "tokens prefilled:"),
             ],
             rows,
         ),
@@ -831,6 +845,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sharding-steps", type=int, default=3, help="sharding: timed steps per configuration")
     parser.add_argument("--sharding-layers", type=int, default=None, help="sharding: decoder layers (default 24)")
     parser.add_argument("--sharding-timeout", type=float, default=900, help="sharding: seconds per configuration")
+    parser.add_argument(
+        "--sharding-modes", nargs="+", choices=("full", "lora"), default=["full", "lora"], help="sharding: the modes"
+    )
+    parser.add_argument(
+        "--sharding-learners",
+        type=lambda text: [int(x) for x in text.split(",") if x],
+        default=[1, 2, 4],
+        metavar="1,N,...",
+        help="sharding: learner counts (1 first: the others' ratios are to it)",
+    )
     parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
     parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")
     parser.add_argument(

@@ -12,7 +12,10 @@ ranks):
 - ``peak_mib_per_learner``: the step's resident-memory high-water mark (``/proc/self/clear_refs`` reset
   just before it), the whole process (libraries ``baseline_mib`` included);
 - ``peak_above_baseline_mib``: that peak less the process's resident memory before the model is built;
-- ``step_s``: the median of the timed steps.
+- ``step_s``: the median of the timed steps;
+- ``step_cpu_s``: the CPU seconds of a step (the median), summed over the learners: the work the step
+  took whatever else the machine ran (``step_s`` is also waiting for a core);
+- ``load_before``: the machine's 1-minute load average when the configuration started.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, run_worker
+from benchmarks.common import ROOT, load_average, run_worker
 from benchmarks.learner import _release_free_memory
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 896, 24, 14, 2, 4864, 151_936  # Qwen2.5-0.5B
@@ -114,13 +117,14 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
     del model
     samples = _samples(config.vocab_size)
     learner.step(samples)  # warm-up: AdamW's state exists from here on
-    times, peaks = [], []
+    times, cpu, peaks = [], [], []
     for _ in range(steps):
         _release_free_memory()
         Path("/proc/self/clear_refs").write_text("5")
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         learner.step(samples)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         peaks.append(_kib("VmHWM") / 1024)
     row = {
         "learners": learners,
@@ -132,6 +136,7 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
         "state_mib_per_learner": round(held_state_mib(learner.model, learner.optimizer), 1),
         "baseline_mib": round(baseline, 1),
         "step_s": round(statistics.median(times), 3),
+        "step_cpu_s": round(statistics.median(cpu), 3),
     }
     if learners > 1:
         rows: list = [None] * learners
@@ -144,6 +149,7 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
             "step_s",
         ):
             row[key] = max(r[key] for r in rows)  # the largest learner's
+        row["step_cpu_s"] = round(sum(r["step_cpu_s"] for r in rows), 3)  # all the learners' work
         if dist.get_rank() == 0:
             print(json.dumps(row), flush=True)
         dist.destroy_process_group()
@@ -164,15 +170,18 @@ def run_configuration(mode: str, learners: int, steps: int, timeout: float, laye
     return run_worker(command, 1, timeout, {"learners": learners, "mode": mode})
 
 
-def sharding_rows(steps: int, timeout: float, log, layers: int = LAYERS, modes=("full", "lora")) -> list[dict]:
+def sharding_rows(
+    steps: int, timeout: float, log, layers: int = LAYERS, modes=("full", "lora"), learner_counts=LEARNERS
+) -> list[dict]:
     """Full fine-tuning and LoRA at 1, 2 and 4 learners, one configuration at a time; each row's ratios
-    against one learner's."""
+    against one learner's (the first count must be 1 for them)."""
     rows: list[dict] = []
     one: dict = {}
     for mode in modes:
-        for learners in LEARNERS:
+        for learners in learner_counts:
+            load = load_average()
             row = run_configuration(mode, learners, steps, timeout, layers)
-            row["layers"] = layers
+            row["layers"], row["load_before"] = layers, load[0] if load else None
             one = row if learners == 1 else one
             if learners > 1 and "error" not in one and "error" not in row:
                 for key in ("state_mib_per_learner", "peak_mib_per_learner", "peak_above_baseline_mib"):
@@ -180,6 +189,7 @@ def sharding_rows(steps: int, timeout: float, log, layers: int = LAYERS, modes=(
                         row[key] / one[key], 3
                     )
                 row["step_per_sample_vs_one_learner"] = round(row["step_s"] / one["step_s"], 3)
+                row["cpu_per_sample_vs_one_learner"] = round(row["step_cpu_s"] / one["step_cpu_s"], 3)
             log(json.dumps(row))
             rows.append(row)
     return rows

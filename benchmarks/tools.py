@@ -15,18 +15,23 @@ the recipe's budget. Its calculator answers after 0-2 s (``benchmarks/tool_laten
   until its longest turn ends, each later turn prefilled from the whole context), as before the continuous batch.
 
 Reward: the share of episodes whose answer is the reference (``exact_match``), to show the schedules sample
-the same task equally well.
+the same task equally well. Each run also counts the model's forward passes and the token positions they
+computed, and for the continuous batch its decode steps, prefilled tokens and kept-KV hits. With ``rounds``
+the three run again, in the opposite order each round (a load that changes weighs on each alike), and the
+figures are pooled over the rounds.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from benchmarks.common import load_average
 from openrft.data.records import Example
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.prompts import render_prompt
@@ -57,6 +62,48 @@ class _WholeBatches:
         return getattr(self.inner, name)
 
 
+class _Passes:
+    """Counts the model's forward passes and the token positions they compute (padding included)."""
+
+    def __init__(self, model):
+        self.passes = self.positions = 0
+        self.handle = model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, module, args, kwargs) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.passes += 1
+        self.positions += int(ids.numel()) if ids is not None else 0
+
+    def close(self) -> dict:
+        self.handle.remove()
+        return {"forward_passes": self.passes, "positions_computed": self.positions}
+
+
+def _session_counters(inner: TransformersGenerator) -> dict:
+    """Wraps ``inner.decoding`` so that the continuous batch's counters are read when it ends."""
+    seen: dict = {}
+    decoding = inner.decoding
+
+    @contextmanager
+    def recorded(params, seed=None):
+        with decoding(params, seed) as session:
+            try:
+                yield session
+            finally:
+                store = session.store
+                seen.update(
+                    decode_steps=session.steps,
+                    prefilled_tokens=session.prefilled_tokens,
+                    kv_hits=store.hits,
+                    kv_misses=store.misses,
+                    kv_stale=store.stale,
+                    kv_reused_tokens=store.reused_tokens,
+                )
+
+    inner.decoding = recorded
+    return seen
+
+
 def _run(schedule: str, model, tokenizer, examples, n: int, in_flight: int, seed: int, batches: bool = False) -> dict:
     tools = {
         "max_turns": 3,
@@ -69,15 +116,18 @@ def _run(schedule: str, model, tokenizer, examples, n: int, in_flight: int, seed
     service = ToolService(ToolsSpec.model_validate(tools), SandboxSpec(isolation="weak"))
     eos = [tokenizer.eos_token_id]
     inner = TransformersGenerator(model, tokenizer, eos, tokenizer.pad_token_id, seed=seed)
+    counters = _session_counters(inner)
     episodes = ToolGenerator(_WholeBatches(inner) if batches else inner, service, tokenizer, eos)
     prompts = row_prompts(examples, [render_prompt(tokenizer, e.messages, e.tools) for e in examples])
     params = SamplingParams(n=n, temperature=1.0, max_new_tokens=112, max_length=192)
     chunk = len(prompts) if schedule == "independent" else max(1, in_flight // n)
+    passes = _Passes(model)
     started = time.perf_counter()
     try:
         groups = [g for i in range(0, len(prompts), chunk) for g in episodes.generate(prompts[i : i + chunk], params)]
     finally:
         service.close()
+        computed = passes.close()
     seconds = time.perf_counter() - started
     completions = [(e, c) for e, group in zip(examples, groups) for c in group]
     right = sum(c.text.strip() == e.fields["reference_answer"] for e, c in completions)
@@ -88,16 +138,67 @@ def _run(schedule: str, model, tokenizer, examples, n: int, in_flight: int, seed
         "episodes_per_s": round(len(completions) / seconds, 3),
         "reward": round(right / len(completions), 4),
         "calls": calls,
+        **computed,
+        **counters,
     }
 
 
-def tool_throughput(prompts: int = 64, n: int = 4, in_flight: int = 32, seed: int = 0) -> dict:
+SCHEDULES = {
+    "lockstep": ("lockstep", False),
+    "independent": ("independent", False),
+    "independent_batches": ("independent", True),
+}
+
+
+COUNTERS = (
+    "calls",
+    "forward_passes",
+    "positions_computed",
+    "decode_steps",
+    "prefilled_tokens",
+    "kv_hits",
+    "kv_misses",
+    "kv_stale",
+    "kv_reused_tokens",
+)
+
+
+def _pooled(runs: list[dict]) -> dict:
+    """The runs of one schedule together: episodes per second over every round, rewards over every episode."""
+    episodes, seconds = sum(r["episodes"] for r in runs), sum(r["seconds"] for r in runs)
+    reward = sum(r["reward"] * r["episodes"] for r in runs) / episodes
+    counted = [k for k in COUNTERS if all(k in r for r in runs)]
+    return {
+        "seconds": round(seconds, 2),
+        "episodes": episodes,
+        "episodes_per_s": round(episodes / seconds, 3),
+        "reward": round(reward, 4),
+        **{k: sum(r[k] for r in runs) for k in counted},
+        "rounds": runs,
+    }
+
+
+def tool_throughput(
+    prompts: int = 64, n: int = 4, in_flight: int = 32, seed: int = 0, rounds: int = 1, log=print
+) -> dict:
+    """``rounds`` rounds of the three schedules, the order turned round each round (a machine whose load
+    changes weighs on each alike); episodes per second pooled over the rounds."""
     tokenizer = AutoTokenizer.from_pretrained(EXAMPLE / "model")
     model = AutoModelForCausalLM.from_pretrained(EXAMPLE / "model", dtype=torch.float32)
     examples = _examples(prompts)
-    lockstep = _run("lockstep", model, tokenizer, examples, n, in_flight, seed)
-    independent = _run("independent", model, tokenizer, examples, n, in_flight, seed)
-    batches = _run("independent", model, tokenizer, examples, n, in_flight, seed, batches=True)
+    load = {"before": load_average()}
+    runs: dict[str, list[dict]] = {name: [] for name in SCHEDULES}
+    for round_index in range(rounds):
+        order = list(SCHEDULES) if round_index % 2 == 0 else list(SCHEDULES)[::-1]
+        for name in order:
+            schedule, batches = SCHEDULES[name]
+            result = _run(schedule, model, tokenizer, examples, n, in_flight, seed + round_index, batches)
+            result["load_after"] = load_average()
+            log(f"  round {round_index + 1} {name}: {json.dumps(result)}")
+            runs[name].append(result)
+    load["after"] = load_average()
+    pooled = {name: _pooled(results) for name, results in runs.items()}
+    independent, lockstep, batches = pooled["independent"], pooled["lockstep"], pooled["independent_batches"]
     return {
         "episodes_per_s": independent["episodes_per_s"],
         "lockstep_episodes_per_s": lockstep["episodes_per_s"],
@@ -105,11 +206,12 @@ def tool_throughput(prompts: int = 64, n: int = 4, in_flight: int = 32, seed: in
         "reward": independent["reward"],
         "lockstep_reward": lockstep["reward"],
         "batches_episodes_per_s": batches["episodes_per_s"],
-        "independent": independent,
-        "independent_batches": batches,
-        "lockstep": lockstep,
+        **pooled,
         "prompts": prompts,
         "n": n,
         "in_flight": in_flight,
+        "rounds": rounds,
+        "threads": torch.get_num_threads(),
+        "load": load,
         "tool_latency_s": [0.0, 2.0],
     }

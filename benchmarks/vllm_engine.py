@@ -1,7 +1,7 @@
 """The same job with OpenRFT's in-process generator and with a vLLM server (``python -m benchmarks vllm``).
 
 Two models: the demo model (0.8M parameters, where per-request overhead dominates) and a wider Qwen2 of
-the demo's family with random weights (``benchmarks.sharding.model_config``, about 59M parameters, built
+the demo's family with random weights (``wide_config``, about 59M parameters, built
 here, nothing downloaded), where generation dominates. For each model one vLLM server is started
 (scripts/vllm_server.sh, from ``.venv-vllm``; ``make vllm-venv`` builds it), then the job runs with
 ``rollout.engine`` local and server, alternating which goes first, in this process. Per-step time is
@@ -32,15 +32,34 @@ DEMO = ROOT / "src" / "openrft" / "assets" / "demo_model"
 DATA = ROOT / "examples" / "arithmetic"
 
 
+def wide_config():
+    """The demo's vocabulary and special tokens with wider and more layers: about 59M parameters, where
+    generation, not per-request overhead, takes the step. (Not Qwen2.5-0.5B's shape: its 151,936-token
+    vocabulary needs a tokenizer of that size, which ``benchmarks.real_shape`` builds.)"""
+    from transformers import Qwen2Config
+
+    demo = json.loads((DEMO / "config.json").read_text())
+    return Qwen2Config(
+        vocab_size=demo["vocab_size"],
+        hidden_size=640,
+        intermediate_size=1920,
+        num_hidden_layers=12,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=demo["max_position_embeddings"],
+        tie_word_embeddings=True,
+        eos_token_id=demo["eos_token_id"],
+        pad_token_id=demo["pad_token_id"],
+    )
+
+
 def wide_model(directory: Path) -> Path:
     """The wider random Qwen2 (safetensors + the demo's tokenizer files), saved to ``directory``."""
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from benchmarks.sharding import model_config
-
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(model_config()).to(torch.float32)
+    model = Qwen2ForCausalLM(wide_config()).to(torch.float32)
     model.save_pretrained(directory, safe_serialization=True)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         if (DEMO / name).exists():

@@ -24,36 +24,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_demo_model import build_model, build_tokenizer, save, write_jsonl
 from openrft.rollout.prompts import render_prompt
-from openrft.tools.continuation import continuation_ids
+from tool_sft import Batch, EpisodeTokens, chat_template, padded
+from tool_sft import pretrain as sft_pretrain
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DIR = ROOT / "examples" / "calculator"
 SEED = 4321
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-TOOL_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\nTools: ' }}"
-    "{%- for tool in tools %}"
-    "{{- tool.function.name + '(' + (tool.function.parameters.properties | list | join(',')) + ')' }}"
-    "{%- if not loop.last %}{{- ', ' }}{%- endif %}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' + (message.content or '') }}"
+TOOL_TEMPLATE = chat_template(
     "{%- for call in message.tool_calls or [] %}"
     "{{- '<tool_call>' + ({'name': call.function.name, 'arguments': call.function.arguments} | tojson)"
     " + '</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}"
-    "{{- '<|im_start|>user\\n<tool_response>' + message.content + '</tool_response><|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    "{%- endfor %}",
+    "{{- '<|im_start|>user\\n<tool_response>' + message.content + '</tool_response><|im_end|>\\n' }}",
 )
 CALCULATOR = {
     "type": "function",
@@ -110,43 +93,28 @@ def call_text(expression: str) -> str:
 def sft_sequence(tokenizer, row: dict, use_tool: bool, decision: bool = True) -> tuple[list[int], list[int]]:
     """Token ids of one episode and its labels (-100 where the model did not write: prompt, tool result;
     and on the first answer token unless ``decision``)."""
-    eos = tokenizer.eos_token_id
     prompt = render_prompt(tokenizer, row["messages"], row["tools"])
-    ids, labels = list(prompt), [-100] * len(prompt)
-
-    def model_turn(text: str) -> None:
-        turn = [*tokenizer(text, add_special_tokens=False)["input_ids"], eos]
-        ids.extend(turn)
-        labels.extend(turn)
-
+    episode = EpisodeTokens(tokenizer, prompt)
     if use_tool:
-        model_turn(call_text(row["expression"]))
+        episode.model_turn(call_text(row["expression"]))
         call = {"id": "call_1_0", "type": "function"}
         call["function"] = {"name": "calculator", "arguments": json.dumps({"expression": row["expression"]})}
         before = [*row["messages"], {"role": "assistant", "content": "", "tool_calls": [call]}]
         after = [*before, {"role": "tool", "tool_call_id": "call_1_0", "content": row["reference_answer"]}]
-        tool = continuation_ids(tokenizer, before, after, row["tools"], None, eos)
-        ids.extend(tool)
-        labels.extend([-100] * len(tool))
-    model_turn(row["reference_answer"])
+        episode.tool_turn(before, after, row["tools"])
+    episode.model_turn(row["reference_answer"])
     if not decision:
-        labels[len(prompt)] = -100
-    return ids, labels
+        episode.labels[len(prompt)] = -100
+    return episode.ids, episode.labels
 
 
-def batch(tokenizer, rows: list[dict], rng: random.Random) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch(tokenizer, rows: list[dict], rng: random.Random) -> Batch:
     seqs = []
     for row in rows:
         use_tool = rng.random() < TOOL_SHARE
         decision = not use_tool or rng.random() < DECISION_LABELLED
         seqs.append(sft_sequence(tokenizer, row, use_tool, decision))
-    width = max(len(ids) for ids, _ in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-    labels = torch.full((len(seqs), width), -100)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (s, lab) in enumerate(seqs):
-        ids[i, : len(s)], labels[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), torch.tensor(lab), 1
-    return ids, labels, mask
+    return padded(tokenizer, seqs)
 
 
 @torch.no_grad()
@@ -176,23 +144,12 @@ def calibrate(model, tokenizer, rows: list[dict]) -> tuple[float, float, float]:
 
 def pretrain(model, tokenizer, rows: list[dict], steps: int, batch_size: int, report: list[dict] | None) -> None:
     rng = random.Random(SEED)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))
-    model.train()
-    for step in range(1, steps + 1):
-        ids, labels, mask = batch(tokenizer, rng.sample(rows, batch_size), rng)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        if report is not None and step % 100 == 0:
-            p_tool, copied, direct = calibrate(model, tokenizer, report)
-            print(
-                f"step {step} loss {loss.item():.3f} p(tool) {p_tool:.3f} copied {copied:.3f} direct {direct:.3f}",
-                flush=True,
-            )
+
+    def show(step: int, loss: float) -> None:
+        p_tool, copied, direct = calibrate(model, tokenizer, report)
+        print(f"step {step} loss {loss:.3f} p(tool) {p_tool:.3f} copied {copied:.3f} direct {direct:.3f}", flush=True)
+
+    sft_pretrain(model, steps, lambda: batch(tokenizer, rng.sample(rows, batch_size), rng), show if report else None)
 
 
 def main() -> None:

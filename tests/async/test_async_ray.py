@@ -147,7 +147,8 @@ def test_data_parallel_mini_batches_take_the_ratio_against_the_policy_before_the
     assert metrics["actor/updates"] == 2 and metrics["actor/pg_clipfrac"] > 0
     assert learner.version == 1
     for sample, want in zip(samples[8:], expected, strict=True):
-        assert sample.old_logp == pytest.approx(want, abs=1e-6)
+        # float32 noise only (the logits of a batch of another shape): an update moves these by far more
+        assert sample.old_logp == pytest.approx(want, rel=1e-6, abs=1e-6)
     first, second = ray.get([a.adapter_state.remote() for a in actors])
     assert all(torch.equal(first[name], second[name]) for name in first)
     for actor in actors:

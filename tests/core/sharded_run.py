@@ -1,7 +1,7 @@
 """Run by tests/core/test_sharded.py under ``torchrun --nproc-per-node N``: a sharded learner takes two
-steps on a fixed batch for each job spec in a directory; rank 0 writes what the test compares. With a
-third argument (a directory of such results), each spec's checkpoint there is resumed instead and one
-step taken from it."""
+steps on a fixed batch for each job spec in a directory; rank 0 writes what the test compares. A spec named
+``resumed-<mode>`` resumes instead the checkpoint of ``<mode>`` in the third argument (a directory of such
+results) and takes one step from it."""
 
 import os
 import sys
@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from openrft.runtime.sharded import ShardedWorker
-from tests.core.test_sharded import batch
+from tests.core.test_sharded import MODES, RESUMED, batch
 
 
 def count_gathered_blocks(worker: ShardedWorker) -> list[int]:
@@ -28,6 +28,10 @@ def count_gathered_blocks(worker: ShardedWorker) -> list[int]:
     return counts
 
 
+def local_numel(param: torch.Tensor) -> int:
+    return (param.to_local() if isinstance(param, DTensor) else param).numel()
+
+
 def all_ranks(value):
     values = [None] * dist.get_world_size()
     dist.all_gather_object(values, value)
@@ -38,11 +42,12 @@ def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
     for mode in sorted(p.stem for p in spec_dir.glob("*.json")):
         worker = ShardedWorker((spec_dir / f"{mode}.json").read_text())
         worker.setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None)  # torchrun's group
-        if mode.endswith("chunked"):  # the LM head over chunks of one token (vocabulary-parallel, sharded)
+        original = mode.removeprefix(RESUMED)
+        if original in MODES:  # the LM head over chunks of one token (vocabulary-parallel, sharded)
             worker.learner.config.logits_chunk_bytes = 1
-        if resume is not None:
-            worker.load_state_dict(torch.load(resume / f"{mode}.pt", weights_only=False)["checkpoint"])
-            worker.step(batch(mode))
+        if mode != original:
+            worker.load_state_dict(torch.load(resume / f"{original}.pt", weights_only=False)["checkpoint"])
+            worker.step(batch(original))
             state = worker.adapter_state()
             if dist.get_rank() == 0:
                 torch.save({"step2": state}, out / f"{mode}.pt")
@@ -55,6 +60,11 @@ def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
         results["blocks"] = len(worker.policy.blocks)
         group = worker.policy.blocks[0]._get_fsdp_state()._fsdp_param_group
         results["offloaded"] = all(p.offload_to_cpu for p in group.fsdp_params)
+        reference = worker.policy._reference_model
+        if reference is not None:  # a full fine-tune's: sharded like the policy
+            params = list(reference.parameters())
+            results["reference_numel"] = all_ranks(sum(p.numel() for p in params))
+            results["reference_local_numel"] = all_ranks(sum(local_numel(p) for p in params))
         states = all_ranks(worker.state_dict())
         results["metrics"].append(worker.step(batch(mode))[0])
         results["step2"] = worker.adapter_state()

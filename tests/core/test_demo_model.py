@@ -1,13 +1,13 @@
 """The bundled demo model and the script that builds it."""
 
 import hashlib
-import subprocess
 import sys
 from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openrft.models import resolve_model_path
+from tests.processes import run_at_once
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_demo_model.py"
@@ -18,9 +18,17 @@ def digests(directory: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
 
 
-def build(out: Path, steps: int) -> None:
-    cmd = [sys.executable, str(SCRIPT), "--steps", str(steps), "--model-dir", str(out / "model")]
-    subprocess.run([*cmd, "--data-dir", str(out / "data")], check=True, capture_output=True, timeout=300)
+def build_command(out: Path, steps: int) -> list[str]:
+    return [
+        sys.executable,
+        str(SCRIPT),
+        "--steps",
+        str(steps),
+        "--model-dir",
+        str(out / "model"),
+        "--data-dir",
+        str(out / "data"),
+    ]
 
 
 def test_the_bundled_model_loads_with_the_auto_classes_and_is_small():
@@ -38,8 +46,8 @@ def test_the_bundled_model_loads_with_the_auto_classes_and_is_small():
 
 
 def test_rebuilding_is_byte_identical_and_writes_the_committed_data(tmp_path):
-    build(tmp_path / "a", steps=20)
-    build(tmp_path / "b", steps=20)
+    # the two builds run at once (each on one thread), so a rebuild that depended on timing would differ too
+    run_at_once([build_command(tmp_path / "a", steps=20), build_command(tmp_path / "b", steps=20)], timeout=300)
     assert digests(tmp_path / "a" / "model") == digests(tmp_path / "b" / "model")
     written = digests(tmp_path / "a" / "data")
     assert set(written) == {"train.jsonl", "validation.jsonl", "vertex_train.jsonl", "vertex_validation.jsonl"}

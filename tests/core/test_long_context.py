@@ -9,6 +9,7 @@ from openrft.learner.batch import TrainSample, collate
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.learner import response_logits, token_logp
 from openrft.rollout.kv import freeze, prefill
+from tests.core.test_sharded import relative_update_error
 from tests.tiny_models import tiny_qwen2
 
 
@@ -149,12 +150,13 @@ def test_the_sharded_learner_takes_the_chunked_head():
         for lora in (LoraSpec(), LoraSpec(enabled=False)):
             plain = Learner(Policy(_model(), lora, need_reference=True), config(lora))
             assert plain.head_chunk(plain.model, collate(samples, 0, torch.device("cpu"))) == 1
+            before = {k: v.clone() for k, v in plain.model.state_dict().items()}
             plain.step(samples)
             sharded = ShardedLearner(ShardedPolicy(_model(), lora, True, torch.device("cpu")), config(lora))
             sharded.step(samples)
             with sharded.policy.gathered():
                 got = {k: getattr(v, "full_tensor", lambda v=v: v)() for k, v in sharded.model.state_dict().items()}
-            want = plain.model.state_dict()
-            assert all(torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-7) for k in want)
+            # float32: the sharded learner sums a pass's gradient in two backward calls (1e-6 of the update)
+            assert relative_update_error(before, plain.model.state_dict(), got) <= 1e-5
     finally:
         dist.destroy_process_group()

@@ -37,7 +37,7 @@ def test_samples_and_compared_runs_in_the_browser(tmp_path, browser):  # noqa: F
     service = Service(tmp_path / "data", f"sqlite:///{tmp_path / 'openrft.db'}")
     key = service.create_key("samples")
     try:
-        service.serve(workers=1)
+        service.serve(workers=2)  # the two jobs run at once, one thread each
         client = httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
         train = upload(client, small_dataset(tmp_path / "train.jsonl", TRAIN, 16))
         validation = upload(client, small_dataset(tmp_path / "validation.jsonl", VALIDATION, VALIDATION_PROMPTS))

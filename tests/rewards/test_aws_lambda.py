@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from openrft.rewards import RewardSample, build_reward
+from openrft.rewards.kinds.nova_lambda import nova_entry
 from openrft.rewards.lambdas import AwsLambdaInvoker
-from openrft.rewards.views import nova_entry
 from openrft.spec.dialects import resolve_document
 from openrft.spec.rewards import RewardSpec
 from tests.monitoring.servers import moto_server

@@ -12,7 +12,7 @@ import pytest
 
 import openrft.spec.rewards as configs
 from openrft.errors import RewardError
-from openrft.rewards.registry import kind_of, needs_of
+from openrft.rewards.types import kind_of, needs_of
 from openrft.spec.rewards import NovaLambdaReward, RewardConfig, VertexReward
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "openrft"
@@ -63,8 +63,47 @@ def _isinstance_of_configs(path: Path) -> list[str]:
 
 
 def test_no_isinstance_on_reward_configs_outside_their_kind():
-    allowed = {SOURCE / "spec" / "rewards.py", SOURCE / "rewards" / "registry.py"}
+    allowed = {SOURCE / "spec" / "rewards.py", SOURCE / "rewards" / "types.py"}
     allowed |= set((SOURCE / "rewards" / "kinds").glob("*.py"))
     offenders = [hit for path in SOURCE.rglob("*.py") if path not in allowed for hit in _isinstance_of_configs(path)]
     assert offenders == []
     assert _isinstance_of_configs(SOURCE / "rewards" / "kinds" / "openai_graders.py")  # the scan sees them
+
+
+def test_a_kind_reports_what_it_cannot_have_at_each_field_as_it_builds(monkeypatch):
+    """The sandbox and the judge are asked for as the kind builds: where this machine cannot isolate user code
+    and no judge endpoint is set, each part that needs one is named at its path, with the source's own problem,
+    in one SpecError."""
+    from openrft.calls.sandbox import mechanism
+    from openrft.rewards.types import build_reward
+    from openrft.spec.errors import SpecError
+    from openrft.spec.rewards import reward_spec_from_document
+
+    for name in ("OPENRFT_JUDGE_BASE_URL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(mechanism, "bwrap_path", lambda: None)
+    mechanism.strict_unavailable.cache_clear()
+    judge = {"type": "score_model", "model": "m", "input": [{"role": "user", "content": "{{sample.output_text}}"}]}
+    grader = {
+        "type": "multi",
+        "graders": {
+            "a": {"type": "python", "source": "def grade(sample, item):\n    return 1\n"},
+            "b": {"type": "python", "source": "def grade(sample):\n    return 1\n"},
+            "c": judge,
+        },
+        "calculate_output": "a + b + c",
+    }
+    try:
+        with pytest.raises(SpecError) as raised:
+            build_reward(reward_spec_from_document(grader))
+    finally:
+        mechanism.strict_unavailable.cache_clear()
+    found = [(p.path, p.message.split(",")[0].split(":")[0]) for p in raised.value.problems]
+    root = "reward.function.grader.graders"
+    assert found == [
+        (f"{root}.a.source", "runs user code"),
+        (f"{root}.b.source", "defines grade() with 1 argument(s); it is called with 2"),
+        (f"{root}.b.source", "runs user code"),
+        (f"{root}.c", "is an LLM judge but no endpoint is set"),
+    ]
+    assert "bubblewrap (bwrap) is not installed" in raised.value.problems[0].message

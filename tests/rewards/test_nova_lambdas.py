@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from openrft.rewards import RewardSample, build_reward
-from openrft.rewards.views import nova_entry
+from openrft.rewards.kinds.nova_lambda import nova_entry
 from openrft.spec.rewards import RewardSpec
 from tests.rewards.helpers import example, require_bwrap
 

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from openrft.calls.sandbox import SandboxPool, cgroups
-from openrft.calls.sandbox.mechanism import enforcement_gaps
+from openrft.calls.sandbox import SandboxPool, mechanism
+from openrft.calls.sandbox.mechanism import cgroups_unavailable, enforcement_gaps
 from openrft.spec.rewards import SandboxSpec
 from tests.rewards.helpers import require_bwrap
 
@@ -79,7 +79,7 @@ def run(spec: SandboxSpec, calls: list[tuple[str, list]], limit: float = 30.0):
 @pytest.fixture(scope="module")
 def cgroups_here():
     require_bwrap()
-    return cgroups.unavailable() is None
+    return cgroups_unavailable() is None
 
 
 def test_the_filesystem_is_read_only_but_for_sized_tmpfs_scratch(cgroups_here):
@@ -133,7 +133,9 @@ def test_an_answer_past_the_output_limit_is_refused_and_the_worker_replaced():
 def test_what_is_not_enforced_without_cgroups_is_said(monkeypatch):
     """Where the host offers no usable cgroups, the gaps ``openrft serve`` logs at startup name what is lost."""
     require_bwrap()
-    monkeypatch.setattr(cgroups, "layout", lambda: (None, "cgroup v2 at /x does not delegate the memory controller"))
+    monkeypatch.setattr(
+        mechanism, "cgroup_layout", lambda: (None, "cgroup v2 at /x does not delegate the memory controller")
+    )
     gaps = enforcement_gaps()
     assert len(gaps) == 1 and "does not delegate the memory controller" in gaps[0]
     assert "number of its processes are not limited" in gaps[0]

@@ -18,6 +18,7 @@ from openrft.rollout.prompts import render_prompt
 from openrft.rollout.remote import GenerationServerError, RemoteGenerator, lora_target_modules
 from openrft.rollout.sampling import scaled_log_probs
 from openrft.rollout.types import SamplingParams
+from openrft.rollout.weight_files import INDEX, block_of, weight_files, weight_shapes
 from openrft.spec.job import LoraSpec
 from tests.server.serve_model import serve_model
 
@@ -230,6 +231,11 @@ def test_full_weights_reach_the_server_and_it_samples_from_them(server, model_an
         generator.load_adapter({k: v.clone() for k, v in tuned.state_dict().items()}, 2)
         assert generator.policy_version == 2
         assert sorted(p.name for p in (tmp_path / "served").iterdir()) == ["full-v2"]  # the previous file removed
+        # a file per decoder block (4) and one for the rest, with the index vLLM's loader reads
+        files = weight_files(tmp_path / "served" / "full-v2")
+        assert len(files) == 5 and (tmp_path / "served" / "full-v2" / INDEX).exists()
+        blocks = [{block_of(name) for name in weight_shapes([file])} for file in files]
+        assert sorted(b.pop() for b in blocks if len(b) == 1) == ["", *(f"model.layers.{i}" for i in range(4))]
         [group] = generator.generate([prompt], params)
         for completion in group:
             assert completion.policy_version == 2

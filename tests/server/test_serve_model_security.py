@@ -200,24 +200,41 @@ def test_each_turn_of_the_lock_is_bounded_in_sequences_and_tokens(prompts, n, ma
     assert [first for first, _, _ in plan] == sorted(first for first, _, _ in plan)
 
 
+class GrantRecordingLock(FairLock):
+    """The server's lock, noting which thread each turn went to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grants: list[str] = []
+
+    def acquire(self) -> None:
+        super().acquire()
+        self.grants.append(threading.current_thread().name)
+
+
 def test_one_prompt_with_many_samples_does_not_hold_the_model_while_a_small_request_waits():
     model = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32).eval()
     tokenizer = load_tokenizer("openrft-demo")
     server = ModelServer(
         model, tokenizer, eos_token_ids(tokenizer, model), "demo", limits=ServeLimits(chunk_sequences=2)
     )
+    server.lock = lock = GrantRecordingLock()
     prompt = tokenizer("What is 95-73?")["input_ids"]
-    finished: dict[str, float] = {}
 
     def big():
         groups = server.generate(None, [prompt], SamplingParams(n=80, max_new_tokens=12), seed=1, stop_token_ids=None)
         assert len(groups) == 1 and len(groups[0]) == 80
-        finished["big"] = time.monotonic()
 
-    thread = threading.Thread(target=big)
+    thread = threading.Thread(target=big, name="big")
     thread.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 120
+    while "big" not in lock.grants and time.monotonic() < deadline:  # the big request holds its first turn
+        time.sleep(0.005)
     server.generate(None, [prompt], SamplingParams(n=1, max_new_tokens=2), seed=2, stop_token_ids=None)
-    finished["small"] = time.monotonic()
     thread.join(300)
-    assert finished["small"] < finished["big"], "the prompt's 80 samples held the model in one turn"
+    # turns, not timestamps: the small request is served between two of the big one's 40 turns (as a lock held
+    # for the whole prompt would never allow), whatever the machine's load
+    small = lock.grants.index(threading.current_thread().name)
+    assert 0 < small < len(lock.grants) - 1 and lock.grants[-1] == "big", (
+        "the prompt's 80 samples held the model in one turn"
+    )

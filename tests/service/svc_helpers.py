@@ -146,7 +146,8 @@ class Service:
             "worker",
         )
 
-    def wait_healthy(self, process: Process, timeout: float = 60.0) -> None:
+    def wait_healthy(self, process: Process, timeout: float = 180.0) -> None:
+        """Up to 3 minutes: on a loaded 2-core machine the server's imports alone have taken over 60 s."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.proc.poll() is not None:

@@ -15,7 +15,7 @@ from openrft.data.records import Example
 from openrft.engine.rollouts import reward_samples
 from openrft.rewards import build_reward
 from openrft.rewards.episodes import EpisodeReward
-from openrft.rewards.views import nova_entry
+from openrft.rewards.kinds.nova_lambda import nova_entry
 from openrft.rollout.prompts import chat_text
 from openrft.rollout.types import SamplingParams
 from openrft.spec.rewards import RewardSpec, SandboxSpec

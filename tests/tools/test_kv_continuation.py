@@ -169,3 +169,13 @@ def test_a_request_joins_a_running_batch_and_each_row_is_handed_back_when_it_end
     for name, completion in fresh.items():
         assert_same(by_name[name], completion)  # joining and leaving a batch changes no row's tokens
     assert by_name["late-a"].token_ids == by_name["late-b"].token_ids[:4]
+
+
+def test_a_row_whose_conversation_ends_there_keeps_no_cache(tiny, tokenizer):
+    """A callback that returns False (the episode answered: no next turn) leaves nothing in the store."""
+    long, short, _ = questions(tokenizer)
+    with tiny.decoding(GREEDY) as session:
+        session.submit(long, [3], [lambda c: False], ["answered"])
+        session.submit(short, [3], [lambda c: None], ["calls-a-tool"])
+        run(session)
+        assert "answered" not in session.store and "calls-a-tool" in session.store

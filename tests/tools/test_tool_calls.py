@@ -8,7 +8,8 @@ import pytest
 from openrft.data.records import Example
 from openrft.models import load_tokenizer
 from openrft.rewards import RewardSample
-from openrft.rewards.views import nova_entry, openai_sample
+from openrft.rewards.kinds.nova_lambda import nova_entry
+from openrft.rewards.kinds.openai_graders import openai_sample
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.tool_calls import parse_tool_calls
 from tests.rewards.helpers import scores

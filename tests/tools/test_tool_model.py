@@ -1,8 +1,5 @@
 """The calculator example's model and data, and the script that builds them."""
 
-import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,19 +7,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.tool_calls import parse_tool_calls
+from tests.tools.builders import build_twice, digest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_tool_model.py"
 EXAMPLE = ROOT / "examples" / "calculator"
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def build(out: Path, steps: int) -> None:
-    cmd = [sys.executable, str(SCRIPT), "--steps", str(steps), "--out", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
 
 
 def test_the_calculator_model_is_small_and_its_template_renders_the_tools():
@@ -44,9 +33,8 @@ def test_the_calculator_model_is_small_and_its_template_renders_the_tools():
 
 @pytest.mark.slow
 def test_rebuilding_is_byte_identical_and_writes_the_committed_data(tmp_path):
-    build(tmp_path / "a", steps=3)
-    build(tmp_path / "b", steps=3)
     a, b = tmp_path / "a", tmp_path / "b"
+    build_twice(SCRIPT, ["--steps", "3"], a, b, timeout_s=600)
     assert digest(a / "model" / "model.safetensors") == digest(b / "model" / "model.safetensors")
     for name in ("train.jsonl", "validation.jsonl"):
         assert digest(a / name) == digest(EXAMPLE / name)

@@ -96,33 +96,6 @@ def test_a_job_with_tools_resumes_from_a_checkpoint_exactly(tmp_path):
             assert a.get(key) == b.get(key), (a["step"], key)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["sync", "off_policy_async"])
-def test_a_job_with_tools_runs_on_a_local_ray_cluster(tmp_path, strategy):
-    """The learner and generation replicas are Ray actors; each turn is sampled there, the tools run here."""
-    ray = pytest.importorskip("ray")
-    from openrft.runtime import runtime_for
-
-    src = str(Path(__file__).resolve().parents[2] / "src")  # the actors run this checkout's code
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        logging_level="ERROR",
-        runtime_env={"env_vars": {"PYTHONPATH": src}},
-    )
-    try:
-        spec = load_job(tools_recipe(tmp_path, strategy, runtime="ray"))
-        spec.training.total_steps = 2
-        summary = RFTJob(spec, tmp_path / "run", show_progress=False, runtime=runtime_for(spec)).run()
-    finally:
-        ray.shutdown()
-    assert summary["status"] == "succeeded" and summary["steps"] == 2
-    steps = rows(tmp_path / "run")[1:]
-    assert any(r["tools/calls/total"] > 0 and r["tools/masked_tokens/total"] > 0 for r in steps)
-    assert all(r["tools/failed_episodes"] == 0.0 for r in steps)
-
-
 def test_tool_files_are_found_next_to_the_job_file():
     spec = load_job(EXAMPLE / "recipe.yaml")
     assert spec.tools.functions["calculator"].function == f"{EXAMPLE / 'calculator.py'}:calculator"
@@ -191,3 +164,34 @@ def test_an_openai_job_with_a_tool_call_grader_trains_on_episodes(tmp_path):
     called = row["tools/episodes_with_calls"] * row["reward/samples"]
     assert called > 0 and row["reward/scored"] == called and row["reward/tool/mean"] == 1.0
     assert row["reward/errors/invalid_output"] == row["reward/samples"] - called
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray cluster for this module's Ray jobs (each job kills its actors when it ends)."""
+    ray = pytest.importorskip("ray")
+    src = str(Path(__file__).resolve().parents[2] / "src")  # the actors run this checkout's code
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        logging_level="ERROR",
+        runtime_env={"env_vars": {"PYTHONPATH": src}},
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["sync", "off_policy_async"])
+def test_a_job_with_tools_runs_on_a_local_ray_cluster(ray_cluster, tmp_path, strategy):
+    """The learner and generation replicas are Ray actors; each turn is sampled there, the tools run here."""
+    from openrft.runtime import runtime_for
+
+    spec = load_job(tools_recipe(tmp_path, strategy, runtime="ray"))
+    spec.training.total_steps = 2
+    summary = RFTJob(spec, tmp_path / "run", show_progress=False, runtime=runtime_for(spec)).run()
+    assert summary["status"] == "succeeded" and summary["steps"] == 2
+    steps = rows(tmp_path / "run")[1:]
+    assert any(r["tools/calls/total"] > 0 and r["tools/masked_tokens/total"] > 0 for r in steps)
+    assert all(r["tools/failed_episodes"] == 0.0 for r in steps)

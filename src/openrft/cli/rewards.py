@@ -50,10 +50,10 @@ def _example(path: str):
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from openrft.rewards.config_files import load_reward_spec
     from openrft.rewards.kinds.openai_graders import run_view
     from openrft.rewards.kinds.vertex import validate_view
     from openrft.rewards.validation import outcome_json, score_once
+    from openrft.spec.dialects import load_reward_spec
 
     spec = load_reward_spec(args.config)
     example = _example(args.example)
@@ -83,8 +83,8 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from openrft.rewards.config_files import load_reward_spec
     from openrft.rewards.validation import validate
+    from openrft.spec.dialects import load_reward_spec
     from openrft.spec.errors import SpecError
 
     try:

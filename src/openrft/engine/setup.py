@@ -22,8 +22,7 @@ from openrft.models import (
     resolve_model_path,
 )
 from openrft.rewards.episodes import EpisodeReward
-from openrft.rewards.registry import build_reward
-from openrft.rewards.types import RewardFunction
+from openrft.rewards.types import RewardFunction, build_reward
 from openrft.rollout.prompts import render_prompt
 from openrft.spec.job import JobSpec
 

@@ -216,12 +216,16 @@ class Learner:
                 loss_scale=algo.loss_scale,
                 token_weights=weights,
             )
-            (terms.loss / total_tokens).backward()
+            self.backward(terms.loss / total_tokens)
             sums["pg_loss"] += terms.pg_loss
             sums["clipped"] += terms.clipped_tokens
             sums["kl"] += terms.kl
             sums["entropy"] += (entropy.detach() * mb.loss_mask).sum().item()
         return sums
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """One pass's backward, adding into the accumulated gradient."""
+        loss.backward()
 
     def apply_update(self) -> float:
         """Clip the accumulated gradient and take an optimizer step; the gradient norm before clipping."""
@@ -286,7 +290,7 @@ class Learner:
             or not truncates(cfg.top_k, cfg.top_p, cfg.min_p)
         ):
             return (*self.log_probs(model, mb, entropy, entropy_grad), None)
-        if self.head_chunk(model, mb) is not None:
+        if not self.full_logits_fit(model, mb):
             raise OpenRFTError(
                 "truncated engine log-probs (sampling.top_k / top_p / min_p with a vLLM server in processed "
                 "mode) need the full logits, but this micro-batch's logits exceed the chunking threshold: "
@@ -325,10 +329,15 @@ class Learner:
 
     def head_chunk(self, model: torch.nn.Module, mb: MicroBatch) -> int | None:
         """Tokens per LM-head chunk for ``mb``, or None when its full fp32 logits fit ``logits_chunk_bytes``."""
-        if not can_chunk(model):
-            return None
-        chunk = chunk_tokens(unwrap(model).get_output_embeddings().weight.shape[0], self.config.logits_chunk_bytes)
-        return chunk if mb.response_ids.numel() > chunk else None
+        return None if self.full_logits_fit(model, mb) else self.chunk_size(model)
+
+    def full_logits_fit(self, model: torch.nn.Module, mb: MicroBatch) -> bool:
+        """Whether ``mb``'s full fp32 logits fit ``logits_chunk_bytes`` (always, for a head that cannot be chunked)."""
+        return not can_chunk(model) or mb.response_ids.numel() <= self.chunk_size(model)
+
+    def chunk_size(self, model: torch.nn.Module) -> int:
+        """Tokens per LM-head chunk: one chunk's fp32 logits take about ``logits_chunk_bytes``."""
+        return chunk_tokens(unwrap(model).get_output_embeddings().weight.shape[0], self.config.logits_chunk_bytes)
 
     def old_logp(self, mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
         """What the ratio is taken against, per row: the recorded anchor (behaviour log-probs of a stale

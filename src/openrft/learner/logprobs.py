@@ -17,13 +17,16 @@ checkpointing instead, with autograd's own gradient.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from openrft.learner.batch import MicroBatch
 from openrft.learner.checkpointing import suspended
+from openrft.learner.vocab_parallel import VocabParallel
 from openrft.rollout.kv import cache_keyword, continue_from, freeze, prefill
 
 # Configuration fields after which a causal LM's forward does more than ``lm_head(hidden)`` (soft-capping,
@@ -57,6 +60,11 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
     kwarg = cache_keyword(model)
     with suspended(base):  # the prompts write the cache: never replayed
         first, cache = prefill(model, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg, hidden=hidden)
+    boundary = _prompt_boundary.get()
+    if boundary is not None and torch.is_grad_enabled():
+        first = _cut(first, boundary)
+        for layer in cache.layers:
+            layer.keys, layer.values = _cut(layer.keys, boundary), _cut(layer.values, boundary)
     out = first.index_select(0, mb.prompt_index).unsqueeze(1)
     if mb.response_width > 1:
         cache.batch_select_indices(mb.prompt_index)
@@ -66,6 +74,48 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
             rest = continue_from(model, cache, ids, mask, positions, kwarg, hidden)
         out = torch.cat([out, rest], dim=1)
     return out
+
+
+_prompt_boundary: ContextVar[list | None] = ContextVar("prompt_boundary", default=None)
+
+
+@contextmanager
+def prompt_boundary() -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Inside, a pass with gradient (``shared_prefix_forward``) runs its responses on detached copies of the
+    prompts' outputs (the last position's hidden state or logits, the KV cache); the list collects each
+    output and its copy, for ``backward_in_two``."""
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    token = _prompt_boundary.set(pairs)
+    try:
+        yield pairs
+    finally:
+        _prompt_boundary.reset(token)
+
+
+def _cut(tensor: torch.Tensor, pairs: list) -> torch.Tensor:
+    if not tensor.requires_grad:
+        return tensor
+    leaf = tensor.detach().requires_grad_()
+    pairs.append((tensor, leaf))
+    return leaf
+
+
+def backward_in_two(
+    loss: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor]], is_last: Callable[[bool], None]
+) -> None:
+    """``loss.backward()`` over a pass run inside ``prompt_boundary``: the responses' graph, then the prompts'
+    from the gradients their copies received (``is_last`` is told which backward is the last). The gradient
+    is the one backward makes; but a weight that both graphs use gets its two parts in two backward calls,
+    where one call would hold the responses' part until the prompts' backward reached that weight (autograd
+    sums a node's inputs before running it). The prompts' outputs always take part in the loss (the first
+    response token is predicted from them), so their copies always receive a gradient."""
+    is_last(not pairs)
+    loss.backward()
+    outputs = [(tensor, leaf.grad) for tensor, leaf in pairs if leaf.grad is not None]
+    pairs.clear()
+    if outputs:
+        is_last(True)
+        torch.autograd.backward(*zip(*outputs, strict=True))
 
 
 def chunk_tokens(vocab: int, budget_bytes: int) -> int:
@@ -177,8 +227,8 @@ def head_logp_entropy(
     ``with_entropy`` the entropies may be left zero (one pass over the logits fewer)."""
     scale = 1.0 / temperature if temperature > 0 else 1.0
     flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    vocab_parallel = getattr(head, "vocab_parallel", None)  # a sharded learner's head (learner/vocab_parallel.py)
-    if vocab_parallel is not None and vocab_parallel.active():
+    vocab_parallel = VocabParallel.of(head)  # a sharded learner's head (learner/vocab_parallel.py)
+    if vocab_parallel is not None:
         logp, entropy = vocab_parallel.logp_entropy(flat_h, flat_t, scale, chunk)
     elif type(head) is torch.nn.Linear:
         logp, entropy = ChunkedHeadLogp.apply(flat_h, head.weight, head.bias, flat_t, scale, chunk, with_entropy)

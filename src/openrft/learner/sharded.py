@@ -54,7 +54,7 @@ from openrft.learner.learner import (
     step_metrics,
     trained,
 )
-from openrft.learner.logprobs import unwrap
+from openrft.learner.logprobs import backward_in_two, can_chunk, chunk_tokens, prompt_boundary, unwrap
 from openrft.learner.policy import Policy
 from openrft.learner.vocab_parallel import VocabParallel
 from openrft.spec.job import LoraSpec
@@ -200,8 +200,7 @@ class ShardedPolicy(Policy):
     def gathered(self) -> Iterator[None]:
         """Parameters gathered inside and kept so through every forward (rank 0's generation runs
         forwards the other ranks do not), resharded after; the embedding matrix whole too."""
-        head = unwrap(self.model).get_output_embeddings()
-        vocab_parallel = getattr(head, "vocab_parallel", None)
+        vocab_parallel = VocabParallel.of(unwrap(self.model).get_output_embeddings())
         for unit in self.units:
             unit.set_reshard_after_forward(False, recurse=False)
         self.unshard()
@@ -284,10 +283,38 @@ class ShardedLearner(Learner):
         by block into each rank's sharded gradient; this rank's loss sums. Then as many zero-weight
         passes as this rank has fewer micro-batches than the busiest rank."""
         pads = self.padding_passes(samples)
-        sums = super().accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
-        for _ in range(pads):
-            super().accumulate([self.padding], total_tokens)  # no trained tokens: zero loss, zero gradient
+        with prompt_boundary() as self._boundary:
+            sums = super().accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
+            for _ in range(pads):
+                super().accumulate([self.padding], total_tokens)  # no trained tokens: zero loss, zero gradient
         return sums
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """The responses' backward, then the prompts' (``backward_in_two``): a block serves both passes of a
+        micro-batch, and in one backward its weights' gradient from the responses would wait for the
+        prompts' backward, so every block's unsharded gradient would be held at once; in two, each block's
+        is reduce-scattered as its backward ends, in both. FSDP finalizes (reshards the root) after the
+        second only; every rank has a prompt pass and a continuation in every pass (``widened``)."""
+        root = self.policy.roots[0]
+
+        def last(is_last: bool) -> None:  # the root (gathered since its forward) is resharded after the last
+            root.set_is_last_backward(is_last)
+            root.set_reshard_after_backward(is_last, recurse=False)
+
+        try:
+            backward_in_two(loss, self._boundary, last)
+        finally:
+            last(True)
+
+    def head_chunk(self, model: torch.nn.Module, mb) -> int | None:
+        """A vocabulary-parallel head always runs chunked, whatever this rank's micro-batch: the full-logits
+        path runs other collectives than the chunked one, so every rank must take the same, and the
+        chunked one holds no ``[tokens, vocabulary]`` logits. A chunk is every rank's tokens over this
+        rank's rows, so its size is counted in those rows."""
+        parallel = VocabParallel.of(unwrap(model).get_output_embeddings())
+        if parallel is None or not can_chunk(model):
+            return super().head_chunk(model, mb)
+        return chunk_tokens(parallel.rows, self.config.logits_chunk_bytes)
 
     @torch.no_grad()
     def _reference_logp(self, mb) -> torch.Tensor:

@@ -146,15 +146,22 @@ class _Logits(torch.autograd.Function):
         return grad_hidden, None, None, None, None
 
 
+def _softmax_dtype(t: torch.Tensor) -> torch.dtype:
+    """The logits' dtype here: float32 for lower precisions, float64 kept (a float64 model's tests compare
+    against one learner's float64 logits)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
 def _stats(h: torch.Tensor, weight: torch.Tensor, local_targets: torch.Tensor, mine: torch.Tensor, scale: float):
     """Per token of ``h``: this rank's rows' logit maximum, sum of ``exp(z - max)``, sum of
     ``exp(z - max) * z`` and the target's logit (0 when the target is not in these rows)."""
-    z = (h @ weight.t()).float()
+    dtype = _softmax_dtype(h)
+    z = (h @ weight.t()).to(dtype)
     if scale != 1.0:
         z = z.mul_(scale)
     if z.shape[1] == 0:
-        empty = torch.full((h.shape[0],), -torch.inf, device=h.device)
-        zero = torch.zeros(h.shape[0], device=h.device)
+        empty = torch.full((h.shape[0],), -torch.inf, device=h.device, dtype=dtype)
+        zero = torch.zeros(h.shape[0], device=h.device, dtype=dtype)
         return torch.stack([empty, zero, zero, zero])
     target = z.gather(-1, local_targets.clamp(0, z.shape[1] - 1).unsqueeze(-1)).squeeze(-1) * mine
     m = z.amax(-1)
@@ -196,12 +203,13 @@ class _HeadLogp(torch.autograd.Function):
     def backward(ctx, grad_logp, grad_entropy):
         all_hidden, weight, local, mine, m, total, entropy = ctx.saved_tensors
         counts, group, scale, chunk = ctx.counts, ctx.group, ctx.scale, ctx.chunk
-        g_lp, _ = _gather_rows(grad_logp.float().contiguous(), group)
-        g_ent, _ = _gather_rows(grad_entropy.float().contiguous(), group)
+        dtype = _softmax_dtype(all_hidden)
+        g_lp, _ = _gather_rows(grad_logp.to(dtype).contiguous(), group)
+        g_ent, _ = _gather_rows(grad_entropy.to(dtype).contiguous(), group)
         need_w = ctx.needs_input_grad[1]
         sink = ctx.sink() if need_w else None
-        direct = sink is not None and sink.dtype == torch.float32
-        grad_w = None if not need_w else sink if direct else torch.zeros(weight.shape, device=weight.device)
+        direct = sink is not None and sink.dtype == dtype
+        grad_w = None if not need_w else sink if direct else weight.new_zeros(weight.shape, dtype=dtype)
         grad_h = torch.empty(all_hidden.shape, dtype=all_hidden.dtype, device=all_hidden.device)
         rows = weight.shape[0]
         for s in range(0, all_hidden.shape[0], chunk):
@@ -209,7 +217,7 @@ class _HeadLogp(torch.autograd.Function):
             if rows == 0:
                 grad_h[s : s + chunk] = 0
                 continue
-            z = (h @ weight.t()).float()
+            z = (h @ weight.t()).to(dtype)
             if scale != 1.0:
                 z = z.mul_(scale)
             mc, tc = m[s : s + chunk].unsqueeze(-1), total[s : s + chunk].unsqueeze(-1)
@@ -226,7 +234,7 @@ class _HeadLogp(torch.autograd.Function):
             gz = gz.to(weight.dtype)
             grad_h[s : s + chunk] = gz @ weight
             if need_w:
-                grad_w.addmm_(gz.t().float(), h.float())
+                grad_w.addmm_(gz.t().to(dtype), h.to(dtype))
         if need_w and not direct:
             _add_into(sink, grad_w)
         grad_hidden = _reduce_own_rows(grad_h, counts, group)
@@ -248,10 +256,17 @@ class VocabParallel:
         self.embedding.weight = embed
         self.head.weight = embed if self.tied else self._distribute(self.head.weight, mesh)
         self.head_start, _ = rows_of(self.head.weight.shape[0], self.rank, self.world)
+        self.rows = -(-self.head.weight.shape[0] // self.world)  # the head's rows on a rank (the first ranks')
         self.embedding.forward = self._embed  # type: ignore[method-assign]
         self.head.forward = self._logits  # type: ignore[method-assign]
         self.head.vocab_parallel = self  # read by learner/logprobs.py's chunked head
         self._whole: list[tuple[torch.nn.Module, torch.nn.Parameter]] = []
+
+    @staticmethod
+    def of(head: torch.nn.Module) -> VocabParallel | None:
+        """The vocabulary-parallel split of an LM head, while it is active (not inside ``whole``), else None."""
+        parallel = getattr(head, "vocab_parallel", None)
+        return parallel if parallel is not None and parallel.active() else None
 
     @staticmethod
     def supports(model: torch.nn.Module) -> bool:

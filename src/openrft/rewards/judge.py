@@ -19,8 +19,7 @@ import re
 from typing import Any
 
 from openrft.calls.endpoints import RemoteEndpoint
-from openrft.errors import RewardError
-from openrft.rewards.types import RewardFailure
+from openrft.calls.failures import CallFailure as RewardFailure
 from openrft.spec.call_options import JudgeSpec
 
 JUDGE_TIMEOUT_S = 60.0
@@ -39,6 +38,13 @@ def without_thinking(text: str) -> str:
         at = end + len("</think>")
     kept.append(text[at:])
     return "".join(kept)
+
+
+NO_JUDGE_ENDPOINT = (
+    "is an LLM judge but no endpoint is set: point OPENRFT_JUDGE_BASE_URL (or OPENAI_BASE_URL, or "
+    "reward.judge.base_url) at an OpenAI-compatible chat server (e.g. `openrft serve-model`), and map a "
+    "hosted judge model it does not serve with --map MODEL=LOCAL_MODEL"
+)
 
 
 def judge_base_url(spec: JudgeSpec) -> str | None:
@@ -189,14 +195,3 @@ class ChatJudge:
         if not isinstance(content, str):
             raise RewardFailure("invalid_output", f"judge answered content {str(content)[:120]} (a refusal?)")
         return content
-
-
-def require_base_url(spec: JudgeSpec) -> str:
-    url = judge_base_url(spec)
-    if not url:
-        raise RewardError(
-            "an LLM judge needs an OpenAI-compatible endpoint: set OPENRFT_JUDGE_BASE_URL (or OPENAI_BASE_URL, "
-            "or reward.judge.base_url) to a chat completions server such as `openrft serve-model`, and map a hosted "
-            "judge model it does not serve with --map MODEL=LOCAL_MODEL"
-        )
-    return url.rstrip("/")

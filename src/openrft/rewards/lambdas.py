@@ -1,6 +1,6 @@
 """Where a Nova/Bedrock reward Lambda runs: a published handler file in the sandbox, or AWS Lambda itself.
 
-Both take the Lambda's event (a list of samples, ``views.nova_entry``) and return what the handler
+Both take the Lambda's event (a list of samples, ``kinds.nova_lambda.nova_entry``) and return what the handler
 returned; ``kinds.nova_lambda.NovaLambdaFunction`` batches and matches the results. The HTTP transport is
 ``calls.endpoints.RemoteEndpoint.post_json``.
 

@@ -1,20 +1,45 @@
-"""The reward protocol: a batch of samples in, one outcome per sample out (async).
+"""The reward protocol and its kinds: a batch of samples in, one outcome per sample out (async), and how a
+reward configuration becomes a function that does that (``build_reward``).
 
 A failed sample has an error kind, the same for every reward kind: those of any call to the outside
 (``openrft.calls.failures``: ``parse_error``, ``timeout``, ``runtime_error``, ``server_error``,
 ``invalid_output``).
+
+The kinds' registry: every module of ``rewards/kinds`` is a kind; its ``CONFIG`` class is its key, and
+``build_reward`` is one lookup. What the reward functions of one job share (``RewardContext``: an HTTP client,
+the sandbox pool, the LLM judge) is made here on first use, inside the event loop that uses it (the
+RewardRunner's), and closed with the job's reward (``ManagedReward``). A kind asks the context for the pool
+or the judge as it builds, with the path of the field that needs it: where this machine cannot isolate user
+code, or no judge endpoint is set, the problem is reported at that path, in the same pass.
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import functools
+import importlib
+import pkgutil
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import ModuleType
 from typing import Any, Protocol
 
+import httpx
+
+from openrft.calls.endpoints import RemoteEndpoint, outbound_client
 from openrft.calls.failures import ERROR_KINDS as ERROR_KINDS  # re-exported: the kinds a reward fails with
 from openrft.calls.failures import CallFailure, ErrorKind
+from openrft.calls.sandbox import SandboxPool, SandboxUnavailable
 from openrft.data.records import Example
+from openrft.errors import RewardError
+from openrft.rewards import kinds
+from openrft.rewards.judge import JUDGE_TIMEOUT_S, NO_JUDGE_ENDPOINT, ChatJudge, judge_api_key, judge_base_url
+from openrft.rewards.kinds import Needs
 from openrft.rollout.tool_calls import parse_tool_calls, tool_names
+from openrft.spec.errors import FieldProblem
+from openrft.spec.rewards import RewardConfig, RewardSpec
 
 RewardFailure = CallFailure
 """Raised inside reward code for one sample; ``RewardOutcome.of_failure`` makes it a failed outcome of its kind."""
@@ -214,3 +239,171 @@ class RewardFunction(Protocol):
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]: ...
 
     async def aclose(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------------
+# the kinds' registry, and what a job's reward functions share
+
+
+class Cancellable(Protocol):
+    def attach(self) -> None:
+        """Called inside the scoring coroutine: from then on, cancelling it cancels that coroutine's task."""
+
+
+@functools.cache
+def _kinds() -> dict[type, ModuleType]:
+    found: dict[type, ModuleType] = {}
+    for info in pkgutil.iter_modules(kinds.__path__):
+        module = importlib.import_module(f"{kinds.__name__}.{info.name}")
+        found[module.CONFIG] = module
+    return found
+
+
+def kind_of(config: RewardConfig) -> ModuleType:
+    """The kind module that builds ``config``."""
+    try:
+        return _kinds()[type(config)]
+    except KeyError:
+        raise RewardError(f"reward type {config.type!r} is not available in this build") from None
+
+
+def needs_of(config: RewardConfig) -> Needs:
+    """The endpoints, files and privileges ``config`` needs (the service's tenancy rules read them)."""
+    return kind_of(config).needs(config)
+
+
+def check_source(source: str, entry: str, arity: int, path: str) -> list[FieldProblem]:
+    """The problem of user code (run in the sandbox as ``entry(*args)`` with ``arity`` arguments) that does not
+    compile or define ``entry`` as a plain top-level function taking them, at ``path``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [FieldProblem(path, f"is not valid Python: line {exc.lineno}: {exc.msg}")]
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry:
+            if isinstance(node, ast.AsyncFunctionDef):
+                return [FieldProblem(path, f"defines {entry}() as async; it must be a plain function")]
+            args = node.args
+            positional = len(args.posonlyargs) + len(args.args)
+            required = positional - len(args.defaults)
+            if not (required <= arity and (positional >= arity or args.vararg is not None)):
+                return [
+                    FieldProblem(path, f"defines {entry}() with {positional} argument(s); it is called with {arity}")
+                ]
+            return []
+    return [FieldProblem(path, f"defines no top-level function {entry}()")]
+
+
+class RewardContext:
+    def __init__(self, spec: RewardSpec):
+        self.spec = spec
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._pool: SandboxPool | None = None
+        self._judge: ChatJudge | None = None
+        self.endpoints: list[RemoteEndpoint] = []
+
+    def client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = outbound_client()
+            self._client_loop = loop
+        return self._client
+
+    def endpoint(
+        self, url: str, default_timeout_s: float, label: str, headers: dict[str, str] | None = None
+    ) -> RemoteEndpoint:
+        endpoint = RemoteEndpoint(url, self.spec.remote, default_timeout_s, label, _LazyClient(self), headers)
+        self.endpoints.append(endpoint)
+        return endpoint
+
+    def pool(self, path: str, problems: list[FieldProblem]) -> SandboxPool | None:
+        """The sandbox pool the user code at ``path`` runs in; None, with the problem appended at ``path``, where
+        this machine cannot isolate it as ``reward.sandbox.isolation`` asks."""
+        if self._pool is None:
+            try:
+                self._pool = SandboxPool(self.spec.sandbox)
+            except SandboxUnavailable as exc:
+                problems.append(FieldProblem(path, f"runs user code, but {exc.reason}"))
+                return None
+        return self._pool
+
+    def judge(self, path: str, problems: list[FieldProblem]) -> ChatJudge | None:
+        """The LLM judge of the grader at ``path``; None, with the problem appended, when no endpoint is set."""
+        if self._judge is None:
+            url = judge_base_url(self.spec.judge)
+            if not url:
+                problems.append(FieldProblem(path, NO_JUDGE_ENDPOINT))
+                return None
+            key = judge_api_key(self.spec.judge)
+            headers = {"Authorization": f"Bearer {key}"} if key else None
+            endpoint = self.endpoint(url.rstrip("/") + "/chat/completions", JUDGE_TIMEOUT_S, "LLM judge", headers)
+            self._judge = ChatJudge(endpoint, self.spec.judge)
+        return self._judge
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = None
+
+
+class _LazyClient:
+    """Stands in for an httpx client until the first request, made inside the running loop."""
+
+    def __init__(self, context: RewardContext):
+        self.context = context
+
+    def build_request(self, *args, **kwargs) -> httpx.Request:
+        return self.context.client().build_request(*args, **kwargs)
+
+    async def send(self, *args, **kwargs) -> httpx.Response:
+        return await self.context.client().send(*args, **kwargs)
+
+
+class ManagedReward:
+    """The job's reward function together with what its parts share; closing it closes them."""
+
+    def __init__(self, function: RewardFunction, context: RewardContext):
+        self.function = function
+        self.context = context
+        self.name = function.name
+        self.requires_reference = function.requires_reference
+
+    async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
+        return await self.function.score(samples)
+
+    async def aclose(self) -> None:
+        try:
+            await self.function.aclose()
+        finally:
+            await self.context.aclose()
+
+    def score_one(
+        self, example: Example, response: str, step: int = 0, cancellation: Cancellable | None = None
+    ) -> RewardOutcome:
+        """Score one response (checked like a job's), then close: a reward tried once (``graders/run``,
+        ``openrft rewards test``). A ``cancellation`` (the service's, when the client hangs up) stops it: its
+        sandbox is killed and ``asyncio.CancelledError`` raised."""
+
+        async def go() -> RewardOutcome:
+            if cancellation is not None:
+                cancellation.attach()
+            try:
+                started = time.perf_counter()
+                outcome = checked((await self.score([RewardSample(example, response, step=step)]))[0], self.name)
+                if outcome.latency_s is None:
+                    outcome.latency_s = time.perf_counter() - started
+                return outcome
+            finally:
+                await self.aclose()
+
+        return asyncio.run(go())
+
+
+def build_reward(spec: RewardSpec) -> ManagedReward:
+    """The reward function of ``spec``, built by its kind in one pass; a ``SpecError`` lists every problem it
+    found, each at its path under ``reward.function``."""
+    context = RewardContext(spec)
+    return ManagedReward(kind_of(spec.function).build(spec.function, spec, context), context)

@@ -12,8 +12,7 @@ from typing import Any
 from openrft.data.records import Example
 from openrft.data.validation import parse_record
 from openrft.errors import OpenRFTError
-from openrft.rewards.registry import build_reward
-from openrft.rewards.types import RewardOutcome
+from openrft.rewards.types import RewardOutcome, build_reward
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import RewardSpec
 

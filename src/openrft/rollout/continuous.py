@@ -30,13 +30,18 @@ from transformers.cache_utils import DynamicLayer
 from openrft.rollout.sampling import sample_tokens
 from openrft.rollout.types import Completion, SamplingParams
 
-Done = Callable[[Completion], None]
+Done = Callable[[Completion], bool | None]
+"""Called with a row's completion when it ends; returning False says its conversation ends there (its KV cache
+is then not kept)."""
 COMPACT_FRACTION = 0.25
 """Rows that have ended ride along masked until this share of the batch has ended (or a request is admitted)."""
 SQUEEZE_SLACK = 64
 """Columns a batch may grow past twice its longest row (holes from admissions) before it is squeezed."""
 KEPT_TOKENS = 1 << 22
 """The most cached tokens (over every kept conversation) a session holds; the least recently used go first."""
+SPARE_COLUMNS = 32
+"""Room left for decode steps in a cache the session copies anyway (an admission's join), so that the next
+steps write into it instead of growing (copying) it again."""
 
 
 @dataclass
@@ -80,6 +85,9 @@ class KVStore:
     def clear(self) -> None:
         self._kept.clear()
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._kept
+
 
 @dataclass
 class _Row:
@@ -104,9 +112,11 @@ class GrowingLayer(DynamicLayer):
     """A cache layer that writes new states into spare room at the end of its buffers (doubled when full)
     instead of concatenating: a decode step copies one column, not the whole cache."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int | None = None):
+        """``keys``/``values``: buffers whose first ``length`` columns (default: all) hold states, the rest spare."""
         self.is_initialized, self.device = True, keys.device  # what DynamicLayer's lazy_initialization sets
-        self._keys, self._values, self.length = keys, values, keys.shape[2]
+        self._keys, self._values = keys, values
+        self.length = keys.shape[2] if length is None else length
 
     @property
     def keys(self) -> torch.Tensor:
@@ -152,9 +162,9 @@ def _right_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([tensor, tensor.new_zeros(shape)], dim=2)
 
 
-def _cache(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+def _cache(layers: list[tuple[torch.Tensor, torch.Tensor]], length: int | None = None) -> DynamicCache:
     cache = DynamicCache()
-    cache.layers = [GrowingLayer(keys, values) for keys, values in layers]
+    cache.layers = [GrowingLayer(keys, values, length) for keys, values in layers]
     return cache
 
 
@@ -163,6 +173,18 @@ def _growing(cache: DynamicCache) -> DynamicCache:
     if all(isinstance(layer, GrowingLayer) for layer in cache.layers):
         return cache
     return _cache([(layer.keys, layer.values) for layer in cache.layers])
+
+
+def _stacked(parts: list[torch.Tensor], width: int, room: int) -> torch.Tensor:
+    """``parts`` (``[rows, heads, tokens, dim]``) stacked by rows in one buffer of ``room`` columns, each part's
+    columns right-aligned at ``width`` (left padding before them, spare room after)."""
+    first = parts[0]
+    out = first.new_zeros((sum(p.shape[0] for p in parts), first.shape[1], room, first.shape[-1]))
+    row = 0
+    for part in parts:
+        out[row : row + part.shape[0], :, width - part.shape[2] : width] = part
+        row += part.shape[0]
+    return out
 
 
 def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -256,22 +278,19 @@ class DecodeSession:
             return
         width = max(mask.shape[1], self.mask.shape[1])
         for mine, theirs in zip(cache.layers, self.cache.layers):
-            keys = torch.cat([_left_pad(mine.keys, width, 2), _left_pad(theirs.keys, width, 2)])
-            values = torch.cat([_left_pad(mine.values, width, 2), _left_pad(theirs.values, width, 2)])
-            mine.keys, mine.values = keys, values
+            keys = _stacked([mine.keys, theirs.keys], width, width + SPARE_COLUMNS)
+            values = _stacked([mine.values, theirs.values], width, width + SPARE_COLUMNS)
+            mine._keys, mine._values, mine.length = keys, values, width
         self.mask = torch.cat([_left_pad(mask, width, 1), _left_pad(self.mask, width, 1)])
         self.positions = torch.cat([positions, self.positions])
         self.logits = torch.cat([logits, self.logits])
         self.rows, self.cache = rows + self.rows, cache
 
     def _finish(self, i: int, row: _Row, stopped: bool) -> None:
+        """Hand the row over; keep its cache under its key unless the callback says its conversation ends."""
         row.finished = True
-        if row.key is not None:
-            read = self.mask[i].nonzero().squeeze(-1)  # every token the model has read for this row
-            layers = [(layer.keys[i][:, read].clone(), layer.values[i][:, read].clone()) for layer in self.cache.layers]
-            self.store.put(row.key, Kept(row.context + row.tokens[:-1], self.g.policy_version, layers))
         text_ids = row.tokens[:-1] if stopped else row.tokens
-        row.done(
+        goes_on = row.done(
             Completion(
                 prompt_ids=list(row.context),
                 token_ids=list(row.tokens),
@@ -281,6 +300,10 @@ class DecodeSession:
                 policy_version=self.g.policy_version,
             )
         )
+        if row.key is not None and goes_on is not False:
+            read = self.mask[i].nonzero().squeeze(-1)  # every token the model has read for this row
+            layers = [(layer.keys[i][:, read].clone(), layer.values[i][:, read].clone()) for layer in self.cache.layers]
+            self.store.put(row.key, Kept(row.context + row.tokens[:-1], self.g.policy_version, layers))
 
     def _select(self, keep: list[int]) -> None:
         """Only the rows ``keep`` stay, their columns squeezed when holes have made the batch twice as wide as
@@ -348,7 +371,10 @@ class DecodeSession:
             ids[running + j, new_width - len(x) :] = torch.tensor(x, dtype=torch.long)
             new_mask[running + j, new_width - len(x) :] = 1
             positions[running + j, new_width - len(x) :] = torch.arange(c, c + len(x))
-        cache, old_mask = (self.cache, self.mask) if not admitted else self._joined_cache(kept, cached, old_width)
+        if admitted:
+            cache, old_mask = self._joined_cache(kept, cached, old_width, old_width + new_width + SPARE_COLUMNS)
+        else:
+            cache, old_mask = self.cache, self.mask
         mask = torch.cat([old_mask, new_mask.to(self.device)], dim=1)
         self.prefilled_tokens += sum(len(x) for x in suffix)
         logits = self.g.model(
@@ -374,10 +400,11 @@ class DecodeSession:
         self.cache, self.mask, self.positions, self.logits = cache, mask, last_positions, logits
 
     def _joined_cache(
-        self, kept: list[Kept | None], cached: list[int], width: int
+        self, kept: list[Kept | None], cached: list[int], width: int, room: int
     ) -> tuple[DynamicCache, torch.Tensor]:
         """The running rows' cache and mask left-padded to ``width`` columns, with the admitted rows' kept caches
-        right-aligned under them (an empty cache when there is nothing cached)."""
+        right-aligned under them (an empty cache when there is nothing cached); the cache's buffers hold
+        ``room`` columns, so that the pass's new tokens are written in place."""
         running = len(self.rows)
         mask = torch.zeros((running + len(kept), width), dtype=torch.long, device=self.device)
         if running:
@@ -390,14 +417,14 @@ class DecodeSession:
         layers = []
         for index, layer in enumerate(source):
             keys, values = (layer.keys, layer.values) if running else (layer[0][None], layer[1][None])
-            k_out = keys.new_zeros((running + len(kept), keys.shape[1], width, keys.shape[-1]))
-            v_out = values.new_zeros((running + len(kept), values.shape[1], width, values.shape[-1]))
+            k_out = keys.new_zeros((running + len(kept), keys.shape[1], room, keys.shape[-1]))
+            v_out = values.new_zeros((running + len(kept), values.shape[1], room, values.shape[-1]))
             if running:
-                k_out[:running, :, width - keys.shape[2] :] = keys
-                v_out[:running, :, width - values.shape[2] :] = values
+                k_out[:running, :, width - keys.shape[2] : width] = keys
+                v_out[:running, :, width - values.shape[2] : width] = values
             for j, (k, c) in enumerate(zip(kept, cached)):
                 if k is not None:
-                    k_out[running + j, :, width - c :] = k.layers[index][0]
-                    v_out[running + j, :, width - c :] = k.layers[index][1]
+                    k_out[running + j, :, width - c : width] = k.layers[index][0]
+                    v_out[running + j, :, width - c : width] = k.layers[index][1]
             layers.append((k_out, v_out))
-        return _cache(layers), mask
+        return _cache(layers, width), mask

@@ -7,13 +7,13 @@ Only the part of vLLM's API that vLLM documents is used:
   policy version is written as a PEFT adapter directory and loaded under a new, version-suffixed
   name (vLLM refuses to load a name twice); the previous version is then unloaded. ``lora_path`` is
   read by the server, so the adapter directory must be on a filesystem the server sees.
-- Full fine-tuning (no LoRA): each policy version is written as ``model.safetensors`` in a directory the
-  server reads, then loaded by ``POST /v1/load_weights`` ``{"path"}`` (``openrft serve-model``), or on a
-  vLLM server by ``POST /collective_rpc`` ``{"method": "reload_weights", "kwargs": {"weights_path"}}``
-  (vLLM's development-mode RPC route, ``VLLM_SERVER_DEV_MODE=1``, calling its workers' own in-place
-  ``reload_weights``, which reads the directory's safetensors in checkpoint format and re-runs the
-  kernels' weight processing) followed by ``POST /reset_prefix_cache`` (cached prompt KV of the old weights
-  must not be reused).
+- Full fine-tuning (no LoRA): each policy version is written as safetensors files, one per decoder block
+  (``rollout/weight_files.py``), in a directory the server reads, then loaded by ``POST /v1/load_weights``
+  ``{"path"}`` (``openrft serve-model``), or on a vLLM server by ``POST /collective_rpc``
+  ``{"method": "reload_weights", "kwargs": {"weights_path"}}`` (vLLM's development-mode RPC route,
+  ``VLLM_SERVER_DEV_MODE=1``, calling its workers' own in-place ``reload_weights``, which reads the
+  directory's safetensors in checkpoint format and re-runs the kernels' weight processing) followed by
+  ``POST /reset_prefix_cache`` (cached prompt KV of the old weights must not be reused).
 - ``POST /v1/completions`` with the prompts as token ids (``prompt: list[list[int]]``), ``n``,
   ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``max_tokens``, ``stop_token_ids``, ``logprobs: 0`` (the
   sampled token's log-prob only) and ``return_tokens_as_token_ids: true`` (tokens come back as
@@ -40,6 +40,7 @@ import torch
 from openrft.algo.rollout_correction import truncates
 from openrft.errors import OpenRFTError
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
+from openrft.rollout.weight_files import write_weight_files
 from openrft.spec.job import LoraSpec
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -174,13 +175,10 @@ class RemoteGenerator(PolicyVersioned):
             self._post("/load_lora_adapter", {**body, "load_inplace": True})
 
     def _load_full_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """Full fine-tuning: the weights as a safetensors file the server reads (``POST /v1/load_weights``)."""
-        from safetensors.torch import save_file
-
+        """Full fine-tuning: the weights as safetensors files the server reads (``POST /v1/load_weights``),
+        a file per block (``write_weight_files``)."""
         directory = self.adapter_dir / f"{self.adapter_prefix}-v{version}"
-        directory.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in weights.items()}
-        save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        write_weight_files(weights, directory)
         try:
             self._post("/load_weights", {"path": str(directory.resolve())})
         except GenerationServerError as exc:

@@ -35,6 +35,7 @@ from openrft.rollout.prompts import render_prompt
 from openrft.rollout.sampling import scaled_log_probs
 from openrft.rollout.server_guard import FairLock, GuardError, ServeLimits, check_stop_ids, key_matches
 from openrft.rollout.types import Completion, SamplingParams
+from openrft.rollout.weight_files import iter_weight_files, weight_files, weight_shapes
 
 MAX_TOP_LOGPROBS = 20
 
@@ -159,21 +160,17 @@ class ModelServer:
 
     def load_weights(self, path: str) -> int:
         """Replace the base model's weights with the safetensors files in ``path`` (a Hugging Face model
-        directory of the same architecture: what full fine-tuning sends after each update); the count."""
-        from safetensors.torch import load_file
-
+        directory of the same architecture: what full fine-tuning sends after each update); the count.
+        The files' headers are checked first, then the tensors are copied in one at a time."""
         given, path = path, str(self._loadable(path, "path"))
-        files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+        files = weight_files(Path(path))
         if not files:
             raise ApiError(400, f"no *.safetensors files in {given!r}", param="path")
-        state: dict[str, torch.Tensor] = {}
-        for file in files:
-            state.update(load_file(str(file)))
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         own = base.state_dict()
-        state = {_base_layer_name(k, own): v for k, v in state.items()}
-        unknown = sorted(set(state) - set(own))
-        wrong = sorted(k for k in state if k in own and state[k].shape != own[k].shape)
+        shapes = {_base_layer_name(k, own): shape for k, shape in weight_shapes(files).items()}
+        unknown = sorted(set(shapes) - set(own))
+        wrong = sorted(k for k in shapes if k in own and shapes[k] != tuple(own[k].shape))
         if unknown or wrong:
             raise ApiError(
                 400,
@@ -182,10 +179,10 @@ class ModelServer:
                 param="path",
             )
         with self.lock, torch.no_grad():
-            for name, tensor in state.items():
-                own[name].copy_(tensor)
+            for name, tensor in iter_weight_files(files):
+                own[_base_layer_name(name, own)].copy_(tensor)
         self.root = path
-        return len(state)
+        return len(shapes)
 
     def _loadable(self, path: str, param: str) -> Path:
         try:

@@ -3,9 +3,10 @@
 The colocated mode of TRL's ``vllm_mode="colocate"`` and verl's hybrid engine: no server, no HTTP; the
 engine holds its own copy of the weights. Each policy version reaches it as in the server mode: a LoRA
 adapter written as a PEFT directory and passed by ``LoRARequest`` (a new id per version), or the full
-weights written as ``model.safetensors`` and reloaded in place by the workers' ``reload_weights``
-(``LLM.collective_rpc``), the prefix cache then dropped. vLLM's sleep mode (freeing the engine's GPU memory
-while the learner updates) is not driven yet: on one GPU, size ``gpu_memory_utilization`` for both.
+weights written as safetensors files, one per block (``rollout/weight_files.py``), and reloaded in place by
+the workers' ``reload_weights`` (``LLM.collective_rpc``), the prefix cache then dropped. vLLM's sleep
+mode (freeing the engine's GPU memory while the learner updates) is not driven yet: on one GPU, size
+``gpu_memory_utilization`` for both.
 
 vLLM pins its own torch and transformers, so this runs where OpenRFT is installed into vLLM's
 environment (``make vllm-venv`` builds it, ``VLLM_WITH_OPENRFT=1`` adds OpenRFT); elsewhere the engine
@@ -84,11 +85,9 @@ class VllmGenerator(PolicyVersioned):
             write_peft_adapter(weights, self.lora, self.model_path, directory)
             self._lora_request = LoRARequest(f"openrft-v{version}", version + 1, str(directory.resolve()))
         else:
-            from safetensors.torch import save_file
+            from openrft.rollout.weight_files import write_weight_files
 
-            directory.mkdir(parents=True, exist_ok=True)
-            tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in weights.items()}
-            save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+            write_weight_files(weights, directory)
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(directory.resolve())})
             self.llm.reset_prefix_cache()
         if self._adapter_path is not None and self._adapter_path != directory:

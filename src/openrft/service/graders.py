@@ -22,17 +22,15 @@ from fastapi import Request
 
 from openrft.data.records import Example
 from openrft.errors import OpenRFTError
-from openrft.rewards.config_files import reward_spec_from_document
 from openrft.rewards.kinds.openai_graders import run_view
 from openrft.rewards.kinds.vertex import validate_view
-from openrft.rewards.registry import Cancellable, ManagedReward, build_reward
-from openrft.rewards.types import RewardOutcome
+from openrft.rewards.types import Cancellable, ManagedReward, RewardOutcome, build_reward
 from openrft.rewards.validation import example_from_line
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import ApiError, from_spec_error
 from openrft.service.tenancy import raise_problems, reward_problems
 from openrft.spec.errors import FieldProblem, SpecError
-from openrft.spec.rewards import RewardSpec
+from openrft.spec.rewards import RewardSpec, reward_spec_from_document
 
 
 def _checked_reward(

@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from openrft.calls.outbound import is_store_url, refusal, store_refusal
-from openrft.rewards.registry import needs_of
+from openrft.rewards.types import needs_of
 from openrft.service.auth import LOCAL_OWNER
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import ApiError

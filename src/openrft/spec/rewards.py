@@ -1,4 +1,5 @@
-"""Reward configurations as the job spec holds them. The ``rewards`` package builds functions from these.
+"""Reward configurations as the job spec holds them, and read from a document of any shape
+(``reward_spec_from_document``). The ``rewards`` package builds functions from these.
 
 Each kind keeps the exact configuration shape of the service it comes from (docs/contracts.md): Vertex
 configs in Vertex's camelCase JSON, OpenAI graders in OpenAI's schema with its ``type``
@@ -15,13 +16,14 @@ know about them.
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from openrft.spec.call_options import MAX_CALL_CONCURRENCY as MAX_CALL_CONCURRENCY
 from openrft.spec.call_options import MAX_CALL_TIMEOUT_S as MAX_CALL_TIMEOUT_S
 from openrft.spec.call_options import JudgeSpec, RemoteCallSpec, SandboxSpec
+from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
 
 # ------------------------------------------------------------------------------------------------
 # shared helpers
@@ -519,3 +521,116 @@ class RewardSpec(_Strict):
     remote: RemoteCallSpec = RemoteCallSpec()
     judge: JudgeSpec = JudgeSpec()
     sandbox: SandboxSpec = SandboxSpec()
+
+
+# ------------------------------------------------------------------------------------------------
+# a reward configuration in any shape a user has at hand
+
+OUR_TYPES = tuple(config.model_fields["type"].default for config in get_args(get_args(RewardConfig)[0]))
+"""The ``type`` tags of the reward configurations (``RewardConfig``): no list of kinds to keep here."""
+GRADER_TYPES = tuple(get_args(grader.model_fields["type"].annotation)[0] for grader in get_args(get_args(Grader)[0]))
+"""OpenAI's grader types (``Grader``)."""
+VERTEX_PROTO_KEYS = {
+    "weighted_reward_configs",
+    "reinforcement_tuning_spec",
+    "string_match_reward_scorer",
+    "code_execution_reward_scorer",
+    "cloud_run_reward_scorer",
+    "autorater_scorer",
+}
+
+PROTO_MAPS = ("labels", "openrft")
+"""Fields whose keys are the user's own (a map) or OpenRFT's (snake_case by design), never renamed."""
+
+
+def json_name(name: str) -> str:
+    """A proto field name as its JSON name: ``tuned_model_display_name`` -> ``tunedModelDisplayName``."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def canonical_names(value: Any, path: str = "", problems: list[FieldProblem] | None = None) -> Any:
+    """``value`` with every proto field name (snake_case) written as its JSON name (lowerCamelCase).
+
+    The proto3 JSON mapping has parsers accept both spellings, and the Python SDK and gcloud write the proto
+    names, so a request in either reads the same; errors and ``spec explain`` then name the canonical JSON
+    fields. A field given in both spellings is a problem (appended to ``problems``)."""
+    if isinstance(value, list):
+        return [canonical_names(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = json_name(key) if isinstance(key, str) and "_" in key.strip("_") else key
+        where = f"{path}.{name}" if path else name
+        if name in out and problems is not None:
+            problems.append(FieldProblem(where, f"is also given as {key}: write it once"))
+        out[name] = item if name in PROTO_MAPS else canonical_names(item, where, problems)
+    return out
+
+
+def _wrap(document: Any) -> tuple[dict[str, Any], str]:
+    """The RewardSpec dict for a document, and the prefix that maps its paths back to the user's."""
+    if not isinstance(document, dict):
+        raise SpecError([FieldProblem("<root>", "is not a reward configuration (expected an object)")])
+    if "function" in document:
+        return document, ""
+    kind = document.get("type")
+    if kind in OUR_TYPES:
+        return {"function": document}, ""
+    if kind in GRADER_TYPES:
+        return {"function": {"type": "openai_grader", "grader": document}}, "grader"
+    if VERTEX_PROTO_KEYS & set(document):  # a Vertex config in proto field names (the SDK's, gcloud's)
+        document = canonical_names(document)
+    if "weightedRewardConfigs" in document:
+        return {"function": {"type": "vertex", "composite": document}}, "compositeRewardConfig"
+    if any(key in document for key in SingleRewardConfig.SCORERS):
+        return {"function": {"type": "vertex", "single": document}}, "singleRewardConfig"
+    tuning = document.get("reinforcementTuningSpec", document)
+    if isinstance(tuning, dict):
+        for key, slot in (("singleRewardConfig", "single"), ("compositeRewardConfig", "composite")):
+            if key in tuning:
+                where = f"reinforcementTuningSpec.{key}" if tuning is not document else key
+                return {"function": {"type": "vertex", slot: tuning[key]}}, where
+    method = document.get("method")
+    if (
+        isinstance(method, dict)
+        and isinstance(method.get("reinforcement"), dict)
+        and "grader" in method["reinforcement"]
+    ):
+        return {
+            "function": {"type": "openai_grader", "grader": method["reinforcement"]["grader"]}
+        }, "method.reinforcement.grader"
+    raise SpecError(
+        [
+            FieldProblem(
+                "<root>",
+                "is not a reward configuration: expected an OpenAI grader (type: "
+                "string_check, ...), a Vertex singleRewardConfig/compositeRewardConfig, a reward "
+                "spec {function: ...}, or a job file",
+            )
+        ]
+    )
+
+
+def _map_path(problem: FieldProblem, prefix: str) -> FieldProblem:
+    """``function.grader.x`` -> the user's own path (``method.reinforcement.grader.x``)."""
+    for ours in ("function.grader", "function.single", "function.composite"):
+        if problem.path.startswith(ours):
+            return FieldProblem(prefix + problem.path[len(ours) :], problem.message, problem.value)
+    return problem
+
+
+def reward_spec_from_document(document: Any, source: str | None = None) -> RewardSpec:
+    """A reward configuration in any shape (JSON or YAML data): a canonical ``RewardSpec``
+    (``{function, on_error, ...}``); one reward config with OpenRFT's ``type`` tag; an OpenAI grader object; a
+    Vertex ``singleRewardConfig`` or ``compositeRewardConfig`` body (JSON or proto field names); a whole Vertex
+    request or OpenAI job (their reward part is read). Problems name the user's own paths."""
+    wrapped, prefix = _wrap(document)
+    try:
+        return RewardSpec.model_validate(wrapped)
+    except ValidationError as exc:
+        problems = problems_from_validation(exc, RewardSpec)
+        if prefix:
+            problems = [_map_path(p, prefix) for p in problems]
+        raise SpecError(problems, source) from None

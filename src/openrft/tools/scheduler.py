@@ -100,8 +100,14 @@ class EpisodeScheduler:
             session.submit(episode.context, [episode.remaining], [self._turn_callback(episode)], [episode.episode_id])
         self.ready_groups, self.ready = [], []
 
-    def _turn_callback(self, episode: Episode) -> Callable[[Completion], None]:
-        return lambda completion: self._turns([episode], [completion])
+    def _turn_callback(self, episode: Episode) -> Callable[[Completion], bool]:
+        """Takes the turn; says whether the episode goes on (only then is its KV cache kept for the next turn)."""
+
+        def done(completion: Completion) -> bool:
+            self._turns([episode], [completion])
+            return not episode.done
+
+        return done
 
     def _room(self, episodes: int) -> bool:
         return self.cap is None or self.active == 0 or self.active + episodes <= self.cap

@@ -1,5 +1,5 @@
 """Sandboxed execution of user code: a pool of isolated worker processes (see ``mechanism``)."""
 
-from openrft.calls.sandbox.pool import CallResult, SandboxPool
+from openrft.calls.sandbox.pool import CallResult, SandboxPool, SandboxUnavailable
 
-__all__ = ["CallResult", "SandboxPool"]
+__all__ = ["CallResult", "SandboxPool", "SandboxUnavailable"]

@@ -20,8 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from openrft.calls.sandbox import cgroups, mechanism
-from openrft.calls.sandbox.cgroups import Cgroup
+from openrft.calls.sandbox import mechanism
+from openrft.calls.sandbox.mechanism import Cgroup
 from openrft.errors import RewardError
 from openrft.spec.call_options import SandboxSpec
 
@@ -44,6 +44,14 @@ class CallResult:
     @property
     def ok(self) -> bool:
         return self.kind is None
+
+
+class SandboxUnavailable(RewardError):
+    """Strict isolation was asked for and cannot run on this machine; ``reason`` says why and what to do."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"cannot run user code in a sandbox: {reason}")
+        self.reason = reason
 
 
 class _OutputTooLarge(Exception):
@@ -91,7 +99,7 @@ class SandboxPool:
         if spec.isolation == "strict":
             reason = mechanism.strict_unavailable()
             if reason:
-                raise RewardError(f"cannot run user code in a sandbox: {reason}")
+                raise SandboxUnavailable(reason)
         self._idle: asyncio.Queue[_Worker] | None = None
         self._slots: asyncio.Semaphore | None = None
         self._all: set[_Worker] = set()
@@ -105,7 +113,7 @@ class SandboxPool:
         scratch = tempfile.mkdtemp(prefix="openrft-sandbox-")
         cgroup = None
         if self.isolation == "strict":
-            layout, _ = cgroups.layout()
+            layout, _ = mechanism.cgroup_layout()
             if layout is not None:
                 cgroup = Cgroup(layout, self.spec.memory_limit_mb << 20, self.spec.max_processes)
             command = mechanism.strict_command(

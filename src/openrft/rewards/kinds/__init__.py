@@ -1,12 +1,15 @@
-"""Reward kinds: one module per kind of reward configuration, found by ``rewards.registry``.
+"""Reward kinds: one module per kind of reward configuration, found by the registry in ``rewards/types.py``
+(``kind_of``, ``build_reward``).
 
 A kind module holds everything one kind means and nothing another kind needs. It defines:
 
 - ``CONFIG``: the configuration class it builds (a class of ``openrft.spec.rewards``);
 - ``build(config, spec, context) -> RewardFunction``: the reward function, built in one pass. Problems
   a configuration's shape cannot show (a template naming an unknown namespace, code that does not
-  compile, a judge without an endpoint) are collected as it builds, each named by its path under
-  ``reward.function``, and raised together as one ``SpecError``;
+  compile, a judge without an endpoint, a sandbox this machine cannot make) are collected as it builds,
+  each named by its path under ``reward.function``, and raised together as one ``SpecError``. What it
+  shares with the job's other reward functions it asks the ``RewardContext`` for (``endpoint``, ``pool``,
+  ``judge``), passing the path of the field that needs it;
 - ``needs(config) -> Needs``: what the reward reaches outside itself, so that the service's tenancy
   rules ask the kind instead of knowing every kind.
 

@@ -22,14 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from openrft.calls.endpoints import Timer
+from openrft.calls.sandbox import SandboxPool
 from openrft.errors import RewardError
 from openrft.rewards.capture import captured_stdout
-from openrft.rewards.checks import check_source, sandbox_problems
 from openrft.rewards.kinds import REWARD_ROOT, Needs
-from openrft.rewards.kinds.nova_lambda import parse_result_entry
-from openrft.rewards.registry import RewardContext
-from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample
-from openrft.rewards.views import nova_entry
+from openrft.rewards.kinds.nova_lambda import nova_entry, parse_result_entry
+from openrft.rewards.types import RewardContext, RewardFailure, RewardOutcome, RewardSample, check_source
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import CallableReward, RewardSpec
 
@@ -109,10 +107,11 @@ def build(config: CallableReward, spec: RewardSpec, context: RewardContext) -> C
     except RewardError as exc:
         raise SpecError([FieldProblem(where, str(exc))], "the reward configuration") from None
     entry = resolve_target(config.target)[1]
-    problems = check_source(source, entry, 1, where) + sandbox_problems(spec, where)
-    if problems:
+    problems = check_source(source, entry, 1, where)
+    pool = context.pool(where, problems)
+    if pool is None or problems:
         raise SpecError(problems, "the reward configuration")
-    return CallableFunction(config.target, None, context, (source, entry))
+    return CallableFunction(config.target, None, context, (source, entry, pool))
 
 
 def needs(config: CallableReward) -> Needs:
@@ -120,18 +119,23 @@ def needs(config: CallableReward) -> Needs:
 
 
 class CallableFunction:
-    """``function`` run in-process, or ``sandboxed`` = (module source, function name) run in the sandbox."""
+    """``function`` run in-process, or ``sandboxed`` = (module source, function name, pool) run in the sandbox."""
 
     requires_reference = False
 
-    def __init__(self, target: str, function: Any, context: RewardContext, sandboxed: tuple[str, str] | None = None):
+    def __init__(
+        self,
+        target: str,
+        function: Any,
+        context: RewardContext,
+        sandboxed: tuple[str, str, SandboxPool] | None = None,
+    ):
         self.name = target
         self.target = target
         self.time_limit_s = context.spec.sandbox.time_limit_s or CALLABLE_TIME_LIMIT_S
         self.sandboxed = sandboxed is not None
         if sandboxed is not None:
-            self.source, self.entry = sandboxed
-            self.pool = context.pool()
+            self.source, self.entry, self.pool = sandboxed
         else:
             self.function = function
 

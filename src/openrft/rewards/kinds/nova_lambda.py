@@ -1,6 +1,6 @@
 """The Nova reward "Lambda" contract: batches of samples, several invocations in flight.
 
-Each invocation sends a JSON list of up to ``batch_size`` entries (``views.nova_entry``), over HTTP
+Each invocation sends a JSON list of up to ``batch_size`` entries (``nova_entry``), over HTTP
 (a POST), to a handler file in the sandbox or to AWS Lambda (``lambdas``), and expects a list with
 one ``{id, aggregate_reward_score, metrics_list}`` per entry. Entries are matched to samples by
 ``id`` when the ids of the batch are unique, else by position. ``metrics_list`` items of type
@@ -15,18 +15,32 @@ import json
 from typing import Any, Protocol
 
 from openrft.calls.endpoints import RemoteEndpoint, Timer, gather_all
-from openrft.rewards.checks import check_source, sandbox_problems
 from openrft.rewards.kinds import REWARD_ROOT, Needs
 from openrft.rewards.lambdas import AwsLambdaInvoker, HandlerInvoker, split_handler
-from openrft.rewards.registry import RewardContext
-from openrft.rewards.types import RewardFailure, RewardOutcome, RewardSample, as_score
-from openrft.rewards.views import nova_entry
+from openrft.rewards.types import RewardContext, RewardFailure, RewardOutcome, RewardSample, as_score, check_source
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import NovaLambdaReward, RewardSpec
 
 CONFIG = NovaLambdaReward
 
 NOVA_TIMEOUT_S = 900.0  # the service allows 15 minutes per invocation
+
+
+def nova_entry(sample: RewardSample) -> dict[str, Any]:
+    """One sample of a Nova/Bedrock reward Lambda's event, as the services send it: the dataset line with a
+    unique ``id`` and the rollout's messages (the assistant's answer, its ``tool_calls`` and the tool results of
+    a multi-turn rollout) appended to ``messages``, its other fields (``reference_answer``, ``tools``, ...) at
+    the top level. ``metadata`` also holds those fields (merged with the line's own ``metadata`` object, if
+    any), for Lambdas that read ``sample["metadata"]["reference_answer"]``."""
+    example = sample.example
+    row = {k: v for k, v in example.fields.items() if k not in ("id", "messages")}
+    if example.tools is not None:
+        row.setdefault("tools", example.tools)
+    metadata = {k: v for k, v in row.items() if k != "metadata"}
+    if isinstance(row.get("metadata"), dict):
+        metadata.update(row["metadata"])
+    messages = [*example.messages, *sample.output_messages]
+    return {"id": example.id, "messages": messages, **row, "metadata": metadata}
 
 
 def parse_result_entry(entry: Any, what: str) -> RewardOutcome:
@@ -183,10 +197,11 @@ def _handler(target: str, spec: RewardSpec, context: RewardContext) -> HandlerIn
     except OSError as exc:
         problem = FieldProblem(where, f"cannot be read: {exc.strerror}", str(path))
         raise SpecError([problem], "the reward configuration") from None
-    problems = check_source(source, handler, 2, where) + sandbox_problems(spec, where)
-    if problems:
+    problems = check_source(source, handler, 2, where)
+    pool = context.pool(where, problems)
+    if pool is None or problems:
         raise SpecError(problems, "the reward configuration")
-    return HandlerInvoker(target, source, context.pool(), spec.sandbox.time_limit_s or NOVA_TIMEOUT_S)
+    return HandlerInvoker(target, source, pool, spec.sandbox.time_limit_s or NOVA_TIMEOUT_S)
 
 
 def needs(config: NovaLambdaReward) -> Needs:

@@ -19,19 +19,26 @@ JSON is then a ``parse_error``, OpenAI's sample_parse_error).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from openrft.calls.endpoints import Timer, gather_all
-from openrft.rewards.checks import check_source, judge_problems, sandbox_problems
 from openrft.rewards.formula import FormulaError, FormulaRuntimeError, compile_formula
 from openrft.rewards.judge import label_response_format, parse_label, parse_score, score_response_format
 from openrft.rewards.kinds import REWARD_ROOT, Needs
-from openrft.rewards.registry import RewardContext
 from openrft.rewards.similarity import similarity
 from openrft.rewards.templates import NamespaceResolver, check_template, parse_json_output, render
-from openrft.rewards.types import PartOutcomes, RewardFailure, RewardOutcome, RewardSample, as_score, explanation
-from openrft.rewards.views import openai_sample
+from openrft.rewards.types import (
+    PartOutcomes,
+    RewardContext,
+    RewardFailure,
+    RewardOutcome,
+    RewardSample,
+    as_score,
+    check_source,
+    explanation,
+)
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import (
     LabelModelGrader,
@@ -59,6 +66,21 @@ def resolver(sample: RewardSample) -> NamespaceResolver:
         },
         lazy={"sample.output_json": lambda: parse_json_output(sample.output_text)},
     )
+
+
+def output_json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text.strip())
+    except (ValueError, RecursionError):
+        return None
+
+
+def openai_sample(sample: RewardSample) -> dict[str, Any]:
+    """A python grader's ``sample``: ``output_text``, ``output_json`` (``None`` when the output is not JSON) and
+    ``output_tools`` (the tool calls parsed from the output, OpenAI's shape); its ``item`` is the dataset
+    line (``Example.row()``: every field, ``messages`` included)."""
+    text = sample.output_text
+    return {"output_text": text, "output_json": output_json_or_none(text), "output_tools": sample.output_tools}
 
 
 def string_check(grader: StringCheckGrader, text: str, reference: str) -> float:
@@ -95,22 +117,16 @@ class GraderFunction:
         self.name = grader.name
         self.computed = isinstance(grader, StringCheckGrader | TextSimilarityGrader)
         """Scored by computation alone (no sandbox, no judge): ``_computed`` scores a sample."""
-        spec = context.spec
         if self.computed:
             problems += check_template(grader.input, OPENAI_NAMESPACES, f"{path}.input")
             problems += check_template(grader.reference, OPENAI_NAMESPACES, f"{path}.reference")
         elif isinstance(grader, PythonGrader):
-            unavailable = sandbox_problems(spec, f"{path}.source")
-            problems += check_source(grader.source, "grade", 2, f"{path}.source") + unavailable
-            if not unavailable:
-                self.pool = context.pool()
+            problems += check_source(grader.source, "grade", 2, f"{path}.source")
+            self.pool = context.pool(f"{path}.source", problems)
         elif isinstance(grader, ScoreModelGrader | LabelModelGrader):
             for i, message in enumerate(grader.input):
                 problems += check_template(message.text(), OPENAI_NAMESPACES, f"{path}.input[{i}].content")
-            no_judge = judge_problems(spec, path)
-            problems += no_judge
-            if not no_judge:
-                self.judge = context.judge()
+            self.judge = context.judge(path, problems)
         elif isinstance(grader, MultiGrader):
             self.parts = {
                 key: GraderFunction(sub, context, f"{path}.graders.{key}", problems)

@@ -17,8 +17,7 @@ import re
 from typing import Any
 
 from openrft.rewards.kinds import Needs
-from openrft.rewards.registry import RewardContext
-from openrft.rewards.types import RewardFunction, RewardOutcome, RewardSample
+from openrft.rewards.types import RewardContext, RewardFunction, RewardOutcome, RewardSample
 from openrft.spec.rewards import PresetReward, RewardSpec
 
 CONFIG = PresetReward

@@ -27,20 +27,28 @@ the scores of the replies (parsed by ``autoraterResponseParseConfig``, then scor
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import re
 from typing import Any
 
 from openrft.calls.endpoints import Timer, gather_all
-from openrft.rewards.checks import check_source, is_reward_script, judge_problems, sandbox_problems
+from openrft.data.records import Example
 from openrft.rewards.input_limits import regex_matches
 from openrft.rewards.judge import parse_score
 from openrft.rewards.kinds import REWARD_ROOT, Needs
-from openrft.rewards.registry import RewardContext
 from openrft.rewards.templates import NamespaceResolver, check_template, render
-from openrft.rewards.types import PartOutcomes, RewardFailure, RewardOutcome, RewardSample, as_score, explanation
-from openrft.rewards.views import prompt_text, system_text, vertex_example, vertex_references
+from openrft.rewards.types import (
+    PartOutcomes,
+    RewardContext,
+    RewardFailure,
+    RewardOutcome,
+    RewardSample,
+    as_score,
+    check_source,
+    explanation,
+)
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.rewards import (
     CompositeRewardConfig,
@@ -59,6 +67,55 @@ AUTORATER_NAMESPACES = ("prompt", "response", "system_instruction", "references"
 CODE_EXECUTION_TIME_LIMIT_S = 100.0
 CLOUD_RUN_TIMEOUT_S = 300.0
 TUNING_JOB_ID = 0
+
+
+VERTEX_ROLES = {"user": "user", "assistant": "model", "tool": "user"}
+
+
+def system_text(example: Example) -> str:
+    return "\n".join(m["content"] for m in example.messages if m["role"] == "system")
+
+
+def prompt_text(example: Example) -> str:
+    """The conversation without its system message, one turn per line (the last is usually the question)."""
+    return "\n".join(m["content"] for m in example.messages if m["role"] != "system")
+
+
+def vertex_example(example: Example) -> dict[str, Any]:
+    """The example as Vertex's reward code sees it, in Vertex's dataset shape (``contents``,
+    ``systemInstruction``, ``references``), built from the messages when the line was in the messages format."""
+    fields = dict(example.fields)
+    if "contents" not in fields:
+        fields["contents"] = [
+            {"role": VERTEX_ROLES.get(m["role"], "user"), "parts": [{"text": m["content"]}]}
+            for m in example.messages
+            if m["role"] != "system"
+        ]
+    if "systemInstruction" not in fields and system_text(example):
+        fields["systemInstruction"] = {"role": "system", "parts": [{"text": system_text(example)}]}
+    fields.setdefault("references", {})
+    return fields
+
+
+def vertex_references(example: Example) -> dict[str, Any]:
+    references = example.fields.get("references")
+    return references if isinstance(references, dict) else {}
+
+
+def is_reward_script(source: str, result: str = "reward", entry: str = "evaluate") -> bool:
+    """A snippet in the script style of Google's SDK examples (``reward = 1.0 if response == ...``): no
+    top-level ``evaluate()``, a top-level assignment to ``reward``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry:
+            return False
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return result in names
 
 
 def clip(value: float) -> float:
@@ -187,7 +244,6 @@ class VertexSingleFunction:
         self.config = config
         self.context = context
         self.name = config.rewardName or next(s for s in config.SCORERS if getattr(config, s) is not None)
-        spec = context.spec
         if config.stringMatchRewardScorer is not None:
             problems += _match_problems(config.stringMatchRewardScorer, path)
         if config.codeExecutionRewardScorer is not None:
@@ -201,25 +257,19 @@ class VertexSingleFunction:
                     else FieldProblem(p.path, p.message + " (nor sets reward)")
                     for p in check_source(snippet, "evaluate", 2, where)
                 ]
-            unavailable = sandbox_problems(spec, where)
-            problems += unavailable
-            if not unavailable:
-                self.pool = context.pool()
+            self.pool = context.pool(where, problems)
         if config.cloudRunRewardScorer is not None:
             self.cloud_run = context.endpoint(
                 config.cloudRunRewardScorer.cloudRunUri, CLOUD_RUN_TIMEOUT_S, f"Cloud Run reward {self.name}"
             )
-            self.cloud_run_slots = asyncio.Semaphore(spec.remote.max_concurrency)
+            self.cloud_run_slots = asyncio.Semaphore(context.spec.remote.max_concurrency)
         if config.autoraterScorer is not None:
             scorer, where = config.autoraterScorer, f"{path}.autoraterScorer"
             problems += check_template(scorer.autoraterPrompt, AUTORATER_NAMESPACES, f"{where}.autoraterPrompt")
             if scorer.exactMatchScorer is not None:
                 expression = scorer.exactMatchScorer.expression
                 problems += check_template(expression, MATCH_NAMESPACES, f"{where}.exactMatchScorer.expression")
-            no_judge = judge_problems(spec, where)
-            problems += no_judge
-            if not no_judge:
-                self.judge = context.judge()
+            self.judge = context.judge(where, problems)
 
     async def score(self, samples: list[RewardSample]) -> list[RewardOutcome]:
         return await gather_all(self._score_one(s) for s in samples)

@@ -15,11 +15,13 @@ from pydantic import ValidationError
 
 from openrft.spec.dialects.bedrock import is_bedrock_request
 from openrft.spec.dialects.common import DatasetSizer, count_examples
+from openrft.spec.dialects.lambdas import resolve_handler
 from openrft.spec.dialects.openai import FileResolver
 from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document, load_yaml
 from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
 from openrft.spec.job import JobSpec
 from openrft.spec.provenance import Resolution, Source, complete, leaf_paths
+from openrft.spec.rewards import RewardSpec, reward_spec_from_document
 
 Dialect = Literal["nova", "vertex", "openai", "canonical"]
 DIALECTS: tuple[Dialect, ...] = ("nova", "vertex", "openai", "canonical")
@@ -33,6 +35,7 @@ __all__ = [
     "count_examples",
     "detect_dialect",
     "load_job",
+    "load_reward_spec",
     "parse_document",
     "read_document",
     "resolve_document",
@@ -198,3 +201,19 @@ def with_mappings(document: Any, mappings: dict[str, dict[str, str]], source: st
 def load_job(path: str | Path, dialect: Dialect | None = None) -> JobSpec:
     """Read a job file in any dialect and resolve it into a JobSpec."""
     return resolve_job(path, dialect).spec
+
+
+def load_reward_spec(path: str | Path) -> RewardSpec:
+    """A reward config file (any shape ``reward_spec_from_document`` reads), a job file's reward, or a published
+    Lambda file named ``reward.py:lambda_handler``."""
+    handler = resolve_handler(str(path), Path.cwd())
+    if handler is not None:
+        return RewardSpec.model_validate({"function": {"type": "nova_lambda", "endpoint": handler}})
+    path = Path(path)
+    document = read_document(path)
+    if isinstance(document, dict) and (
+        "training_config" in document or "run" in document or ("training" in document and "reward" in document)
+    ):
+        detect_dialect(document)
+        return load_job(path).reward
+    return reward_spec_from_document(document, str(path))

@@ -34,7 +34,7 @@ from openrft.spec.dialects.common import (
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution, Source
-from openrft.spec.rewards import VertexReward
+from openrft.spec.rewards import VertexReward, canonical_names
 
 MAX_STEPS = 500
 MAX_OUTPUT_TOKENS = 32_768
@@ -95,36 +95,6 @@ class VertexRequest(Strict):
     customBaseModel: str | None = None
     reinforcementTuningSpec: VertexTuningSpec
     openrft: OpenRFTExtensions = OpenRFTExtensions()
-
-
-PROTO_MAPS = ("labels", "openrft")
-"""Fields whose keys are the user's own (a map) or OpenRFT's (snake_case by design), never renamed."""
-
-
-def json_name(name: str) -> str:
-    """A proto field name as its JSON name: ``tuned_model_display_name`` -> ``tunedModelDisplayName``."""
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def canonical_names(value: Any, path: str = "", problems: list[FieldProblem] | None = None) -> Any:
-    """``value`` with every proto field name (snake_case) written as its JSON name (lowerCamelCase).
-
-    The proto3 JSON mapping has parsers accept both spellings, and the Python SDK and gcloud write the proto
-    names, so a request in either reads the same; errors and ``spec explain`` then name the canonical JSON
-    fields. A field given in both spellings is a problem (appended to ``problems``)."""
-    if isinstance(value, list):
-        return [canonical_names(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
-    if not isinstance(value, dict):
-        return value
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = json_name(key) if isinstance(key, str) and "_" in key.strip("_") else key
-        where = f"{path}.{name}" if path else name
-        if name in out and problems is not None:
-            problems.append(FieldProblem(where, f"is also given as {key}: write it once"))
-        out[name] = item if name in PROTO_MAPS else canonical_names(item, where, problems)
-    return out
 
 
 def parse_request(
