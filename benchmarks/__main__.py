@@ -445,12 +445,19 @@ def sharding_suite(args: argparse.Namespace) -> None:
     load = {"before": load_average()}
     layers = 2 if args.quick else (args.sharding_layers or LAYERS)
     rows = sharding_rows(
-        args.sharding_steps, args.sharding_timeout, _log, layers, args.sharding_modes, args.sharding_learners
+        args.sharding_steps,
+        args.sharding_timeout,
+        _log,
+        layers,
+        args.sharding_modes,
+        args.sharding_learners,
+        args.sharding_transports,
     )
     load["after"] = load_average()
     columns = [
         ("mode", "mode:"),
         ("learners", "learners:"),
+        ("transport", "transport"),
         ("parameters", "parameters:"),
         ("state_mib_per_learner", "parameters + AdamW state MiB per learner:"),
         ("state_vs_one_learner", "vs one learner:"),
@@ -471,7 +478,9 @@ def sharding_suite(args: argparse.Namespace) -> None:
         f"One step: {PROMPTS} prompts x {SAMPLES} samples, "
         f"{PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response tokens, no KL (no reference), AdamW (LoRA: rank 16 "
         "on every linear layer, LoRA+). One learner: the engine's `Learner` in one process; 2 and 4: `ShardedLearner` "
-        "ranks (FSDP2, gloo) under `torch.distributed.run`, the larger rank's figures. Each configuration in fresh "
+        "ranks (FSDP2 over a gloo process group; the blocks' all-gathers and reduce-scatters through shared memory "
+        "or through gloo's TCP, the transport column) under `torch.distributed.run`, the larger rank's figures. "
+        "Each configuration in fresh "
         f"processes, 1 torch thread each, {args.sharding_steps} timed step(s) after a warm-up. Parameters + AdamW "
         "state: the tensors a learner holds between steps (its shards). Peak: the step's resident high-water mark "
         "of the whole process, libraries included. CPU s: the step's CPU seconds, all the learners' together "
@@ -581,57 +590,63 @@ def write_vllm_demo_results(rows: list[dict], engine: str, load: dict, out: Path
 def tools_suite(args: argparse.Namespace) -> None:
     import json
 
-    from benchmarks.tools import SCHEDULES, tool_throughput
+    from benchmarks.tools import SCHEDULES, WORKLOADS, tool_throughput
 
     prompts = 16 if args.quick else 64
-    _log(
-        f"tool episodes: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency, {args.rounds} rounds, "
-        f"{torch.get_num_threads()} torch threads: independent vs lock-step"
-    )
-    r = tool_throughput(prompts=prompts, rounds=args.rounds, log=_log)
-    headline = ("episodes_per_s", "lockstep_episodes_per_s", "speedup", "reward", "lockstep_reward")
-    print(json.dumps({k: r[k] for k in (*headline, "batches_episodes_per_s", "threads", "load")}))
-    rows = [
-        {"schedule": name, "round": i + 1, **run}
-        for i in range(args.rounds)
-        for name in SCHEDULES
-        for run in [r[name]["rounds"][i]]
+    columns = [
+        ("schedule", "schedule"),
+        ("round", "round"),
+        ("seconds", "seconds:"),
+        ("episodes", "episodes:"),
+        ("episodes_per_s", "episodes/s:"),
+        ("reward", "reward:"),
+        ("calls", "tool calls:"),
+        ("forward_passes", "forward passes:"),
+        ("positions_computed", "positions computed:"),
+        ("kv_hits", "KV hits:"),
+        ("kv_misses", "KV misses:"),
+        ("kv_reused_tokens", "tokens from kept KV:"),
+        ("prefilled_tokens", "tokens prefilled:"),
     ]
-    pooled = [{k: v for k, v in r[name].items() if k != "rounds"} for name in SCHEDULES]
-    rows += [{"schedule": name, "round": "all", **p} for name, p in zip(SCHEDULES, pooled)]
     body = [
-        f"{prompts} validation rows of examples/calculator x 4 episodes, 32 episodes in flight, the calculator "
-        "answering after 0-2 s (fixed per expression), the example's model at temperature 1, "
-        f"{r['threads']} torch thread(s), {args.rounds} round(s) (the order of the schedules turned round each "
-        "round). independent: the continuous decode batch with KV caches kept across turns; independent_batches: "
-        "the same schedule with whole generate batches (for comparison). Forward passes and the positions they "
-        "computed (padding included) counted on the model; the KV columns: later turns that continued their "
-        "episode's kept cache (hits), later turns whose episode had none kept (misses; first turns are not "
-        "looked up), the tokens read from kept caches and the tokens prefilled.",
-        "",
-        *markdown_table(
-            [
-                ("schedule", "schedule"),
-                ("round", "round"),
-                ("seconds", "seconds:"),
-                ("episodes", "episodes:"),
-                ("episodes_per_s", "episodes/s:"),
-                ("reward", "reward:"),
-                ("calls", "tool calls:"),
-                ("forward_passes", "forward passes:"),
-                ("positions_computed", "positions computed:"),
-                ("kv_hits", "KV hits:"),
-                ("kv_misses", "KV misses:"),
-                ("kv_reused_tokens", "tokens from kept KV:"),
-                ("prefilled_tokens", "tokens prefilled:"),
-            ],
-            rows,
-        ),
-        "",
-        f"Independent / lock-step: {r['speedup']}x episodes per second "
-        f"(whole batches: {round(r['batches_episodes_per_s'] / r['lockstep_episodes_per_s'], 2)}x).",
+        f"{prompts} validation rows of each example x 4 episodes, 32 episodes in flight, the example's model at "
+        f"temperature 1, {torch.get_num_threads()} torch thread(s), {args.rounds} round(s) (the order of the "
+        "schedules turned round each round); the tool answers after 0-2 s, fixed per call. independent: the "
+        "continuous decode batch with KV caches kept across turns; independent_batches: the same schedule with "
+        "whole generate batches (for comparison). Forward passes and the positions they computed (padding "
+        "included) counted on the model; the KV columns: later turns that continued their episode's kept cache "
+        "(hits), later turns whose episode had none kept (misses; first turns are not looked up), the tokens "
+        "read from kept caches and the tokens prefilled.",
     ]
-    write_results("tools", "Tool episodes with uneven tool latency: independent vs lock-step", body, r, args.out)
+    results = {}
+    for workload in WORKLOADS:
+        _log(
+            f"tool episodes, {workload}: {prompts} prompts x 4, 32 in flight, tools of 0-2 s latency, "
+            f"{args.rounds} rounds, {torch.get_num_threads()} torch threads: independent vs lock-step"
+        )
+        r = results[workload] = tool_throughput(workload, prompts=prompts, rounds=args.rounds, log=_log)
+        headline = ("workload", "episodes_per_s", "lockstep_episodes_per_s", "speedup", "reward", "lockstep_reward")
+        print(json.dumps({k: r[k] for k in (*headline, "batches_episodes_per_s", "threads", "load")}))
+        rows = [
+            {"schedule": name, "round": i + 1, **run}
+            for i in range(args.rounds)
+            for name in SCHEDULES
+            for run in [r[name]["rounds"][i]]
+        ]
+        pooled = [{k: v for k, v in r[name].items() if k != "rounds"} for name in SCHEDULES]
+        rows += [{"schedule": name, "round": "all", **p} for name, p in zip(SCHEDULES, pooled)]
+        body += [
+            "",
+            f"## {workload}",
+            "",
+            *markdown_table(columns, rows),
+            "",
+            f"Independent / lock-step: {r['speedup']}x episodes per second "
+            f"(whole batches: {round(r['batches_episodes_per_s'] / r['lockstep_episodes_per_s'], 2)}x); "
+            f"reward {r['reward']} vs {r['lockstep_reward']} in lock-step.",
+        ]
+    title = "Tool episodes with uneven tool latency: independent vs lock-step"
+    write_results("tools", title, body, {"workloads": results}, args.out)
 
 
 def tinker_baseline(args: argparse.Namespace) -> None:
@@ -854,6 +869,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=[1, 2, 4],
         metavar="1,N,...",
         help="sharding: learner counts (1 first: the others' ratios are to it)",
+    )
+    parser.add_argument(
+        "--sharding-transports",
+        type=lambda text: [x for x in text.split(",") if x],
+        default=["shared_memory"],
+        metavar="shared_memory,gloo",
+        help="sharding: the N learners' collectives through each of these, side by side",
     )
     parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
     parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")

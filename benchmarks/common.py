@@ -171,10 +171,16 @@ class NoText:
         return ""
 
 
-def run_worker(command: list[str], threads: int, timeout: float, identity: dict) -> dict:
+def run_worker(command: list[str], threads: int, timeout: float, identity: dict, env: dict | None = None) -> dict:
     """Run a benchmark worker (``python -m benchmarks.X --worker ...``) in a fresh process with ``threads``
-    OpenMP threads; its last JSON line, or ``identity`` with the error (a timeout, or the end of stderr)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    OpenMP threads (and ``env`` added); its last JSON line, or ``identity`` with the error (a timeout, or the
+    end of stderr)."""
+    env = {
+        **os.environ,
+        **(env or {}),
+        "OMP_NUM_THREADS": str(threads),
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
+    }
     try:
         done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -15,7 +15,10 @@ ranks):
 - ``step_s``: the median of the timed steps;
 - ``step_cpu_s``: the CPU seconds of a step (the median), summed over the learners: the work the step
   took whatever else the machine ran (``step_s`` is also waiting for a core);
-- ``load_before``: the machine's 1-minute load average when the configuration started.
+- ``load_before``: the machine's 1-minute load average when the configuration started;
+- ``transport``: how the ranks' collectives move their bytes: ``shared_memory`` (the sharded learner's
+  default for CPU ranks on one host, ``openrft.learner.shared_memory``) or ``gloo`` (TCP), chosen with
+  ``OPENRFT_FSDP_TRANSPORT``; ``transports`` runs the N-learner configurations with each, side by side.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import torch
 
 from benchmarks.common import ROOT, load_average, run_worker
 from benchmarks.learner import _release_free_memory
+from openrft.learner.shared_memory import TRANSPORT_VARIABLE
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 896, 24, 14, 2, 4864, 151_936  # Qwen2.5-0.5B
 LEARNERS = (1, 2, 4)
+TRANSPORTS = ("shared_memory",)
 PROMPTS, SAMPLES, PROMPT_TOKENS, RESPONSE_TOKENS = 2, 4, 24, 24
 
 
@@ -137,6 +142,7 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
         "baseline_mib": round(baseline, 1),
         "step_s": round(statistics.median(times), 3),
         "step_cpu_s": round(statistics.median(cpu), 3),
+        "transport": getattr(learner.policy, "transport", None),
     }
     if learners > 1:
         rows: list = [None] * learners
@@ -157,8 +163,11 @@ def worker(mode: str, learners: int, steps: int, layers: int = LAYERS) -> None:
         print(json.dumps(row), flush=True)
 
 
-def run_configuration(mode: str, learners: int, steps: int, timeout: float, layers: int = LAYERS) -> dict:
-    """One configuration in fresh processes; its JSON row (or the error)."""
+def run_configuration(
+    mode: str, learners: int, steps: int, timeout: float, layers: int = LAYERS, transport: str = "shared_memory"
+) -> dict:
+    """One configuration in fresh processes (the N learners' collectives through ``transport``); its JSON row
+    (or the error)."""
     module = ["-m", "benchmarks.sharding", "--worker", mode, str(learners), str(steps), str(layers)]
     if learners > 1:
         from openrft.learner.sharded import free_port
@@ -167,31 +176,43 @@ def run_configuration(mode: str, learners: int, steps: int, timeout: float, laye
         command = [sys.executable, *launch, *module]
     else:
         command = [sys.executable, *module]
-    return run_worker(command, 1, timeout, {"learners": learners, "mode": mode})
+    identity = {"learners": learners, "mode": mode, "transport": transport if learners > 1 else None}
+    return run_worker(command, 1, timeout, identity, {TRANSPORT_VARIABLE: transport})
 
 
 def sharding_rows(
-    steps: int, timeout: float, log, layers: int = LAYERS, modes=("full", "lora"), learner_counts=LEARNERS
+    steps: int,
+    timeout: float,
+    log,
+    layers: int = LAYERS,
+    modes=("full", "lora"),
+    learner_counts=LEARNERS,
+    transports=TRANSPORTS,
 ) -> list[dict]:
-    """Full fine-tuning and LoRA at 1, 2 and 4 learners, one configuration at a time; each row's ratios
-    against one learner's (the first count must be 1 for them)."""
+    """Full fine-tuning and LoRA at 1, 2 and 4 learners (N learners once per transport), one configuration at
+    a time; each row's ratios against one learner's (the first count must be 1 for them)."""
     rows: list[dict] = []
     one: dict = {}
-    for mode in modes:
-        for learners in learner_counts:
-            load = load_average()
-            row = run_configuration(mode, learners, steps, timeout, layers)
-            row["layers"], row["load_before"] = layers, load[0] if load else None
-            one = row if learners == 1 else one
-            if learners > 1 and "error" not in one and "error" not in row:
-                for key in ("state_mib_per_learner", "peak_mib_per_learner", "peak_above_baseline_mib"):
-                    row[key.replace("_mib_per_learner", "").replace("_mib", "") + "_vs_one_learner"] = round(
-                        row[key] / one[key], 3
-                    )
-                row["step_per_sample_vs_one_learner"] = round(row["step_s"] / one["step_s"], 3)
-                row["cpu_per_sample_vs_one_learner"] = round(row["step_cpu_s"] / one["step_cpu_s"], 3)
-            log(json.dumps(row))
-            rows.append(row)
+    configurations = [
+        (mode, learners, transport)
+        for mode in modes
+        for learners in learner_counts
+        for transport in (transports if learners > 1 else transports[:1])
+    ]
+    for mode, learners, transport in configurations:
+        load = load_average()
+        row = run_configuration(mode, learners, steps, timeout, layers, transport)
+        row["layers"], row["load_before"] = layers, load[0] if load else None
+        one = row if learners == 1 else one
+        if learners > 1 and one and "error" not in one and "error" not in row:
+            for key in ("state_mib_per_learner", "peak_mib_per_learner", "peak_above_baseline_mib"):
+                row[key.replace("_mib_per_learner", "").replace("_mib", "") + "_vs_one_learner"] = round(
+                    row[key] / one[key], 3
+                )
+            row["step_per_sample_vs_one_learner"] = round(row["step_s"] / one["step_s"], 3)
+            row["cpu_per_sample_vs_one_learner"] = round(row["step_cpu_s"] / one["step_cpu_s"], 3)
+        log(json.dumps(row))
+        rows.append(row)
     return rows
 
 

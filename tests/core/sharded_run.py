@@ -11,8 +11,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from openrft.learner.shared_memory import TRANSPORT_VARIABLE
 from openrft.runtime.sharded import ShardedWorker
-from tests.core.test_sharded import MODES, RESUMED, batch
+from tests.core.test_sharded import GLOO_RUNS, MODES, RESUMED, batch
 
 
 def count_gathered_blocks(worker: ShardedWorker) -> list[int]:
@@ -40,6 +41,10 @@ def all_ranks(value):
 
 def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
     for mode in sorted(p.stem for p in spec_dir.glob("*.json")):
+        if mode in GLOO_RUNS:  # the blocks' collectives through gloo, the others through shared memory
+            os.environ[TRANSPORT_VARIABLE] = "gloo"
+        else:
+            os.environ.pop(TRANSPORT_VARIABLE, None)
         worker = ShardedWorker((spec_dir / f"{mode}.json").read_text())
         worker.setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None)  # torchrun's group
         original = mode.removeprefix(RESUMED)
@@ -58,6 +63,7 @@ def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
         results = {"metrics": [worker.step(batch(mode))[0]], "step1": worker.adapter_state()}
         results["passes"], results["most_gathered_blocks"] = passes, max(all_ranks(max(counts)))
         results["blocks"] = len(worker.policy.blocks)
+        results["transport"] = worker.policy.transport
         group = worker.policy.blocks[0]._get_fsdp_state()._fsdp_param_group
         results["offloaded"] = all(p.offload_to_cpu for p in group.fsdp_params)
         reference = worker.policy._reference_model

@@ -1,6 +1,7 @@
-"""The sharded learner (FSDP2 over a gloo process group): two and four ranks under torchrun make the update
-one learner makes on the same batch, LoRA and full fine-tuning, with activation checkpointing, CPU offload
-and uneven micro-batch counts across the ranks; a step holds at most two blocks gathered; a full fine-tune's
+"""The sharded learner (FSDP2 over a gloo process group, the blocks' collectives through shared memory or
+gloo): two and four ranks under torchrun make the update one learner makes on the same batch, LoRA and
+full fine-tuning, with activation checkpointing, CPU offload and uneven micro-batch counts across the ranks;
+a step holds at most two blocks gathered; a full fine-tune's
 KL reference is sharded too; their checkpoints resume on fewer ranks; the final weights are written in
 PEFT / Hugging Face format.
 
@@ -31,6 +32,7 @@ CHECKPOINTED = ("full-checkpointed", "lora-checkpointed")
 # and: algorithm.ppo_mini_batches 3 (three updates a step); a batch of one sample (rank 1 has none)
 RUNS = (*MODES, "lora-3-mini-batches", "full-one-sample", *CHECKPOINTED)
 FOUR_RANK_RUNS = (*CHECKPOINTED, "full")  # the last: the vocabulary-parallel rows split unevenly, resharded 4 -> 2
+GLOO_RUNS = ("lora-3-mini-batches",)  # through gloo's TCP; the others through shared memory (the CPU default)
 RESUMED = "resumed-"  # a run that resumes another's step-1 checkpoint (the four ranks', on two)
 pytestmark = pytest.mark.slow  # two torchrun processes train the demo model
 
@@ -154,6 +156,7 @@ def test_sharded_ranks_make_one_learners_update(request, one_learner_steps, tmp_
         assert sharded[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
     if mode in MODES:  # the gradient norm was clipped to max_grad_norm 1.0: clipping used the global norm
         assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
+    assert runs[mode]["transport"] == ("gloo" if mode in GLOO_RUNS else "shared_memory")
     # the step gathered a block at a time (and the prefetched next one), never the whole model
     assert runs[mode]["blocks"] == 4 and runs[mode]["most_gathered_blocks"] <= 2
     assert runs[mode]["offloaded"] == (mode in CHECKPOINTED)  # rollout.learner_offload cpu: CPUOffloadPolicy

@@ -56,6 +56,7 @@ from openrft.learner.learner import (
 )
 from openrft.learner.logprobs import backward_in_two, can_chunk, chunk_tokens, prompt_boundary, unwrap
 from openrft.learner.policy import Policy
+from openrft.learner.shared_memory import SharedExchange, use_shared_memory
 from openrft.learner.vocab_parallel import VocabParallel
 from openrft.spec.job import LoraSpec
 
@@ -88,7 +89,11 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def shard(
-    model: torch.nn.Module, device: torch.device, offload: bool = False, vocab_parallel: bool = True
+    model: torch.nn.Module,
+    device: torch.device,
+    offload: bool = False,
+    vocab_parallel: bool = True,
+    exchange: SharedExchange | None = None,
 ) -> list[FSDPModule]:
     """``fully_shard`` the model's blocks and the model over the process group's ranks; the units, the
     root (the model itself: embeddings, final norm, LM head) last.
@@ -99,7 +104,8 @@ def shard(
     after the root's backward, and the learner after a forward without backward (``reshard_roots``).
     ``offload``: the sharded parameters, gradients and AdamW state live in CPU memory
     (``CPUOffloadPolicy``), copied to the device for each unit's use. On a GPU the units compute in
-    bfloat16 and reduce gradients in float32 (``MixedPrecisionPolicy``).
+    bfloat16 and reduce gradients in float32 (``MixedPrecisionPolicy``). ``exchange``: the units gather and
+    reduce-scatter through it (CPU ranks on one host, ``openrft.learner.shared_memory``) instead of gloo.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
@@ -122,6 +128,8 @@ def shard(
     for unit in units:
         unit.set_gradient_divide_factor(1.0)  # sum: each share is already divided by the global tokens
         unit.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
+    if exchange is not None:
+        use_shared_memory(units, exchange)
     return units  # type: ignore[return-value]  # fully_shard made each an FSDPModule
 
 
@@ -155,11 +163,13 @@ class ShardedPolicy(Policy):
         if need_reference and self.lora_enabled:
             self._load_reference_adapter(self.adapter_state())
             self._reference_is_base = True
-        self.units = shard(self.model, device, offload)
+        exchange = SharedExchange.open() if device.type == "cpu" and dist.get_world_size() > 1 else None
+        self.transport = "shared_memory" if exchange is not None else dist.get_backend()
+        self.units = shard(self.model, device, offload, exchange=exchange)
         self.blocks = self.units[:-1]  # the policy's decoder blocks, in order (the last unit is its root)
         self.roots = [self.units[-1]]  # kept gathered after a forward (``shard``)
         if self._reference_model is not None:
-            reference = shard(self._reference_model, device, offload)
+            reference = shard(self._reference_model, device, offload, exchange=exchange)
             self.units += reference
             self.roots.append(reference[-1])
 
