@@ -1,8 +1,7 @@
 """The sharded learner's shared-memory collectives (``openrft.learner.shared_memory``) against gloo's: three
 torchrun ranks (an odd count), float32, float64 and bfloat16, sizes from one element to many chunks of the
-buffer, copied through it or staged in it. The buffer's file is gone once every rank has mapped it;
-``OPENRFT_FSDP_TRANSPORT=gloo`` keeps gloo. The sharded learner's own tests (tests/core/test_sharded.py) run
-through it end to end."""
+buffer. The buffer's file is gone once every rank has mapped it; ``OPENRFT_FSDP_TRANSPORT=gloo`` keeps gloo.
+The sharded learner's own tests (tests/core/test_sharded.py) run through it end to end."""
 
 import json
 
@@ -24,8 +23,6 @@ def test_shared_memory_collectives_match_gloo_in_every_rank(tmp_path):
     for rank in found["ranks"]:
         assert rank["left"] == []  # the buffer's file was unlinked once mapped
         assert len(rank["errors"]) == 12
-        staged = [error["staged"] for error in rank["errors"].values()]
-        assert [1, 1] in staged and [0, 0] in staged  # small tensors staged in the buffer, large ones copied
         for case, error in rank["errors"].items():
             assert error["gather"] == 0.0, case  # a copy: exact
             # three addends, summed in another order than gloo's: a few units of the last place at most

@@ -8,18 +8,12 @@ DeepSpeed's and vLLM's CPU backends do): each rank copies its part into its own 
 gloo collective of a few bytes), reads what it needs from every slot, and waits again before the slots are
 reused. The buffer has a fixed size (``budget_bytes``); a larger tensor goes through it in chunks.
 
-Where a collective fits, it is staged in the buffer (FSDP2's ``allocate`` hook) and most copies go: an
-all-gather's output is an area of the buffer, so FSDP's copy of this rank's shard into the output is its write
-to the others and its copy of the output into the block's parameters is its read; a reduce-scatter's input is
-this rank's segment, which FSDP fills with the gradient. ``SharedExchange`` says when each area is free again.
-
 ``SharedExchange.open`` returns None when a rank cannot see the buffer rank 0 made (another host, another
 container, a ``/dev/shm`` too small); FSDP then keeps gloo. ``OPENRFT_FSDP_TRANSPORT=gloo`` keeps gloo too.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import uuid
 from collections.abc import Sequence
@@ -29,30 +23,16 @@ import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
 SHM_ROOT = "/dev/shm"
-BUDGET_BYTES = 256 * 2**20
+BUDGET_BYTES = 128 * 2**20
 TRANSPORT_VARIABLE = "OPENRFT_FSDP_TRANSPORT"
 
 
 class SharedExchange:
-    """A shared-memory buffer mapped by every rank of ``group``, and the two collectives FSDP runs through it.
-
-    The buffer's first half holds staged all-gather outputs, in two alternating areas: FSDP copies a gathered
-    block out when it is about to run, after it has started the next block's all-gather (its prefetch), so an
-    output stays in use while the next one is written, never longer (a rank starts the all-gather after next
-    only once every rank has entered the next one's barrier, which each enters after copying this one out).
-    The second half is the working area: staged reduce-scatter inputs (a segment per rank) and every
-    collective that does not fit a stage, copied through in chunks.
-    """
+    """A shared-memory buffer mapped by every rank of ``group``, and the two collectives FSDP runs through it."""
 
     def __init__(self, group: dist.ProcessGroup, buffer: torch.Tensor):
         self.group, self.buffer = group, buffer
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
-        self.stage_bytes = buffer.numel() // 4 // 64 * 64  # each of the two all-gather areas
-        self.work_offset = 2 * self.stage_bytes
-        self.work_bytes = buffer.numel() - self.work_offset
-        self.segment_bytes = self.work_bytes // self.world // 64 * 64  # a rank's staged reduce-scatter input
-        self.next_stage = 0
-        self.work_read_after_return = False  # some rank may still read the working area (a staged reduce)
 
     @classmethod
     def open(cls, group: dist.ProcessGroup | None = None, budget_bytes: int = BUDGET_BYTES) -> SharedExchange | None:
@@ -78,34 +58,14 @@ class SharedExchange:
             os.unlink(path[0])
         return cls(group, buffer) if int(mapped) == 1 else None
 
-    # staging: FSDP2's allocate hook --------------------------------------------------------------------
-
-    def gather_staging(self, numel: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """The next all-gather area as an all-gather's output of ``numel`` elements (each rank copies its
-        shard into its part of it), or None when it does not fit."""
-        if numel * _size(dtype) > self.stage_bytes:
-            return None
-        offset = self.next_stage * self.stage_bytes
-        self.next_stage ^= 1
-        return self._view(offset, numel, dtype)
-
-    def scatter_staging(self, numel: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """This rank's segment of the working area as a reduce-scatter's input of ``numel`` elements, or None
-        when it does not fit (a collective)."""
-        if numel * _size(dtype) > self.segment_bytes:
-            return None
-        self._claim_work()
-        return self._view(self.work_offset + self.rank * self.segment_bytes, numel, dtype)
-
-    # the collectives ------------------------------------------------------------------------------------
+    def _slots(self, dtype: torch.dtype, count: int) -> torch.Tensor:
+        """The buffer as ``count`` equal rows of ``dtype`` elements."""
+        elements = self.buffer.numel() // torch.empty((), dtype=dtype).element_size() // count
+        return self.buffer.view(dtype)[: count * elements].view(count, elements)
 
     def all_gather(self, output: torch.Tensor, shard: torch.Tensor) -> None:
         """``output`` (``world`` x ``shard``'s elements) = every rank's ``shard``, in rank order."""
-        if self._within(output, 0, self.work_offset):  # staged: every rank's shard is in place once all arrive
-            dist.barrier(group=self.group)
-            return
-        self._claim_work()
-        slots, n = self._work_rows(shard.dtype, self.world), shard.numel()
+        slots, n = self._slots(shard.dtype, self.world), shard.numel()
         shard, gathered = shard.reshape(-1), output.view(self.world, n)
         for start in range(0, n, slots.shape[1]):
             end = min(n, start + slots.shape[1])
@@ -116,51 +76,16 @@ class SharedExchange:
 
     def reduce_scatter(self, output: torch.Tensor, full: torch.Tensor) -> None:
         """``output`` = the sum over ranks of their ``full``'s ``rank``-th part (``full``: ``world`` parts)."""
-        n, mine = output.numel(), output.view(-1)
-        if self._within(full, self.work_offset, self.buffer.numel()):  # staged in this rank's segment
-            dist.barrier(group=self.group)
-            start = self.work_offset
-            parts = [
-                self._view(start + j * self.segment_bytes + self.rank * n * _size(full.dtype), n, full.dtype)
-                for j in range(self.world)
-            ]
-            torch.add(parts[0], parts[1], out=mine)
-            for part in parts[2:]:
-                mine.add_(part)
-            self.work_read_after_return = True  # the others may still be reading this rank's segment
-            return
-        self._claim_work()
-        regions = self._work_rows(full.dtype, self.world * self.world).view(self.world, self.world, -1)
-        parts = full.view(self.world, n)  # regions: [writer, reader, elements]
+        n = output.numel()
+        regions = self._slots(full.dtype, self.world * self.world)
+        regions = regions.view(self.world, self.world, -1)  # [writer, reader, elements]
+        parts, mine = full.view(self.world, n), output.view(-1)
         for start in range(0, n, regions.shape[2]):
             end = min(n, start + regions.shape[2])
             regions[self.rank, :, : end - start].copy_(parts[:, start:end])
             dist.barrier(group=self.group)
             torch.sum(regions[:, self.rank, : end - start], dim=0, out=mine[start:end])
             dist.barrier(group=self.group)
-
-    # ---------------------------------------------------------------------------------------------------
-
-    def _claim_work(self) -> None:
-        """Wait until no rank reads the working area any more (every rank calls this at the same points)."""
-        if self.work_read_after_return:
-            dist.barrier(group=self.group)
-            self.work_read_after_return = False
-
-    def _view(self, offset_bytes: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        return self.buffer[offset_bytes : offset_bytes + numel * _size(dtype)].view(dtype)
-
-    def _work_rows(self, dtype: torch.dtype, count: int) -> torch.Tensor:
-        """The working area as ``count`` equal rows of ``dtype`` elements."""
-        elements = self.work_bytes // _size(dtype) // count
-        return self._view(self.work_offset, count * elements, dtype).view(count, elements)
-
-    def _within(self, tensor: torch.Tensor, start: int, end: int) -> bool:
-        return self.buffer.data_ptr() + start <= tensor.data_ptr() < self.buffer.data_ptr() + end
-
-
-def _size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def _create(size: int) -> str | None:
@@ -181,36 +106,24 @@ def _create(size: int) -> str | None:
         os.close(fd)
 
 
-def _numel(size: Sequence[int | torch.SymInt]) -> int:
-    return math.prod(int(s) for s in size)
+class _Allocating:
+    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
 
 
-class SharedAllGather(AllGather):
+class SharedAllGather(_Allocating, AllGather):
     def __init__(self, exchange: SharedExchange):
         self.exchange = exchange
-
-    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        staged = self.exchange.gather_staging(_numel(size), dtype)
-        return staged.view(*size) if staged is not None else torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False) -> None:
         self.exchange.all_gather(output_tensor, input_tensor)
 
 
-class SharedReduceScatter(ReduceScatter):
-    """FSDP2 allocates a reduce-scatter's input, then its output: the input is staged in the buffer."""
-
+class SharedReduceScatter(_Allocating, ReduceScatter):
     def __init__(self, exchange: SharedExchange):
         self.exchange = exchange
-        self.next_is_input = True
-
-    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        staged = self.exchange.scatter_staging(_numel(size), dtype) if self.next_is_input else None
-        self.next_is_input = not self.next_is_input
-        return staged.view(*size) if staged is not None else torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False) -> None:
-        self.next_is_input = True
         if op != dist.ReduceOp.SUM:
             raise NotImplementedError(f"shared-memory reduce-scatter sums; FSDP asked for {op}")
         self.exchange.reduce_scatter(output_tensor, input_tensor)
