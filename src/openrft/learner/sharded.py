@@ -44,6 +44,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 from openrft.learner.batch import TrainSample
+from openrft.learner.heap import return_large_frees
 from openrft.learner.learner import (
     SUM_KEYS,
     Learner,
@@ -160,6 +161,7 @@ class ShardedPolicy(Policy):
         offload: bool = False,
     ):
         super().__init__(base_model, lora, need_reference)
+        return_large_frees()  # the step's freed buffers do not stay resident (``openrft.learner.heap``)
         if need_reference and self.lora_enabled:
             self._load_reference_adapter(self.adapter_state())
             self._reference_is_base = True
