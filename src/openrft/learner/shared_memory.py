@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 
 SHM_ROOT = "/dev/shm"
 BUDGET_BYTES = 128 * 2**20
@@ -106,12 +107,7 @@ def _create(size: int) -> str | None:
         os.close(fd)
 
 
-class _Allocating:
-    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
-
-
-class SharedAllGather(_Allocating, AllGather):
+class SharedAllGather(DefaultAllocMixin, AllGather):
     def __init__(self, exchange: SharedExchange):
         self.exchange = exchange
 
@@ -119,7 +115,7 @@ class SharedAllGather(_Allocating, AllGather):
         self.exchange.all_gather(output_tensor, input_tensor)
 
 
-class SharedReduceScatter(_Allocating, ReduceScatter):
+class SharedReduceScatter(DefaultAllocMixin, ReduceScatter):
     def __init__(self, exchange: SharedExchange):
         self.exchange = exchange
 
