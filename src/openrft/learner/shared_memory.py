@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
-from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
+
+from openrft.learner.buffer_pool import BufferPool
 
 SHM_ROOT = "/dev/shm"
 BUDGET_BYTES = 128 * 2**20
@@ -33,6 +34,7 @@ class SharedExchange:
 
     def __init__(self, group: dist.ProcessGroup, buffer: torch.Tensor):
         self.group, self.buffer = group, buffer
+        self.pool = BufferPool()  # the collectives' own buffers, reused (``learner/buffer_pool.py``)
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
 
     @classmethod
@@ -107,18 +109,22 @@ def _create(size: int) -> str | None:
         os.close(fd)
 
 
-class SharedAllGather(DefaultAllocMixin, AllGather):
+class PooledBuffers:
+    """FSDP2's custom-collective ``allocate``, served by the exchange's ``BufferPool``."""
+
     def __init__(self, exchange: SharedExchange):
         self.exchange = exchange
 
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return self.exchange.pool.allocate(size, dtype=dtype, device=device)
+
+
+class SharedAllGather(PooledBuffers, AllGather):
     def __call__(self, output_tensor, input_tensor, group, async_op=False) -> None:
         self.exchange.all_gather(output_tensor, input_tensor)
 
 
-class SharedReduceScatter(DefaultAllocMixin, ReduceScatter):
-    def __init__(self, exchange: SharedExchange):
-        self.exchange = exchange
-
+class SharedReduceScatter(PooledBuffers, ReduceScatter):
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False) -> None:
         if op != dist.ReduceOp.SUM:
             raise NotImplementedError(f"shared-memory reduce-scatter sums; FSDP asked for {op}")
