@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,69 @@ def test_a_template_left_without_a_dataset_says_where_to_write_it(capsys, tmp_pa
     document["run"]["data_s3_path"] = None  # as the sample repository publishes it, for its notebooks to fill in
     path = tmp_path / job.file
     path.write_text(yaml.safe_dump(document))
-    assert main(["spec", "validate", str(path), *job.cli_options()]) == 2
-    line = next(x for x in capsys.readouterr().err.splitlines() if "run.data_s3_path" in x)
+    assert main(["spec", "validate", str(path), *job.cli_options()]) == 0  # valid as written, a template
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if "run.data_s3_path" in x)
     assert "is blank: the training dataset" in line and "write it in the recipe" in line
+    assert out[-1].startswith(f"to train here: write run.data_s3_path, then openrft train {path}")
+    assert main(["train", str(path), *job.cli_options(), "--output", str(tmp_path / "run"), "--quiet"]) == 2
+    assert "run.data_s3_path: is blank" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def local_target(job: PublishedJob, option: str, name: str, tmp_path: Path) -> str | None:
+    """What the corpus maps ``name`` to for ``option`` (the value a user puts for MODEL, PATH, HANDLER, DIR)."""
+    if option == "--map-model":
+        return job.models[name]
+    if option == "--map":
+        return job.replace[name]
+    if option == "--map-lambda":
+        return job.lambdas.get(name, job.lambdas.get("*"))
+    return str(tmp_path / "run") if option == "--output" else None
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[j.file for j in JOBS])
+def test_a_published_job_as_found_is_valid_and_its_one_line_trains_it(job, capsys, monkeypatch, tmp_path):
+    """Unmapped, each job is valid as written (exit 0) and ends with the one command that trains it here; that
+    command, its placeholders filled in with the corpus's local targets, makes a job that validates in full."""
+    closed = "http://127.0.0.1:9"  # the buckets' stores do not answer, as on a machine without their cloud
+    for variable in ("AWS_ENDPOINT_URL_S3", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.setenv(variable, closed)
+    monkeypatch.setenv("OPENRFT_JUDGE_BASE_URL", f"{closed}/v1")
+    assert main(["spec", "validate", str(job.path)]) == 0, capsys.readouterr().err
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"to train here: openrft train {job.path} "), last
+    words = shlex.split(last.removeprefix("to train here: openrft train "))[1:]
+    filled = []
+    for option, value in zip(words[::2], words[1::2], strict=True):
+        name, _, placeholder = value.rpartition("=")
+        target = local_target(job, option, name, tmp_path)
+        assert target, (option, value)
+        filled += [option, f"{name}={target}" if name else target]
+        assert placeholder in ("MODEL", "PATH", "HANDLER", "DIR"), value
+    assert main(["spec", "validate", str(job.path), *filled]) == 0, capsys.readouterr().err
+    assert "valid:" in capsys.readouterr().out
+
+
+def test_a_job_with_a_real_problem_lists_it_with_what_to_map_and_fails(capsys, tmp_path):
+    job = next(j for j in JOBS if j.file == "nova_hyperpod_lora_rft.yaml")
+    document = read_document(job.path)
+    document["training_config"]["trainer"]["optim_config"]["lr"] = -1
+    path = tmp_path / job.file
+    path.write_text(yaml.safe_dump(document))
+    assert main(["spec", "validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "training_config.trainer.optim_config.lr: -1 must be > 0" in err
+    assert "run.model_name_or_path: 'nova-lite-2/prod' is a model that runs only in its cloud service" in err
+
+
+def test_what_to_map_in_json(capsys):
+    job = next(j for j in JOBS if j.file == "openai_rft_guide_multi_grader.json")
+    assert main(["spec", "validate", str(job.path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is True and report["runnable"] is False
+    assert [m["remedy"] for m in report["to_map"]] == [
+        "--map-model 'o4-mini-2025-04-16=MODEL'",
+        *(f"--map {file_id}=PATH" for file_id in job.replace),
+    ]
+    assert report["train_command"].startswith(f"openrft train {job.path} --map-model")

@@ -112,14 +112,18 @@ def test_smtj_template_spellings_resolve(tmp_path, data_dir):
 
 def test_an_unmapped_lambda_arn_is_one_line_naming_what_to_map(tmp_path, data_dir, capsys):
     path = published("smtj_model_peft.yaml", tmp_path, data_dir / "train.jsonl")
-    code = main(["spec", "validate", str(path), "--map-model", "amazon.nova-2-lite-v1:0:256k=openrft-demo"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1, err
-    assert err == (
-        f"error: {path}: training_config.rollout.rewards.api_endpoint.lambda_arn: '{ARN}' is an AWS Lambda, and no "
+    model = ["--map-model", "amazon.nova-2-lite-v1:0:256k=openrft-demo"]
+    problem = (
+        f"training_config.rollout.rewards.api_endpoint.lambda_arn: '{ARN}' is an AWS Lambda, and no "
         f"AWS credentials are configured to invoke it: map it to a local handler or endpoint with --map-lambda "
         f"'{ARN}=reward.py:lambda_handler' (a file, or an http:// URL), or openrft.lambda_map"
     )
+    assert main(["train", str(path), *model, "--output", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {path}: {problem}", err
+    assert main(["spec", "validate", str(path), *model]) == 0  # valid as written: the ARN is to map
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == [f"  - {problem}", f"to train here: openrft train {path} --map-lambda '{ARN}=HANDLER'"]
 
 
 def test_a_mapped_handler_file_must_exist(tmp_path, data_dir):

@@ -128,8 +128,10 @@ def test_vertex_quick_start_request_trains_with_mapped_names(tmp_path, capsys):
     train = head(ARITHMETIC / "vertex_train.jsonl", tmp_path / "train.jsonl", 16)
     evals = head(ARITHMETIC / "vertex_validation.jsonl", tmp_path / "eval.jsonl", 8)
     datasets = ["--map", f"gs://my-bucket/rft/train.jsonl={train}", "--map", f"gs://my-bucket/rft/eval.jsonl={evals}"]
-    assert main(["spec", "validate", job, *datasets]) == 2
-    assert "--map-model 'gemini-2.5-flash=openrft-demo'" in capsys.readouterr().err
+    assert main(["spec", "validate", job, *datasets]) == 0  # valid as written; its model is to map
+    out = capsys.readouterr().out
+    assert "--map-model 'gemini-2.5-flash=openrft-demo'" in out
+    assert out.splitlines()[-1] == f"to train here: openrft train {job} --map-model 'gemini-2.5-flash=MODEL'"
     model = ["--map-model", "gemini-2.5-flash=openrft-demo"]
     assert main(["spec", "validate", job, *datasets, *model]) == 0
     assert "valid:" in capsys.readouterr().out
@@ -172,12 +174,18 @@ def test_cookbook_job_says_in_one_line_what_to_map(tmp_path, monkeypatch, capsys
     for name in ("OPENRFT_JUDGE_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     job = write(tmp_path, "job.json", openai_job())
-    assert main(["spec", "validate", job]) == 2
-    err = capsys.readouterr().err
+    assert main(["spec", "validate", job]) == 0  # valid as written: what it names in OpenAI's cloud is to map
+    out = capsys.readouterr().out
     for file_id in ("file-4Tq9Xz2HcWbR1mN8vLp3Ks", "file-7Hd2Kq9Wm3Zx8Rt5Np1Lc"):
-        line = next(line for line in err.splitlines() if file_id in line)
+        line = next(line for line in out.splitlines() if file_id in line)
         assert f"--map {file_id}=PATH" in line
-    assert "--map-model 'o4-mini-2025-04-16=openrft-demo'" in err
+    assert "--map-model 'o4-mini-2025-04-16=openrft-demo'" in out
+    assert out.splitlines()[-1] == (
+        f"to train here: openrft train {job} --map-model 'o4-mini-2025-04-16=MODEL' "
+        "--map file-4Tq9Xz2HcWbR1mN8vLp3Ks=PATH --map file-7Hd2Kq9Wm3Zx8Rt5Np1Lc=PATH"
+    )
+    assert main(["train", job, "--output", str(tmp_path / "run"), "--quiet"]) == 2  # train refuses it unmapped
+    assert "3 problem(s)" in capsys.readouterr().err
     train = head(ARITHMETIC / "train.jsonl", tmp_path / "train.jsonl", 16)
     mapped = [
         *("--map", f"file-4Tq9Xz2HcWbR1mN8vLp3Ks={train}", "--map", f"file-7Hd2Kq9Wm3Zx8Rt5Np1Lc={train}"),

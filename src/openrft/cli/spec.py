@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from openrft.cli.pending import pending_mappings, train_command, unreachable
 from openrft.errors import OpenRFTError
 from openrft.spec.errors import FieldProblem, SpecError
 
@@ -158,9 +159,15 @@ def run_validate(args: argparse.Namespace) -> int:
     try:
         resolution = resolve_from_args(args)
     except SpecError as exc:
-        raise with_location_problems(exc) from None
+        error = with_location_problems(exc)
+        pending = pending_mappings(error, error.partial.get("output_dir", (None, None))[1])
+        if pending is None:
+            raise error from None
+        return report_pending(args, pending)
     output = resolution.provenance.get("output_dir")
     report = check_job(resolution.spec, output_field=(output.field if output else None) or "output")
+    if pending := report.pop("pending"):
+        return report_pending(args, pending)
     report["total_steps"] = resolution.total_steps
     report["warnings"] = [str(w) for w in resolution.warnings]
     if args.json:
@@ -180,6 +187,25 @@ def run_validate(args: argparse.Namespace) -> int:
         f"{resolution.spec.training.prompts_per_step} prompts × {resolution.spec.sampling.samples_per_prompt}"
         f" samples{'' if report['prompts_checked'] else ' (prompt lengths not checked: model not local)'}"
     )
+    return 0
+
+
+def report_pending(args: argparse.Namespace, pending: list[FieldProblem]) -> int:
+    """A job valid as written whose references to its cloud are still to map (``cli/pending.py``): each, and
+    the one command that trains it here. Exit 0: the job is not wrong; ``train`` refuses it until mapped."""
+    command = train_command(args.job, pending)
+    if args.json:
+        to_map = [{"field": p.path, "problem": str(p), "remedy": p.remedy} for p in pending]
+        print(json.dumps({"valid": True, "runnable": False, "to_map": to_map, "train_command": command}, indent=2))
+        return 0
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(
+        f"[green]valid as written:[/] {escape(args.job)}; it names {len(pending)} thing(s) only its cloud service "
+        "has, to map before it trains here:"
+    )
+    for problem in pending:
+        console.print(f"  - {escape(str(problem))}")
+    console.print(f"to train here: {escape(command)}")
     return 0
 
 
@@ -215,13 +241,16 @@ def with_location_problems(error: SpecError) -> SpecError:
 def check_job(spec, output_field: str = "output") -> dict[str, Any]:
     """Every problem of a resolved job that can be found without training: the reward can be built, the
     datasets load (all bad lines of both files), the model resolves and, when it is local, every prompt
-    fits ``max_length``, and an object-store output location (the job's ``output_field``) can be written to."""
+    fits ``max_length``, and an object-store output location (the job's ``output_field``) can be written to.
+    A bucket whose store does not answer at all is ``pending`` (to map), or one more problem when there are
+    others."""
     from openrft.data.loader import DatasetError, load_dataset
     from openrft.engine.setup import held_out_validation, render_prompts
     from openrft.models import load_tokenizer, resolve_model_path
     from openrft.storage import StorageError, check_output_location, is_object_store
 
     problems: list[str] = []
+    pending: list[FieldProblem] = []  # references to an unreachable bucket: to map (``cli/pending.py``)
     require_reference = False
     try:
         from openrft.rewards import build_reward
@@ -235,6 +264,9 @@ def check_job(spec, output_field: str = "output") -> dict[str, Any]:
         ("validation", spec.data.validation, spec.data.validation_examples_limit),
     ):
         if location is None:
+            continue
+        if store := unreachable(location, f"data.{name}"):
+            pending.append(store)
             continue
         try:
             loaded[name] = load_dataset(location, require_reference, limit)
@@ -258,14 +290,17 @@ def check_job(spec, output_field: str = "output") -> dict[str, Any]:
                 problems += [f"model: {p}" for p in tool_template_problems(spec, tokenizer, train + validation)]
     except OpenRFTError as exc:
         problems.append(f"model: {exc}")
-    if is_object_store(spec.output_dir):
+    if store := unreachable(spec.output_dir, output_field, output=True):
+        pending.append(store)
+    elif is_object_store(spec.output_dir):
         try:
             check_output_location(spec.output_dir)
         except StorageError as exc:
             problems.append(f"{output_field}: {exc}")
     return {
         "valid": not problems,
-        "problems": problems,
+        "problems": [*problems, *(str(p) for p in pending)] if problems else problems,
+        "pending": [] if problems else pending,
         "train_examples": len(train),
         "validation_examples": len(validation),
         "prompts_checked": prompts_checked,

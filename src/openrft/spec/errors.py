@@ -16,11 +16,16 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class FieldProblem:
-    """One problem: the user's own field path (``training_config.global_batch_size``), its value, why."""
+    """One problem: the user's own field path (``training_config.global_batch_size``), its value, why.
+
+    ``remedy`` is set on a reference to something only the job's cloud service has (its model, an OpenAI file
+    id, a blank Lambda a notebook fills in): what maps it for a run here, an option (``--map-model 'X=MODEL'``)
+    or a field to write. Such a job is valid as written (``spec validate``) but does not train until mapped."""
 
     path: str
     message: str
     value: Any = _MISSING
+    remedy: str | None = None
 
     def __str__(self) -> str:
         if self.value is _MISSING:

@@ -85,6 +85,7 @@ class SpecBuilder:
                 f"is a model that runs only in its cloud service: map it to a local or Hugging Face model with "
                 f"--map-model '{value}=openrft-demo' (or openrft.model_map)",
                 value,
+                remedy=f"--map-model '{value}=MODEL'",
             )
             return self.user("model.name_or_path", value, field)
         location = resolve_location(value, base_dir, model=True)
@@ -92,8 +93,12 @@ class SpecBuilder:
             self.problem(field, "is not an existing model directory", value)
         return self.user("model.name_or_path", location, field)
 
-    def problem(self, path: str, message: str, value: Any = ...) -> None:
-        self.problems.append(FieldProblem(path, message) if value is ... else FieldProblem(path, message, value))
+    def problem(self, path: str, message: str, value: Any = ..., remedy: str | None = None) -> None:
+        """A problem at the user's field ``path``; ``remedy``: see ``FieldProblem``."""
+        if value is ...:
+            self.problems.append(FieldProblem(path, message, remedy=remedy))
+        else:
+            self.problems.append(FieldProblem(path, message, value, remedy))
 
     def warn(self, path: str, message: str, value: Any = ...) -> None:
         self.warnings.append(FieldProblem(path, message) if value is ... else FieldProblem(path, message, value))

@@ -60,7 +60,9 @@ def lambda_target(b: SpecBuilder, arn: str | None, field: str, mapping: dict[str
     origin = target is not None
     if target is None:
         if not arn:
-            b.problem(field, f"is blank: the job names no reward Lambda; {map_advice(None)}")
+            b.problem(
+                field, f"is blank: the job names no reward Lambda; {map_advice(None)}", remedy="--map-lambda HANDLER"
+            )
             return None
         target = arn
     handler = resolve_handler(target, base_dir)
@@ -82,7 +84,8 @@ def lambda_target(b: SpecBuilder, arn: str | None, field: str, mapping: dict[str
             why = "an ARN template (fill in region, account and function, or map it)"
         else:
             why = "no AWS credentials are configured to invoke it"
-        b.problem(field, f"{what}, and {why}: {map_advice(arn)}", *([arn] if arn else []))
+        remedy = None if origin else f"--map-lambda '{arn}=HANDLER'"  # the job's own Lambda: map it to run here
+        b.problem(field, f"{what}, and {why}: {map_advice(arn)}", *([arn] if arn else []), remedy=remedy)
         return None
     b.problem(field, "is not a Lambda ARN, a handler file (path.py:lambda_handler) or an http(s) URL", target)
     return None

@@ -231,6 +231,7 @@ def _resolve(
             "run.data_s3_path",
             "is blank: the training dataset is required (a template leaves it for its notebook to fill in): "
             "write it in the recipe, a local path or a URI (an s3:// one mapped with --map URI=PATH)",
+            remedy="write run.data_s3_path",
         )
     if run.validation_data_s3_path:
         b.user(

@@ -194,6 +194,7 @@ def resolve_file(b: SpecBuilder, value: str, field: str, base_dir: Path, resolve
             f"is an OpenAI file id, which only the OpenRFT service's file store resolves: map it to a local "
             f"file (--map {value}=PATH), or submit the job to the service",
             value,
+            remedy=f"--map {value}=PATH",
         )
         return None
     return resolve_location(value, base_dir)
