@@ -11,9 +11,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from openrft.learner import packed
 from openrft.learner.shared_memory import TRANSPORT_VARIABLE
 from openrft.runtime.sharded import ShardedWorker
-from tests.core.test_sharded import GLOO_RUNS, MODES, RESUMED, batch
+from tests.core.test_sharded import GLOO_RUNS, MODES, RESUMED, UNPACKED_RUNS, batch
+
+PACKED_MASK_BYTES = packed.MAX_MASK_BYTES
 
 
 def count_gathered_blocks(worker: ShardedWorker) -> list[int]:
@@ -45,6 +48,7 @@ def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
             os.environ[TRANSPORT_VARIABLE] = "gloo"
         else:
             os.environ.pop(TRANSPORT_VARIABLE, None)
+        packed.MAX_MASK_BYTES = 0 if mode in UNPACKED_RUNS else PACKED_MASK_BYTES  # prompt pass + continuation
         worker = ShardedWorker((spec_dir / f"{mode}.json").read_text())
         worker.setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None)  # torchrun's group
         original = mode.removeprefix(RESUMED)
@@ -64,6 +68,7 @@ def main(spec_dir: Path, out: Path, resume: Path | None) -> None:
         results["passes"], results["most_gathered_blocks"] = passes, max(all_ranks(max(counts)))
         results["blocks"] = len(worker.policy.blocks)
         results["transport"] = worker.policy.transport
+        results["packed_passes"] = all_ranks(learner.packed_passes)
         group = worker.policy.blocks[0]._get_fsdp_state()._fsdp_param_group
         results["offloaded"] = all(p.offload_to_cpu for p in group.fsdp_params)
         reference = worker.policy._reference_model

@@ -32,6 +32,7 @@ CHECKPOINTED = ("full-checkpointed", "lora-checkpointed")
 # and: algorithm.ppo_mini_batches 3 (three updates a step); a batch of one sample (rank 1 has none)
 RUNS = (*MODES, "lora-3-mini-batches", "full-one-sample", *CHECKPOINTED)
 FOUR_RANK_RUNS = (*CHECKPOINTED, "full")  # the last: the vocabulary-parallel rows split unevenly, resharded 4 -> 2
+UNPACKED_RUNS = ("lora-3-mini-batches", "full-one-sample")  # a prompt pass and a continuation; others packed
 GLOO_RUNS = ("lora-3-mini-batches",)  # through gloo's TCP; the others through shared memory (the CPU default)
 RESUMED = "resumed-"  # a run that resumes another's step-1 checkpoint (the four ranks', on two)
 pytestmark = pytest.mark.slow  # two torchrun processes train the demo model
@@ -157,6 +158,8 @@ def test_sharded_ranks_make_one_learners_update(request, one_learner_steps, tmp_
     if mode in MODES:  # the gradient norm was clipped to max_grad_norm 1.0: clipping used the global norm
         assert metrics["actor/grad_norm"] > spec.optimizer.max_grad_norm
     assert runs[mode]["transport"] == ("gloo" if mode in GLOO_RUNS else "shared_memory")
+    packed = runs[mode]["packed_passes"]  # every rank the same count (the choice is a collective)
+    assert len(set(packed)) == 1 and (packed[0] == 0) == (mode in UNPACKED_RUNS), packed
     # the step gathered a block at a time (and the prefetched next one), never the whole model
     assert runs[mode]["blocks"] == 4 and runs[mode]["most_gathered_blocks"] <= 2
     assert runs[mode]["offloaded"] == (mode in CHECKPOINTED)  # rollout.learner_offload cpu: CPUOffloadPolicy

@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from openrft.learner.batch import MicroBatch
 from openrft.learner.checkpointing import suspended
+from openrft.learner.packed import packed_forward, packed_requested
 from openrft.learner.vocab_parallel import VocabParallel
 from openrft.rollout.kv import cache_keyword, continue_from, freeze, prefill
 
@@ -56,6 +57,8 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
     response's first token), their KV cache is gathered onto the response rows and frozen, and the responses
     (all but their last token, which predicts nothing) run on top of it.
     """
+    if packed_requested(model, mb):  # a sharded learner's single pass (``learner/packed.py``)
+        return packed_forward(model, mb, hidden)
     base = unwrap(model)
     kwarg = cache_keyword(model)
     with suspended(base):  # the prompts write the cache: never replayed

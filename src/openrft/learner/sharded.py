@@ -17,9 +17,10 @@ One step, on every process at once (the FSDP units of verl, torchtitan: per deco
    unit (embeddings, final norm, LM head: the chunked log-prob head reads its weight after the
    decoder's forward) stays gathered from its forward to the end of its backward;
 3. every rank runs the same number of passes of the same kind, since each is a sequence of
-   collectives: a rank with fewer micro-batches runs zero-weight padding passes, and every
-   response is at least two tokens wide (one masked pad token), so every pass is a prompt pass plus
-   a continuation;
+   collectives: a rank with fewer micro-batches runs zero-weight padding passes; a pass runs its
+   prompts and responses packed in one forward (``learner/packed.py``: each block gathered twice per
+   pass, not four times) when every rank's fits, else as a prompt pass plus a continuation, every
+   response at least two tokens wide (one masked pad token) so that every rank has both;
 4. clipping (the global norm over the shards) and the AdamW step run on the local shards.
 
 The update is the one a single learner makes on the whole batch (tests/core/test_sharded.py). A
@@ -56,6 +57,7 @@ from openrft.learner.learner import (
     trained,
 )
 from openrft.learner.logprobs import backward_in_two, can_chunk, chunk_tokens, prompt_boundary, unwrap
+from openrft.learner.packed import fits, packing
 from openrft.learner.policy import Policy
 from openrft.learner.shared_memory import SharedExchange, use_shared_memory
 from openrft.learner.vocab_parallel import VocabParallel
@@ -234,6 +236,7 @@ class ShardedLearner(Learner):
     def __init__(self, policy: ShardedPolicy, config: LearnerConfig):
         super().__init__(policy, config)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.packed_passes = 0  # passes run packed (``packed``), for tests and benchmarks
 
     def share_of(self, samples: list) -> list:
         """This rank's contiguous share of the global batch (the data-parallel runtime's split)."""
@@ -285,9 +288,10 @@ class ShardedLearner(Learner):
     def record_old_logp(self, samples: list) -> None:
         fresh = [s for s in samples if s.behaviour_logp is None]
         pads = self.padding_passes(fresh)
-        super().record_old_logp(fresh)
-        for _ in range(pads):
-            super().record_old_logp([padding_sample(self.padding, self.config.pad_token_id)])
+        with packing(self.packed):
+            super().record_old_logp(fresh)
+            for _ in range(pads):
+                super().record_old_logp([padding_sample(self.padding, self.config.pad_token_id)])
         self.policy.reshard_roots()
 
     def accumulate(self, samples: list, total_tokens: int) -> dict[str, float]:
@@ -295,18 +299,26 @@ class ShardedLearner(Learner):
         by block into each rank's sharded gradient; this rank's loss sums. Then as many zero-weight
         passes as this rank has fewer micro-batches than the busiest rank."""
         pads = self.padding_passes(samples)
-        with prompt_boundary() as self._boundary:
+        with prompt_boundary() as self._boundary, packing(self.packed):
             sums = super().accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
             for _ in range(pads):
                 super().accumulate([self.padding], total_tokens)  # no trained tokens: zero loss, zero gradient
         return sums
 
+    def packed(self, model: torch.nn.Module, mb) -> bool:
+        """Whether this pass runs packed on every rank (a collective): each rank's micro-batch must ``fit``."""
+        agree = torch.tensor([int(fits(model, mb))])
+        dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+        self.packed_passes += int(agree)
+        return bool(agree)
+
     def backward(self, loss: torch.Tensor) -> None:
-        """The responses' backward, then the prompts' (``backward_in_two``): a block serves both passes of a
-        micro-batch, and in one backward its weights' gradient from the responses would wait for the
-        prompts' backward, so every block's unsharded gradient would be held at once; in two, each block's
-        is reduce-scattered as its backward ends, in both. FSDP finalizes (reshards the root) after the
-        second only; every rank has a prompt pass and a continuation in every pass (``widened``)."""
+        """A packed pass's one backward; or, after a prompt pass and a continuation, the responses' backward,
+        then the prompts' (``backward_in_two``): a block serves both passes of a micro-batch, and in one
+        backward its weights' gradient from the responses would wait for the prompts' backward, so every
+        block's unsharded gradient would be held at once; in two, each block's is reduce-scattered as its
+        backward ends, in both. FSDP finalizes (reshards the root) after the last only; every rank has a
+        prompt pass and a continuation in every unpacked pass (``widened``)."""
         root = self.policy.roots[0]
 
         def last(is_last: bool) -> None:  # the root (gathered since its forward) is resharded after the last

@@ -34,7 +34,7 @@ def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tenso
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def _forward(model: torch.nn.Module, hidden: bool, **kwargs) -> torch.Tensor:
+def forward_outputs(model: torch.nn.Module, hidden: bool, **kwargs) -> torch.Tensor:
     """``model``'s logits; or (``hidden``) its decoder's last hidden states, taken by a hook while the language-model
     head runs on the last position only. The model's own forward runs either way, so that wrappers around it
     (PEFT, FSDP's root unit) see every pass."""
@@ -62,7 +62,7 @@ def prefill(
     (the language-model head runs on that position only) and the filled KV cache. ``hidden``: the last
     position's hidden state ``[prompts, hidden]`` before the head instead."""
     cache = DynamicCache()
-    out = _forward(
+    out = forward_outputs(
         model,
         hidden,
         input_ids=ids,
@@ -87,7 +87,7 @@ def continue_from(
     """Logits ``[rows, width, vocab]`` of ``ids`` continuing the sequences held in ``cache``; ``mask``
     covers the cached positions and the new ones. ``hidden``: as for ``prefill``, hidden states."""
     kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "use_cache": True}
-    return _forward(model, hidden, **kwargs, **{cache_kwarg: cache})
+    return forward_outputs(model, hidden, **kwargs, **{cache_kwarg: cache})
 
 
 class ReadOnlyLayer(DynamicLayer):
