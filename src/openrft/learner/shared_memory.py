@@ -3,10 +3,11 @@
 Gloo moves a collective's bytes through loopback TCP. On this project's 2-core machine an all-gather of one
 decoder block's 30 MB shards took about 150 ms, and the sharded step gathered every block four times and
 reduce-scattered its gradient twice (twice and once since passes are packed, ``learner/packed.py``), so
-most of a 2-learner step was spent in gloo (benchmarks/results/sharding.md). Processes on one host can instead exchange through one shared buffer (as
-DeepSpeed's and vLLM's CPU backends do): each rank copies its part into its own slot, waits at a barrier (a
-gloo collective of a few bytes), reads what it needs from every slot, and waits again before the slots are
-reused. The buffer has a fixed size (``budget_bytes``); a larger tensor goes through it in chunks.
+most of a 2-learner step was spent in gloo (benchmarks/results/sharding.md). Processes on one host can
+instead exchange through one shared buffer (as DeepSpeed's and vLLM's CPU backends do): each rank copies its
+part into its own slot, waits at a barrier (a gloo collective of a few bytes), reads what it needs from
+every slot, and waits again before the slots are reused. The buffer has a fixed size (``budget_bytes``); a
+larger tensor goes through it in chunks.
 
 ``SharedExchange.open`` returns None when a rank cannot see the buffer rank 0 made (another host, another
 container, a ``/dev/shm`` too small); FSDP then keeps gloo. ``OPENRFT_FSDP_TRANSPORT=gloo`` keeps gloo too.
