@@ -79,6 +79,7 @@ def test_fits_only_a_small_mask_and_an_attention_that_takes_one():
     mb = collate(_samples(), 0, torch.device("cpu"))
     model = _model()
     assert fits(model, mb)
-    assert not fits(model, mb, max_mask_bytes=3 * width(mb) ** 2 * 4 - 1)
+    mask_bytes = 3 * width(mb) ** 2 * 8  # three prompts' masks, in the model's float64
+    assert fits(model, mb, max_mask_bytes=mask_bytes) and not fits(model, mb, max_mask_bytes=mask_bytes - 1)
     model.config._attn_implementation = "flash_attention_2"
     assert not fits(model, mb)

@@ -49,7 +49,7 @@ def test_an_unreachable_dataset_is_one_line(tmp_path, monkeypatch, capsys, uri, 
     assert main(["spec", "validate", path]) == 0  # valid as written: the bucket is to map before it trains here
     out = capsys.readouterr().out.strip().splitlines()
     assert out[1] == (
-        f"  - data.train: {uri}: is unreachable: the object store 127.0.0.1:{port} does not "
+        f"  - run.data_s3_path: {uri}: is unreachable: the object store 127.0.0.1:{port} does not "
         f"answer (Connection refused); map it to a local path (--map {uri}=PATH, or train --output DIR for an "
         f"output location), or set {variable}"
     )

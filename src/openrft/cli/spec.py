@@ -164,8 +164,8 @@ def run_validate(args: argparse.Namespace) -> int:
         if pending is None:
             raise error from None
         return report_pending(args, pending)
-    output = resolution.provenance.get("output_dir")
-    report = check_job(resolution.spec, output_field=(output.field if output else None) or "output")
+    fields = {path: source.field for path, source in resolution.provenance.items() if source.field}
+    report = check_job(resolution.spec, fields)
     if pending := report.pop("pending"):
         return report_pending(args, pending)
     report["total_steps"] = resolution.total_steps
@@ -238,10 +238,11 @@ def with_location_problems(error: SpecError) -> SpecError:
     return combined
 
 
-def check_job(spec, output_field: str = "output") -> dict[str, Any]:
+def check_job(spec, fields: dict[str, str]) -> dict[str, Any]:
     """Every problem of a resolved job that can be found without training: the reward can be built, the
     datasets load (all bad lines of both files), the model resolves and, when it is local, every prompt
-    fits ``max_length``, and an object-store output location (the job's ``output_field``) can be written to.
+    fits ``max_length``, and an object-store output location can be written to. ``fields``: the user's field
+    of a canonical path (``data.train`` -> ``run.data_s3_path``), for the problems' names.
     A bucket whose store does not answer at all is ``pending`` (to map), or one more problem when there are
     others."""
     from openrft.data.loader import DatasetError, load_dataset
@@ -249,6 +250,7 @@ def check_job(spec, output_field: str = "output") -> dict[str, Any]:
     from openrft.models import load_tokenizer, resolve_model_path
     from openrft.storage import StorageError, check_output_location, is_object_store
 
+    output_field = fields.get("output_dir", "output")
     problems: list[str] = []
     pending: list[FieldProblem] = []  # references to an unreachable bucket: to map (``cli/pending.py``)
     require_reference = False
@@ -265,7 +267,7 @@ def check_job(spec, output_field: str = "output") -> dict[str, Any]:
     ):
         if location is None:
             continue
-        if store := unreachable(location, f"data.{name}"):
+        if store := unreachable(location, fields.get(f"data.{name}", f"data.{name}")):
             pending.append(store)
             continue
         try:

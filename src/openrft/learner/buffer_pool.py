@@ -4,7 +4,7 @@ On a GPU, FSDP2's all-gather outputs and reduce-scatter buffers come from the CU
 reused block after block. On CPU each one is a new ``malloc``: with the sharded learner's fixed mmap threshold
 (``learner/heap.py``) every buffer over 1 MiB is a fresh mapping whose pages the kernel faults in and zeroes
 on first touch. Measured on all 24 layers of Qwen2.5-0.5B's shape with two learners, a rank faulted in about
-17 GiB a step (one learner: 2.7 GiB), most of it these buffers and the gathered parameters, at about 0.5 s
+17 GiB a step (one learner: 2.7 GiB), most of it these buffers and the gathered parameters, at about 0.45 s
 per GiB on this project's machine. ``BufferPool`` hands out buffers it keeps, taking back one as soon as
 nothing but the pool refers to its memory (no tensor or view of it is alive), so a step reuses the same few
 pages.

@@ -65,7 +65,12 @@ def fits(model: torch.nn.Module, mb: MicroBatch, max_mask_bytes: int | None = No
     if getattr(config, "_attn_implementation", None) not in ATTENTION_IMPLEMENTATIONS:
         return False
     length = width(mb)
-    return mb.prompt_ids.shape[0] * length * length * 4 <= max_mask_bytes
+    return mb.prompt_ids.shape[0] * length * length * mask_dtype(model).itemsize <= max_mask_bytes
+
+
+def mask_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The additive mask's dtype: the model's floating-point parameters'."""
+    return next(p for p in model.parameters() if p.is_floating_point()).dtype
 
 
 def layout(mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -108,7 +113,7 @@ def packed_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool) -> torc
     """What ``shared_prefix_forward`` returns (``[rows, response_width, vocab]`` logits, or the last hidden
     states with ``hidden``), from one forward over the packed rows."""
     ids, positions, allowed, columns = layout(mb)
-    dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
+    dtype = mask_dtype(model)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     out = forward_outputs(
