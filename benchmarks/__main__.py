@@ -26,6 +26,7 @@ SUITES = (
     "memory",
     "optimizations",
     "threads",
+    "sampling",
     "long-context",
     "sharding",
     "tools",
@@ -392,6 +393,34 @@ def thread_settings(args: argparse.Namespace) -> None:
         ),
     ]
     write_results("threads", "Threads and OpenMP wait policy", body, {"rows": rows, "load": load}, args.out)
+
+
+def sampling_suite(args: argparse.Namespace) -> None:
+    from benchmarks.sampling import VOCAB, compare
+
+    _log(f"sampling the next token at vocabulary {VOCAB:,}: inverse CDF against torch.multinomial")
+    load = {"before": load_average()}
+    rows = compare([16, 64], args.thread_counts, args.repeats)
+    load["after"] = load_average()
+    body = [
+        f"One draw of the next token for every row of temperature-1 logits over {VOCAB:,} tokens, with its log-prob: "
+        "OpenRFT's two-level inverse-CDF sampler (`openrft.rollout.sampling`) against the same sampler built on "
+        "`torch.multinomial`, side by side in one process, median of the timed repeats. A decode step draws once.",
+        "",
+        *markdown_table(
+            [
+                ("rows", "rows:"),
+                ("threads", "threads:"),
+                ("inverse_cdf_ms", "inverse CDF ms:"),
+                ("multinomial_ms", "multinomial ms:"),
+                ("speed_up", "multinomial / inverse CDF:"),
+            ],
+            rows,
+        ),
+    ]
+    write_results(
+        "sampling", "Sampling the next token at a real vocabulary", body, {"rows": rows, "load": load}, args.out
+    )
 
 
 def long_context_suite(args: argparse.Namespace) -> None:
@@ -818,6 +847,7 @@ RUNNERS = {
     "memory": memory,
     "optimizations": optimizations,
     "threads": thread_settings,
+    "sampling": sampling_suite,
     "long-context": long_context_suite,
     "sharding": sharding_suite,
     "tools": tools_suite,

@@ -112,7 +112,7 @@ def job_spec(model_dir: Path, steps: int, threads: int, new_tokens: int, prompts
     data["training"] |= {"prompts_per_step": prompts, "total_steps": steps, "seed": 0}
     data["lora"] |= {"rank": LORA_RANK}
     data["algorithm"] |= {"refit_freq": 0}
-    data["evaluation"] |= {"interval": 0, "at_start": False}
+    data["evaluation"] |= {"interval": 0, "at_start": False, "max_examples": 1}  # the job's final evaluation: one
     data["checkpoint"] |= {"interval": 0, "keep_top_k": 1}
     data["tracking"] |= {"tensorboard": False, "sample_prompts_per_step": 0, "eval_samples": False}
     data["runtime"] |= {"threads": threads}

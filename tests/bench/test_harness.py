@@ -71,6 +71,7 @@ def test_runner_arguments():
         "memory",
         "optimizations",
         "threads",
+        "sampling",
         "long-context",
         "sharding",
         "tools",
