@@ -35,6 +35,7 @@ from benchmarks.common import ROOT, matmul_peak, run_worker
 DEMO = ROOT / "src" / "openrft" / "assets" / "demo_model"
 RECIPE = ROOT / "examples" / "arithmetic" / "recipe.yaml"
 PROMPTS, SAMPLES, NEW_TOKENS, LORA_RANK = 8, 8, 128, 16
+TRL_MICRO_SAMPLES = 16
 SYSTEMS = ("openrft", "trl")
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 VOWELS = frozenset("aeiou")
@@ -228,6 +229,12 @@ def run_trl(spec, workdir: Path) -> dict:
         spec, parts.max_new_tokens, spec.training.total_steps, str(workdir / "trl"), spec.training.seed
     )
     kwargs["generation_kwargs"] = {"min_new_tokens": parts.max_new_tokens}  # the end token masked
+    # the batch in micro-batches of at most TRL_MICRO_SAMPLES, one optimizer step a batch: 64 samples of 168 tokens
+    # in one pass would keep about 26 GiB of activations (OpenRFT caps its micro-batches the same way by itself)
+    batch = kwargs["per_device_train_batch_size"]
+    accumulation = next(a for a in range(-(-batch // TRL_MICRO_SAMPLES), batch + 1) if batch % a == 0)
+    kwargs["per_device_train_batch_size"] //= accumulation
+    kwargs["gradient_accumulation_steps"] = kwargs["steps_per_generation"] = accumulation
     torch.manual_seed(spec.training.seed)
     trainer = Trainer(
         model=parts.model,

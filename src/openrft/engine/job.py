@@ -115,6 +115,7 @@ class RFTJob:
             spec.runtime.threads = self.parts.threads
         learner_parts = self.runtime.build_learner(spec, self.parts)
         self.learner, self.model, self.generator = learner_parts.learner, learner_parts.model, learner_parts.generator
+        self._note_micro_batch_cap()
         self.tool_service, wrap = None, (lambda generator: generator)
         if spec.tools is not None:  # multi-turn rollouts: every generator's completions become tool episodes
             self.tool_service, wrap = tool_generators(spec, self.parts)
@@ -320,6 +321,19 @@ class RFTJob:
             )
         progress.summary(summary)
         return summary
+
+    def _note_micro_batch_cap(self) -> None:
+        """Say so when the learner holds fewer tokens per micro-batch than asked, to fit its memory."""
+        cap, requested = getattr(self.learner, "micro_batch_cap", None), self.spec.training.micro_batch_tokens
+        if cap is None or cap >= requested:
+            return
+        need = requested * self.learner.activation_bytes_per_token / 2**30
+        self.on_event(
+            "info",
+            f"micro-batches hold at most {cap:,} tokens, not training.micro_batch_tokens {requested:,}: that many "
+            f"would keep about {need:.1f} GiB of activations, more than half the memory available; the gradient "
+            "is the same, in more passes",
+        )
 
     def _checkpoint(self, step: int, val_reward: float | None) -> CheckpointInfo:
         return self.checkpoints.save(step, self.model, self._state(step), val_reward, self.learner.version)

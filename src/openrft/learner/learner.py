@@ -18,6 +18,7 @@ from openrft.algo.rollout_correction import (
     truncates,
 )
 from openrft.errors import OpenRFTError
+from openrft.learner.activation_memory import activation_bytes_per_token, available_bytes, micro_batch_cap
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, shared_prefix_forward, unwrap
@@ -124,7 +125,7 @@ def step_metrics(
 class Learner:
     """Owns the policy's optimizer and the policy version (the number of updates so far)."""
 
-    def __init__(self, policy: Policy, config: LearnerConfig):
+    def __init__(self, policy: Policy, config: LearnerConfig, memory_sharers: int = 1):
         self.policy = policy
         self.config = config
         self.model = policy.model
@@ -134,6 +135,14 @@ class Learner:
         self.optimizer = build_optimizer(self.model, config.optimizer, config.lora)
         self.scheduler = build_scheduler(self.optimizer, config.optimizer.warmup_steps)
         self.version = 0
+        dtype = next(self.model.parameters()).dtype
+        self.activation_bytes_per_token = activation_bytes_per_token(
+            self.model.config, dtype.itemsize, config.activation_checkpointing
+        )
+        # micro-batches never hold more tokens than fit in memory (activation_memory.py)
+        self.micro_batch_cap = micro_batch_cap(
+            self.activation_bytes_per_token, available_bytes(self.device), memory_sharers
+        )
 
     @property
     def use_kl(self) -> bool:
@@ -255,7 +264,7 @@ class Learner:
 
     def plan(self, samples: list[TrainSample]) -> list[list[int]]:
         """Shared-prefix micro-batches sorted and sized by padded tokens (``plan_micro_batches``)."""
-        return plan_micro_batches(samples, self.config.micro_batch_tokens)
+        return plan_micro_batches(samples, min(self.config.micro_batch_tokens, self.micro_batch_cap))
 
     def logits(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
         """Temperature-scaled response logits of ``model`` (the policy, or the reference)."""

@@ -234,7 +234,8 @@ class ShardedLearner(Learner):
     policy: ShardedPolicy
 
     def __init__(self, policy: ShardedPolicy, config: LearnerConfig):
-        super().__init__(policy, config)
+        on_cpu = next(policy.model.parameters()).device.type == "cpu"  # the ranks share one machine's RAM
+        super().__init__(policy, config, memory_sharers=dist.get_world_size() if on_cpu else 1)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.packed_passes = 0  # passes run packed (``packed``), for tests and benchmarks
 
