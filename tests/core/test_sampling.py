@@ -87,3 +87,11 @@ def test_greedy_takes_the_argmax_with_its_log_prob():
     tokens, logp = sample_tokens(logits, 0.0, 0, 1.0, None)
     assert torch.equal(tokens, logits.argmax(-1))
     torch.testing.assert_close(logp, torch.log_softmax(logits, -1).max(-1).values)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_row_of_broken_logits_is_an_error_naming_the_row(bad):
+    logits = torch.randn(3, BLOCK + 5)
+    logits[1, 7] = bad
+    with pytest.raises(ValueError, match="row 1: its logits are NaN"):
+        sample_tokens(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(0))

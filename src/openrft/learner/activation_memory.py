@@ -10,7 +10,7 @@ sum over the whole batch), so the cap changes memory and time, never the result.
 
 The estimate per token and decoder layer is ten hidden-size vectors (the norms' inputs and outputs, queries,
 keys, values, the attention output, the projections' inputs) and five intermediate-size ones (gate, up, the
-activation, its product, the down projection's input), in the model's dtype: 3.2 MiB on that shape, above
+activation, its product, the down projection's input), in the model's dtype: 3.0 MiB on that shape, above
 the measured 2.4. With activation checkpointing, one hidden-size vector per layer plus one layer's worth.
 """
 

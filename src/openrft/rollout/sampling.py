@@ -3,7 +3,7 @@
 Drawing is two-level inverse-CDF sampling over blocks of the vocabulary: a block by its total weight, then a
 token within it, one uniform number each. ``torch.multinomial`` draws one exponential number per vocabulary
 entry instead, single-threaded: 288 ms a decode step for 64 rows over a 151,936-token vocabulary on this
-project's CPU, against a few ms here (``python -m benchmarks sampling``). Without top-k, top-p or min-p the
+project's CPU, against 17 ms here (``python -m benchmarks sampling``). Without top-k, top-p or min-p the
 full-vocabulary log-softmax is never materialised either: the block sums give its normaliser.
 """
 
@@ -62,10 +62,14 @@ def draw(log_weights: torch.Tensor, generator: torch.Generator | None) -> tuple[
     rows, n = log_weights.shape
     per_pass = max(1, PASS_BYTES // (n * log_weights.element_size()))
     block_weights = torch.cat([_block_log_weights(log_weights[i : i + per_pass]) for i in range(0, rows, per_pass)])
+    normaliser = torch.logsumexp(block_weights, dim=-1)
+    if not bool(normaliser.isfinite().all()):
+        bad = int((~normaliser.isfinite()).nonzero()[0])
+        raise ValueError(f"cannot sample from row {bad}: its logits are NaN, +inf or all -inf (a diverged model?)")
     start = _inverse_cdf(block_weights, generator) * BLOCK
     offsets = start.unsqueeze(-1) + torch.arange(BLOCK, device=log_weights.device)
     within = log_weights.gather(-1, offsets.clamp(max=n - 1)).masked_fill(offsets >= n, float("-inf"))
-    return start + _inverse_cdf(within, generator), torch.logsumexp(block_weights, dim=-1)
+    return start + _inverse_cdf(within, generator), normaliser
 
 
 def _block_log_weights(log_weights: torch.Tensor) -> torch.Tensor:
