@@ -85,6 +85,7 @@ def test_job_says_when_it_caps_micro_batches(recipe_factory, monkeypatch, tmp_pa
     if capped:
         monkeypatch.setattr(learner_module, "available_bytes", lambda device: 100 * MiB)  # ~1,000 demo tokens
     job._build()
+    job.rollouts.close(), job.rewards.close()
     notes = [m for m in events if "micro-batches hold at most" in m]
     if capped:
         assert len(notes) == 1 and "training.micro_batch_tokens 8,192" in notes[0], events

@@ -107,7 +107,9 @@ def test_training_keeps_reward_prints_in_the_run_directory(tmp_path, capsys):
             "reinforcement": {
                 "grader": {
                     "type": "python",
-                    "source": "def grade(sample, item):\n    print('graded', sample['output_text'])\n    return 0.5\n",
+                    # a print unique to each call: two samples of one prompt may well give the same text
+                    "source": "import uuid\n\ndef grade(sample, item):\n    print('graded', sample['output_text'], "
+                    "uuid.uuid4())\n    return 0.5\n",
                 },
                 "hyperparameters": {"batch_size": 2, "compute_multiplier": 0.125, "n_epochs": 1},
             },
