@@ -2,7 +2,7 @@
 
 Drawing is two-level inverse-CDF sampling over blocks of the vocabulary: a block by its total weight, then a
 token within it, one uniform number each. ``torch.multinomial`` draws one exponential number per vocabulary
-entry instead, single-threaded: 288 ms a decode step for 64 rows over a 151,936-token vocabulary on this
+entry instead, single-threaded: 333 ms a decode step for 64 rows over a 151,936-token vocabulary on this
 project's CPU, against 17 ms here (``python -m benchmarks sampling``). Without top-k, top-p or min-p the
 full-vocabulary log-softmax is never materialised either: the block sums give its normaliser.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from openrft.algo.rollout_correction import filter_logits
+from openrft.algo.rollout_correction import filter_logits, truncates
 
 BLOCK = 512  # vocabulary entries per block: about the square root of a real vocabulary's size
 # Rows per pass of the block sums: logsumexp's temporaries stay in cache and on the heap (a 64-row pass over a
@@ -29,11 +29,6 @@ def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits if temperature in (0.0, 1.0) else logits / temperature
 
 
-def filters(vocab: int, top_k: int, top_p: float, min_p: float) -> bool:
-    """Whether ``filter_logits`` would mask anything out at these settings."""
-    return 0 < top_k < vocab or top_p < 1.0 or min_p > 0.0
-
-
 def sample_tokens(
     logits: torch.Tensor,
     temperature: float,
@@ -47,7 +42,7 @@ def sample_tokens(
     if temperature == 0:
         tokens = scaled.argmax(dim=-1)
         normaliser = torch.logsumexp(scaled, dim=-1)
-    elif filters(scaled.shape[-1], top_k, top_p, min_p):
+    elif truncates(top_k, top_p, min_p):
         logp = torch.log_softmax(scaled, dim=-1)
         tokens, _ = draw(filter_logits(logp, top_k, top_p, min_p), generator)
         return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
