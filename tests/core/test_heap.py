@@ -1,6 +1,8 @@
-"""``openrft.learner.heap.return_large_frees`` (called by the sharded learner): after a large buffer has been
+"""``openrft.learner.heap``: ``return_large_frees`` (called by the sharded learner): after a large buffer has been
 freed, glibc's default keeps later frees of a few MB resident in its heap; with the threshold fixed they go
-back to the kernel. Each case in a fresh process (the setting is process-wide), with libc's own malloc."""
+back to the kernel. ``keep_freed_memory`` (one learner's job process): a freed 64 MB buffer's pages are reused
+by the next one instead of faulted in again. Each case in a fresh process (the settings are process-wide), with
+libc's own malloc."""
 
 import subprocess
 import sys
@@ -10,7 +12,7 @@ from tests.conftest import ROOT
 SCRIPT = """
 import ctypes, re, sys
 from pathlib import Path
-from openrft.learner.heap import return_large_frees
+from openrft.learner.heap import keep_freed_memory, return_large_frees
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -25,8 +27,19 @@ def touched(size):
     ctypes.memset(pointer, 1, size)
     return pointer
 
-if sys.argv[1] == "fixed":
+if sys.argv[1] in ("kept", "kept-then-fixed"):
+    assert keep_freed_memory()
+if sys.argv[1] in ("fixed", "kept-then-fixed"):
     assert return_large_frees()
+if sys.argv[1].startswith("faults"):
+    import resource
+    if sys.argv[1] == "faults-kept":
+        assert keep_freed_memory()
+    libc.free(touched(64 * MB))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    libc.free(touched(64 * MB))
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * 4096 / MB)
+    sys.exit(0)
 libc.free(touched(24 * MB))  # glibc's default threshold follows it up to 24 MB
 before = resident_mb()
 chunks = [touched(8 * MB) for _ in range(8)]
@@ -46,3 +59,13 @@ def retained_mb(case: str) -> float:
 def test_freed_buffers_of_a_few_mb_leave_the_resident_set_once_the_threshold_is_fixed():
     assert retained_mb("default") > 40  # seven freed 8 MB chunks stay in glibc's heap
     assert retained_mb("fixed") < 16  # only the chunk still allocated
+
+
+def test_a_freed_large_buffer_is_reused_without_page_faults_once_freed_memory_is_kept():
+    assert retained_mb("faults-default") > 48  # a fresh mapping: every page of the second 64 MB faulted in
+    assert retained_mb("faults-kept") < 4  # the first buffer's pages, reused
+
+
+def test_returning_large_frees_after_keeping_them_returns_them():
+    assert retained_mb("kept") > 32  # no mmap, no trimming: the freed chunks stay (40 MB: three reuse the first)
+    assert retained_mb("kept-then-fixed") < 16  # mmap and trimming back on, at the sharded learner's threshold

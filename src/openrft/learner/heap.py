@@ -1,4 +1,4 @@
-"""Freed large buffers go back to the kernel in a sharded learner's process.
+"""What glibc does with freed large buffers: back to the kernel (a sharded learner) or kept for reuse (one learner).
 
 glibc serves an allocation at or above its mmap threshold with ``mmap`` and returns it to the kernel when it
 is freed; smaller ones come from the heap, whose freed fragments mostly stay resident. By default the
@@ -7,6 +7,12 @@ gathered block or a gradient buffer, the step's many buffers of a few to 30 MB a
 the resident peak creeps up from step to step. Measured with ``python -m benchmarks sharding`` on all 24
 layers of Qwen2.5-0.5B's shape, full fine-tuning, two learners: the step's peak above baseline was 0.625x
 to 0.66x one learner's over three steps, 0.517x with the threshold fixed at 1 MiB (docs/performance.md).
+
+One learner with its generator in a process wants the opposite. Its buffers above 32 MiB (a 0.5B model's MLP
+activations, LM-head chunks, one decode step's logits) are fresh mappings every time, whose pages the kernel
+faults in and zeroes (about 0.45 s per GiB on this project's machine), and the heap's freed top goes back to the
+kernel and is faulted in again. The process reaches the same peak every step anyway, so ``keep_freed_memory``
+serves every allocation from the heap and never trims it: the pages are faulted once and reused.
 """
 
 from __future__ import annotations
@@ -14,17 +20,34 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+# mallopt's parameter numbers (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_MMAP_MAX = -4
 MMAP_THRESHOLD_BYTES = 1 << 20
+DEFAULT_TRIM_THRESHOLD = 128 * 1024  # glibc's defaults
+DEFAULT_MMAP_MAX = 65536
+NO_TRIM = -1  # mallopt(M_TRIM_THRESHOLD, -1) turns trimming off
+
+
+def _mallopt(settings: list[tuple[int, int]]) -> bool:
+    """Apply ``(parameter, value)`` settings with glibc's ``mallopt``; False where the C library is not glibc."""
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return all([bool(mallopt(parameter, value)) for parameter, value in settings])
 
 
 def return_large_frees(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Fix glibc's mmap threshold at ``threshold_bytes`` for the rest of this process (which also stops it
-    from rising); False where the C library is not glibc (nothing is changed)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, threshold_bytes))
+    from rising), with mmap and trimming at glibc's defaults; False where the C library is not glibc."""
+    defaults = [(M_MMAP_MAX, DEFAULT_MMAP_MAX), (M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)]
+    return _mallopt([*defaults, (M_MMAP_THRESHOLD, threshold_bytes)])
+
+
+def keep_freed_memory() -> bool:
+    """Serve every allocation of this process from glibc's heap (no mmap) and never trim the heap, so that
+    freed pages are reused instead of faulted in again; False where the C library is not glibc."""
+    return _mallopt([(M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, NO_TRIM)])
