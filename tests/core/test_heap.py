@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 SCRIPT = """
 import ctypes, re, sys
 from pathlib import Path
-from openrft.learner.heap import keep_freed_memory, return_large_frees
+from openrft.learner.heap import keep_freed_memory, release_kept_memory, return_large_frees
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -27,7 +27,7 @@ def touched(size):
     ctypes.memset(pointer, 1, size)
     return pointer
 
-if sys.argv[1] in ("kept", "kept-then-fixed"):
+if sys.argv[1] in ("kept", "kept-then-fixed", "kept-then-released"):
     assert keep_freed_memory()
 if sys.argv[1] in ("fixed", "kept-then-fixed"):
     assert return_large_frees()
@@ -45,6 +45,8 @@ before = resident_mb()
 chunks = [touched(8 * MB) for _ in range(8)]
 for pointer in chunks[:-1]:  # the last stays allocated, above the others in the heap
     libc.free(pointer)
+if sys.argv[1] == "kept-then-released":
+    assert release_kept_memory()
 print(resident_mb() - before)
 """
 
@@ -69,3 +71,7 @@ def test_a_freed_large_buffer_is_reused_without_page_faults_once_freed_memory_is
 def test_returning_large_frees_after_keeping_them_returns_them():
     assert retained_mb("kept") > 32  # no mmap, no trimming: the freed chunks stay (40 MB: three reuse the first)
     assert retained_mb("kept-then-fixed") < 16  # mmap and trimming back on, at the sharded learner's threshold
+
+
+def test_kept_memory_goes_back_to_the_kernel_when_released():
+    assert retained_mb("kept-then-released") < 16  # malloc_trim: the free chunks' pages, all but the live one

@@ -11,8 +11,11 @@ to 0.66x one learner's over three steps, 0.517x with the threshold fixed at 1 Mi
 One learner with its generator in a process wants the opposite. Its buffers above 32 MiB (a 0.5B model's MLP
 activations, LM-head chunks, one decode step's logits) are fresh mappings every time, whose pages the kernel
 faults in and zeroes (about 0.45 s per GiB on this project's machine), and the heap's freed top goes back to the
-kernel and is faulted in again. The process reaches the same peak every step anyway, so ``keep_freed_memory``
-serves every allocation from the heap and never trims it: the pages are faulted once and reused.
+kernel and is faulted in again. So ``keep_freed_memory`` serves every allocation from the heap and stops glibc
+from trimming it: within a step, pages are faulted once and reused. Across steps the heap fragments (a block kept
+alive in one step's freed space pushes the next step's large buffers above it: the job was killed for memory at
+24 GiB in its second step), so at the end of each learner step ``release_kept_memory`` gives the free pages back
+(``malloc_trim``) and the next step faults its working set in once.
 """
 
 from __future__ import annotations
@@ -30,19 +33,28 @@ DEFAULT_MMAP_MAX = 65536
 NO_TRIM = -1  # mallopt(M_TRIM_THRESHOLD, -1) turns trimming off
 
 
+_keeping = False  # whether keep_freed_memory is in force in this process
+
+
+def _glibc(function: str):
+    """glibc's ``function``, or None where the C library is not glibc."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), function)
+    except (OSError, AttributeError):
+        return None
+
+
 def _mallopt(settings: list[tuple[int, int]]) -> bool:
     """Apply ``(parameter, value)`` settings with glibc's ``mallopt``; False where the C library is not glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return all([bool(mallopt(parameter, value)) for parameter, value in settings])
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and all([bool(mallopt(parameter, value)) for parameter, value in settings])
 
 
 def return_large_frees(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Fix glibc's mmap threshold at ``threshold_bytes`` for the rest of this process (which also stops it
     from rising), with mmap and trimming at glibc's defaults; False where the C library is not glibc."""
+    global _keeping
+    _keeping = False
     defaults = [(M_MMAP_MAX, DEFAULT_MMAP_MAX), (M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)]
     return _mallopt([*defaults, (M_MMAP_THRESHOLD, threshold_bytes)])
 
@@ -50,4 +62,13 @@ def return_large_frees(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> bool:
 def keep_freed_memory() -> bool:
     """Serve every allocation of this process from glibc's heap (no mmap) and never trim the heap, so that
     freed pages are reused instead of faulted in again; False where the C library is not glibc."""
-    return _mallopt([(M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, NO_TRIM)])
+    global _keeping
+    _keeping = _mallopt([(M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, NO_TRIM)])
+    return _keeping
+
+
+def release_kept_memory() -> bool:
+    """Where ``keep_freed_memory`` is in force, give the free pages of every arena back to the kernel
+    (``malloc_trim(0)``); whether anything was released."""
+    trim = _glibc("malloc_trim") if _keeping else None
+    return trim is not None and bool(trim(0))
