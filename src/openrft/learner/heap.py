@@ -8,14 +8,14 @@ the resident peak creeps up from step to step. Measured with ``python -m benchma
 layers of Qwen2.5-0.5B's shape, full fine-tuning, two learners: the step's peak above baseline was 0.625x
 to 0.66x one learner's over three steps, 0.517x with the threshold fixed at 1 MiB (docs/performance.md).
 
-One learner with its generator in a process wants the opposite. Its buffers above 32 MiB (a 0.5B model's MLP
-activations, LM-head chunks, one decode step's logits) are fresh mappings every time, whose pages the kernel
-faults in and zeroes (about 0.45 s per GiB on this project's machine), and the heap's freed top goes back to the
-kernel and is faulted in again. So ``keep_freed_memory`` serves every allocation from the heap and stops glibc
-from trimming it: within a step, pages are faulted once and reused. Across steps the heap fragments (a block kept
-alive in one step's freed space pushes the next step's large buffers above it: the job was killed for memory at
-24 GiB in its second step), so at the end of each learner step ``release_kept_memory`` gives the free pages back
-(``malloc_trim``) and the next step faults its working set in once.
+One learner with its generator in a process wants the opposite: its buffers are the same every step. By default
+glibc trims the heap's freed top back to the kernel once it exceeds twice the mmap threshold, and the next buffer
+faults the pages in again, zeroed (about 0.45 s per GiB on this project's machine). ``keep_freed_memory`` fixes
+the threshold at glibc's largest (32 MiB) and stops the trimming, so buffers up to 32 MiB reuse pages faulted in
+once. Larger ones (a 0.5B model's LM-head chunks, a micro-batch's MLP activations above 1,700 tokens) stay fresh
+mappings: served from the heap as well, they fragmented it so that the job was killed for memory at 24 GiB
+(twice). At the end of each learner step ``release_kept_memory`` gives the heap's free pages back
+(``malloc_trim``), so what one step freed does not stay resident through the next.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ import ctypes.util
 # mallopt's parameter numbers (malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-M_MMAP_MAX = -4
 MMAP_THRESHOLD_BYTES = 1 << 20
-DEFAULT_TRIM_THRESHOLD = 128 * 1024  # glibc's defaults
-DEFAULT_MMAP_MAX = 65536
+LARGEST_MMAP_THRESHOLD = 32 << 20  # mallopt refuses more on 64-bit
+DEFAULT_TRIM_THRESHOLD = 128 * 1024  # glibc's default
 NO_TRIM = -1  # mallopt(M_TRIM_THRESHOLD, -1) turns trimming off
 
 
@@ -52,18 +51,17 @@ def _mallopt(settings: list[tuple[int, int]]) -> bool:
 
 def return_large_frees(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Fix glibc's mmap threshold at ``threshold_bytes`` for the rest of this process (which also stops it
-    from rising), with mmap and trimming at glibc's defaults; False where the C library is not glibc."""
+    from rising), with trimming at glibc's default; False where the C library is not glibc."""
     global _keeping
     _keeping = False
-    defaults = [(M_MMAP_MAX, DEFAULT_MMAP_MAX), (M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)]
-    return _mallopt([*defaults, (M_MMAP_THRESHOLD, threshold_bytes)])
+    return _mallopt([(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD), (M_MMAP_THRESHOLD, threshold_bytes)])
 
 
 def keep_freed_memory() -> bool:
-    """Serve every allocation of this process from glibc's heap (no mmap) and never trim the heap, so that
-    freed pages are reused instead of faulted in again; False where the C library is not glibc."""
+    """Serve allocations up to 32 MiB from glibc's heap and never trim it, so that their freed pages are reused
+    instead of faulted in again; False where the C library is not glibc."""
     global _keeping
-    _keeping = _mallopt([(M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, NO_TRIM)])
+    _keeping = _mallopt([(M_MMAP_THRESHOLD, LARGEST_MMAP_THRESHOLD), (M_TRIM_THRESHOLD, NO_TRIM)])
     return _keeping
 
 
