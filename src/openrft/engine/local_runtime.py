@@ -23,7 +23,6 @@ import torch
 from openrft.engine.async_rollouts import REPLICA_SEED_STRIDE, GenerationReplica
 from openrft.engine.setup import JobParts
 from openrft.learner import Learner, LearnerConfig, Policy
-from openrft.learner.heap import keep_freed_memory
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.replicas import GeneratorReplica
 from openrft.spec.job import JobSpec, RolloutCorrectionSpec
@@ -142,7 +141,6 @@ class LocalRuntime:
     loads_model_locally = True
 
     def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
-        keep_freed_memory()  # the learner and generator reuse their large buffers every step (learner/heap.py)
         policy = Policy(parts.model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
         learner = Learner(policy, learner_config(spec, parts.tokenizer.pad_token_id))
         generator = TransformersGenerator(

@@ -21,7 +21,6 @@ from openrft.errors import OpenRFTError
 from openrft.learner.activation_memory import activation_bytes_per_token, available_bytes, micro_batch_cap
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
 from openrft.learner.checkpointing import enable_activation_checkpointing
-from openrft.learner.heap import release_kept_memory
 from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, shared_prefix_forward, unwrap
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
@@ -250,7 +249,6 @@ class Learner:
         """After a step's updates: the learning-rate schedule and the policy version (the number of steps)
         move on, and every ``refit_freq`` steps the reference becomes a copy of the policy."""
         self.scheduler.step()
-        release_kept_memory()  # the step's freed pages, kept for reuse during it (learner/heap.py)
         self.version += 1
         if self.config.algorithm.refit_freq and self.version % self.config.algorithm.refit_freq == 0:
             self.policy.refit_reference()
