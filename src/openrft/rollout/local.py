@@ -7,7 +7,7 @@ sampled token's log-prob under the temperature-scaled policy is recorded as it i
 On CPU with more than one torch thread, the prompts are split between as many Python threads as torch
 threads, each decoding its rows with one torch thread (``row_workers``). A decode step is about a thousand
 small ops, and with torch's threads inside each op every op has to wake the other threads: on a 0.5B
-model, 64 rows, 2 threads, that gave 82 tokens/s against 113 with the rows split (docs/performance.md).
+model, 64 rows, 2 threads, that gave 82 tokens/s against 94 with the rows split (docs/performance.md).
 """
 
 from __future__ import annotations
