@@ -41,8 +41,8 @@ class SharedExchange:
     @classmethod
     def open(cls, group: dist.ProcessGroup | None = None, budget_bytes: int = BUDGET_BYTES) -> SharedExchange | None:
         """Every rank of ``group`` maps one new ``/dev/shm`` file of ``budget_bytes`` (a collective: all ranks
-        call it); None on every rank when one of them cannot. The file is unlinked once all have mapped it, so
-        nothing is left behind whatever happens to the processes."""
+        call it); None on every rank when one of them cannot. The file is unlinked once all have mapped it and
+        before any rank returns, so nothing is left behind whatever happens to the processes."""
         group = group or dist.group.WORLD
         if os.environ.get(TRANSPORT_VARIABLE, "shared_memory") == "gloo":
             return None
@@ -60,6 +60,7 @@ class SharedExchange:
         dist.all_reduce(mapped, op=dist.ReduceOp.MIN, group=group)
         if dist.get_rank(group) == 0 and path[0] is not None:
             os.unlink(path[0])
+        dist.barrier(group=group)  # no rank returns while the file still has a name
         return cls(group, buffer) if int(mapped) == 1 else None
 
     def _slots(self, dtype: torch.dtype, count: int) -> torch.Tensor:
