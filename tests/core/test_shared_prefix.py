@@ -77,3 +77,20 @@ def test_same_logprobs_and_gradients_as_whole_sequences():
     total.backward()
     for name, param in model.named_parameters():
         assert torch.allclose(shared_grads[name], param.grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_the_hidden_path_runs_the_head_on_no_position():
+    """The learner takes the decoder's hidden states and applies the head itself, chunked: the model's own head
+    must not also run (on a sliced position under grad it multiplies each row by its own copy of the head)."""
+    from openrft.rollout.kv import forward_outputs
+
+    model = tiny_qwen2(32, 64, tie_word_embeddings=True)
+    seen: list[torch.Size] = []
+    model.lm_head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape))
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    hidden = forward_outputs(model, True, input_ids=ids, logits_to_keep=1)
+    assert seen == [torch.Size([2, 0, model.config.hidden_size])]
+    expected = model.model(input_ids=ids).last_hidden_state
+    torch.testing.assert_close(hidden, expected)
+    logits = forward_outputs(model, False, input_ids=ids)  # the logits path is left whole
+    assert logits.shape == (2, 4, model.config.vocab_size) and seen[-1] == torch.Size([2, 4, model.config.hidden_size])
