@@ -33,12 +33,13 @@ SUITES = (
     "vllm",
     "vllm-demo",
     "real-shape",
+    "real-shape-profile",
     "tinker",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
-# run only when named: real-shape, a 0.5B model trained by two systems at two thread counts; tinker, two
-# 100-step trainings (about half an hour)
-HOURS = ("real-shape", "tinker")
+# run only when named: real-shape, a 0.5B model trained by two systems at two thread counts (and its learner
+# profiled: it builds the same model); tinker, two 100-step trainings (about half an hour)
+HOURS = ("real-shape", "real-shape-profile", "tinker")
 
 
 def _log(message: str) -> None:
@@ -815,6 +816,10 @@ def real_shape_suite(args: argparse.Namespace) -> None:
             row["step_vs_trl"] = round(row["step_s"] / trl["step_s"], 3)
         if one and "step_s" in row and row["threads"] != 1:
             row["speedup_vs_1_thread"] = round(one["step_s"] / row["step_s"], 3)
+            # the machine's own ceiling on that speed-up, for a step made of matmuls
+            row["matmul_peak_speedup_vs_1_thread"] = round(
+                row["matmul_peak_flops_per_s"] / one["matmul_peak_flops_per_s"], 3
+            )
     columns = [
         ("system", "system"),
         ("threads", "threads:"),
@@ -822,6 +827,7 @@ def real_shape_suite(args: argparse.Namespace) -> None:
         ("step_vs_trl", "vs TRL:"),
         ("step_cpu_s", "step CPU s:"),
         ("speedup_vs_1_thread", "speed-up vs 1 thread:"),
+        ("matmul_peak_speedup_vs_1_thread", "matmul peak's speed-up vs 1 thread:"),
         ("generate_s", "generation s:"),
         ("generate_tokens_per_s", "generated tokens/s:"),
         ("learner_s", "learner s:"),
@@ -840,6 +846,60 @@ def real_shape_suite(args: argparse.Namespace) -> None:
     write_results("real_shape", title, body, {"rows": rows, "load": load}, args.out)
 
 
+def real_shape_profile_suite(args: argparse.Namespace) -> None:
+    """Where OpenRFT's learner step goes at the real shape, at each thread count: what stands between the learner
+    and the matmul peak."""
+    import json
+
+    from benchmarks.common import run_worker
+    from benchmarks.real_shape import build_model
+
+    model_dir = build_model(ROOT / "runs" / f"real-shape-model-{args.real_layers}", args.real_layers)
+    groups = args.real_profile_groups
+    load = {"before": load_average()}
+    rows = []
+    for threads_count in args.thread_counts:
+        command = [sys.executable, "-m", "benchmarks.real_shape", "--profile", str(threads_count), str(groups)]
+        command += [str(model_dir), str(args.real_tokens), str(args.real_prompts * args.real_samples)]
+        row = run_worker(command, threads_count, args.real_timeout, {"threads": threads_count})
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    load["after"] = load_average()
+    columns = [
+        ("threads", "threads:"),
+        ("samples", "samples:"),
+        ("learner_s", "learner step s:"),
+        ("matmul_peak_flops_per_s", "matmul peak FLOP/s:"),
+        ("learner_flops_fraction", "learner share of matmul peak:"),
+        ("matmul_kernels_fraction_of_peak", "its matmul kernels' FLOP/s, share of peak:"),
+        ("model_shapes_fraction_of_peak", "the model's linear shapes alone, share of peak:"),
+        ("matmul", "time in matmul kernels:"),
+        ("attention", "in attention:"),
+        ("other_ops", "in other ops:"),
+        ("outside_ops", "outside ops:"),
+        ("op_calls", "op calls:"),
+        ("decode_matmuls_tokens_per_s", "generation ceiling, tokens/s:"),
+        ("error", "error"),
+    ]
+    body = [
+        f"Qwen2.5-0.5B's shape with {args.real_layers} layers; one OpenRFT learner step (policy forward and backward, "
+        f"reference forward, AdamW) on {groups} of the job's prompts x 8 answers of {args.real_tokens} random tokens, "
+        "LoRA rank 16, in a fresh process per thread count: one step to warm up, one timed, one under the torch "
+        "profiler (which slows it: its figures are shares of the profiled step). The matmul peak is the best square "
+        "fp32 matmul in the same process; the model's linear shapes are its own matmuls at one group's tokens. The "
+        f"generation ceiling: {args.real_prompts * args.real_samples} rows (the job's samples) through every linear "
+        "layer and the LM head, in order, with nothing else: the matmuls of a decode step alone, whatever the engine.",
+        "",
+        *markdown_table(columns, rows),
+    ]
+    for row in rows:
+        if row.get("top_ops"):
+            body += ["", f"Ops with the most time inside them, {row['threads']} thread(s):", ""]
+            body += markdown_table([("op", "op"), ("share", "share of step:"), ("calls", "calls:")], row["top_ops"])
+    title = "Where the learner's step goes at the size people train"
+    write_results("real_shape_profile", title, body, {"rows": rows, "load": load}, args.out)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -854,6 +914,7 @@ RUNNERS = {
     "vllm": vllm_suite,
     "vllm-demo": vllm_demo_suite,
     "real-shape": real_shape_suite,
+    "real-shape-profile": real_shape_profile_suite,
     "tinker": tinker_suite,
 }
 
@@ -921,6 +982,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--real-tokens", type=int, default=128, help="real-shape: tokens per answer")
     parser.add_argument("--real-prompts", type=int, default=8, help="real-shape: prompts per step")
     parser.add_argument("--real-samples", type=int, default=8, help="real-shape: samples per prompt")
+    parser.add_argument(
+        "--real-profile-groups", type=int, default=2, help="real-shape-profile: prompts (of 8 answers) in the step"
+    )
     parser.add_argument("--real-timeout", type=float, default=7200, help="real-shape: seconds per configuration")
     parser.add_argument(
         "--vllm-models", nargs="+", choices=("demo", "wide"), default=["demo", "wide"], help="vllm: the models"

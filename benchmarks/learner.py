@@ -47,33 +47,42 @@ def shape_flops(shape: DecoderShape, rows: int, dtype: torch.dtype = torch.float
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
 
 
-def step_breakdown(step) -> dict[str, float]:
+def step_breakdown(step, top: int = 0) -> dict:
     """Shares of one profiled call of ``step``: time inside matmul kernels, inside attention kernels, inside every
-    other op, and outside any op (Python, autograd bookkeeping, dispatch). The profiler slows the step, so these
-    are shares, not times."""
+    other op, and outside any op (Python, autograd bookkeeping, dispatch); the matmul kernels' own FLOP/s (the
+    profiler's count of their FLOPs over their time); with ``top``, the ``top`` ops by time inside them. The
+    profiler slows the step, so these are shares, not times."""
     from torch.profiler import ProfilerActivity, profile
 
     start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         step()
     wall_us = (time.perf_counter() - start) * 1e6
     matmul = attention = other = 0.0
-    ops = 0
-    for event in prof.key_averages():
+    matmul_flops = ops = 0
+    events = prof.key_averages()
+    for event in events:
         ops += event.count
         if event.key in MATMUL_OPS:
             matmul += event.self_cpu_time_total
+            matmul_flops += event.flops or 0
         elif "scaled_dot_product" in event.key or "attention" in event.key:
             attention += event.self_cpu_time_total
         else:
             other += event.self_cpu_time_total
     outside = max(0.0, wall_us - matmul - attention - other)
+    heaviest = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
     return {
         "matmul": matmul / wall_us,
         "attention": attention / wall_us,
         "other_ops": other / wall_us,
         "outside_ops": outside / wall_us,
         "op_calls": float(ops),
+        "matmul_flops": float(matmul_flops),
+        "matmul_kernel_flops_per_s": matmul_flops / (matmul * 1e-6) if matmul else 0.0,
+        "top_ops": [
+            {"op": e.key, "share": round(e.self_cpu_time_total / wall_us, 4), "calls": e.count} for e in heaviest
+        ],
     }
 
 

@@ -287,6 +287,73 @@ def worker(system: str, threads: int, steps: int, model_dir: Path, new_tokens: i
     print(json.dumps(summarise(system, threads, record, peak)), flush=True)
 
 
+def decode_matmuls_seconds(model: torch.nn.Module, rows: int, repeats: int = 3) -> float:
+    """One pass of ``rows`` rows through every linear layer of ``model`` (the LM head included), in order, with
+    nothing between them: the matmuls of one decode step alone, reading the weights from memory as a decode step
+    does. The best of ``repeats`` passes: no engine decodes faster at this thread count."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {m.in_features: torch.randn(rows, m.in_features) for m in linears}
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for m in linears:
+                torch.nn.functional.linear(inputs[m.in_features], m.weight, m.bias)
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def profile_learner(model_dir: Path, threads: int, groups: int, new_tokens: int, rows: int) -> dict:
+    """Where one OpenRFT learner step's time goes at this shape, in this (fresh) process: ``groups`` of the job's
+    prompts with ``SAMPLES`` answers of ``new_tokens`` random tokens each (timing does not depend on the ids), as
+    fresh samples (the job's case); one step to warm up, one timed, one profiled (``benchmarks.learner``). And the
+    ceiling on generation's tokens/s at ``rows`` rows a decode step: ``decode_matmuls_seconds``."""
+    from benchmarks.flops import DecoderShape
+    from benchmarks.learner import shape_flops, step_breakdown
+    from openrft.engine.local_runtime import learner_config
+    from openrft.engine.setup import build_parts
+    from openrft.learner.batch import TrainSample
+    from openrft.learner.learner import Learner
+    from openrft.learner.policy import Policy
+
+    torch.set_num_threads(threads)
+    peak, _ = matmul_peak(torch.device("cpu"), torch.float32)
+    spec = job_spec(model_dir, 1, threads, new_tokens, groups, SAMPLES)
+    parts = build_parts(spec)
+    decode_s = decode_matmuls_seconds(parts.model, rows)
+    policy = Policy(parts.model, spec.lora, need_reference=True)
+    learner = Learner(policy, learner_config(spec, parts.tokenizer.pad_token_id))
+    ids = torch.Generator().manual_seed(0)
+    vocab = parts.model.config.vocab_size
+    samples = [
+        TrainSample(prompt, torch.randint(0, vocab, (new_tokens,), generator=ids).tolist(), advantage=j % 3 - 1.0)
+        for prompt in parts.train_prompts[:groups]
+        for j in range(SAMPLES)
+    ]
+    learner.step(samples)
+    start = time.perf_counter()
+    learner.step(samples)
+    learner_s = time.perf_counter() - start
+    flops = learner_flops(samples, parts.model.config)
+    shape = DecoderShape.from_config(parts.model.config)
+    breakdown = step_breakdown(lambda: learner.step(samples), top=12)
+    model_shapes = shape_flops(shape, SAMPLES * new_tokens + len(samples[0].prompt_ids))
+    return {
+        "threads": threads,
+        "samples": len(samples),
+        "learner_s": round(learner_s, 3),
+        "learner_flops_fraction": round(flops / learner_s / peak, 3),
+        "matmul_peak_flops_per_s": round(peak),
+        "model_shapes_fraction_of_peak": round(model_shapes / peak, 3),
+        "matmul_kernels_fraction_of_peak": round(breakdown.pop("matmul_kernel_flops_per_s") / peak, 3),
+        "matmul_flops_counted": breakdown.pop("matmul_flops"),
+        "learner_flops": flops,
+        "decode_rows": rows,
+        "decode_matmuls_tokens_per_s": round(rows / decode_s, 1),
+        **{k: round(v, 4) if isinstance(v, float) else v for k, v in breakdown.items()},
+    }
+
+
 def run_configuration(system: str, threads: int, steps: int, model_dir: Path, args, timeout: float) -> dict:
     command = [sys.executable, "-m", "benchmarks.real_shape", "--worker", system, str(threads), str(steps)]
     command += [str(model_dir), str(args.real_tokens), str(args.real_prompts), str(args.real_samples)]
@@ -332,6 +399,14 @@ def vllm_available() -> bool:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--worker", nargs=7, required=True)
-    system, threads, steps, model_dir, new_tokens, prompts, samples = parser.parse_args().worker
-    worker(system, int(threads), int(steps), Path(model_dir), int(new_tokens), int(prompts), int(samples))
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--worker", nargs=7)
+    mode.add_argument("--profile", nargs=5, metavar=("THREADS", "GROUPS", "MODEL_DIR", "NEW_TOKENS", "DECODE_ROWS"))
+    args = parser.parse_args()
+    if args.profile:
+        threads, groups, model_dir, new_tokens, rows = args.profile
+        row = profile_learner(Path(model_dir), int(threads), int(groups), int(new_tokens), int(rows))
+        print(json.dumps(row), flush=True)
+    else:
+        system, threads, steps, model_dir, new_tokens, prompts, samples = args.worker
+        worker(system, int(threads), int(steps), Path(model_dir), int(new_tokens), int(prompts), int(samples))

@@ -4,7 +4,7 @@ import pytest
 
 from benchmarks.__main__ import parse_args
 from benchmarks.common import markdown_table, median_after_warmup, spread
-from benchmarks.learner import _fit
+from benchmarks.learner import _fit, step_breakdown
 from benchmarks.vs_trl import RunResult, summarise, verdict
 
 
@@ -84,6 +84,7 @@ def test_runner_arguments():
     assert parse_args(["vllm"]).suites == ["vllm"] and args.vllm_steps == 8  # vllm only when asked (.venv-vllm)
     real = parse_args(["real-shape"])  # hours: only when asked
     assert real.suites == ["real-shape"] and (real.real_layers, real.real_tokens, real.real_prompts) == (24, 128, 8)
+    assert "real-shape-profile" not in args.suites and parse_args(["real-shape-profile"]).real_profile_groups == 2
     quick = parse_args(["vs-trl", "--quick"])
     assert quick.steps == 4 and quick.lrs == [None] and quick.out.name.startswith("openrft-bench-quick-")
     quick.out.rmdir()
@@ -108,3 +109,16 @@ def test_long_context_rows_are_one_json_line_per_length(monkeypatch):
     assert rows[0]["tokens"] == 1024 and rows[0]["step_s"] == 2.0 and rows[0]["peak_mib_above_model"] == 7.0
     assert rows[0]["chunked_over_unchunked_time"] == 0.5 and rows[0]["generate_ms_per_token"] == 4000 / 1024
     assert "unchunked_step_s" not in rows[1] and rows[1]["generate_error"] == "over 1 s"
+
+
+def test_step_breakdown_counts_the_matmul_kernels_flops():
+    import torch
+
+    a, b = torch.randn(128, 256), torch.randn(256, 64)
+    shares = step_breakdown(lambda: [a @ b for _ in range(5)], top=3)
+    heaviest = shares["top_ops"][0]
+    assert (heaviest["op"], heaviest["calls"]) == ("aten::mm", 5) and shares["matmul"] > 0
+    assert shares["matmul_flops"] == 5 * 2 * 128 * 256 * 64  # 2mnk per product, counted by the profiler
+    assert shares["matmul_kernel_flops_per_s"] > 0
+    no_matmul = step_breakdown(lambda: a.exp().sum())
+    assert no_matmul["matmul"] == 0 and no_matmul["matmul_flops"] == 0 and no_matmul["matmul_kernel_flops_per_s"] == 0
