@@ -127,3 +127,30 @@ def test_learner_gradient_equals_the_unchunked_one(lora, tied, ent_coeff, kl):
 def test_all_linear_lora_leaves_the_head_a_plain_linear():
     policy = Policy(_model(tied=False), LoraSpec(), need_reference=False)
     assert type(unwrap(policy.model).get_output_embeddings()) is torch.nn.Linear
+
+
+def test_chunks_reuse_one_set_of_logits_buffers():
+    """Each chunk's logits and exponentials go into buffers the pass allocated once: 10 chunks of 50 MB logits
+    (above glibc's largest mmap threshold, so a fresh allocation would be fresh pages each time) fault in about
+    one chunk's worth of pages in forward and in backward, not ten."""
+    import resource
+
+    torch.manual_seed(0)
+    vocab, chunk, chunks = 2**16, 192, 10
+    weight = torch.randn(vocab, 8) * 0.1
+    hidden = torch.randn(chunk * chunks, 8, requires_grad=True)
+    targets = torch.randint(0, vocab, (chunk * chunks,))
+    pages_per_chunk = chunk * vocab * 4 // resource.getpagesize()
+
+    def faults(run) -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        run()
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    outputs = []
+    forward = faults(lambda: outputs.extend(ChunkedHeadLogp.apply(hidden, weight, None, targets, 1.0, chunk, True)))
+    logp, entropy = outputs
+    backward = faults(lambda: (logp.sum() + entropy.sum()).backward())
+    assert forward < 3 * pages_per_chunk, (forward, pages_per_chunk)  # logits and exponentials, once each
+    assert backward < 4 * pages_per_chunk, (backward, pages_per_chunk)  # logits, exponentials and their product
+    assert hidden.grad is not None and torch.isfinite(hidden.grad).all()
