@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
+from openrft.learner.lora_fused import fuse_lora_linears
 from openrft.spec.job import LoraSpec
 
 POLICY_ADAPTER = "default"
@@ -37,6 +38,7 @@ class Policy:
         self.lora_enabled = lora.enabled
         if lora.enabled:
             self.model = get_peft_model(base_model, lora_config(lora), adapter_name=POLICY_ADAPTER)
+            fuse_lora_linears(self.model)
         else:
             self.model = base_model
             self.model.requires_grad_(True)

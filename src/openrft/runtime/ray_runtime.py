@@ -140,6 +140,7 @@ class GenerationActor:
     def __init__(self, spec_json: str, seed: int):
         from peft import get_peft_model
 
+        from openrft.learner.lora_fused import fuse_lora_linears
         from openrft.learner.policy import POLICY_ADAPTER, lora_config
         from openrft.rollout.local import TransformersGenerator
 
@@ -147,6 +148,7 @@ class GenerationActor:
         model, tokenizer, eos = _load_model(spec)
         if spec.lora.enabled:
             model = get_peft_model(model, lora_config(spec.lora), adapter_name=POLICY_ADAPTER)
+            fuse_lora_linears(model)
         self.lora = spec.lora.enabled
         self.generator = TransformersGenerator(model, tokenizer, eos, tokenizer.pad_token_id, seed=seed)
 
