@@ -72,6 +72,7 @@ def test_no_output_sized_temporaries():
     assert type(layer) is FusedLoraLinear
     assert output_sized_elementwise(original) == ["aten::add", "aten::mul", "aten::mul"]
     assert output_sized_elementwise(layer) == []
+    assert type(layer(x).grad_fn).__name__ == "ViewBackward0"  # not CopySlices: no copies of the gradient
 
 
 @pytest.mark.parametrize("case", ["disabled", "merged", "two_active", "dora", "extra_argument"])

@@ -29,11 +29,13 @@ class FusedLoraLinear(LoraLinear):
         if adapter is None:
             return super().forward(x, *args, **kwargs)
         lora_a, lora_b = self.lora_A[adapter], self.lora_B[adapter]
-        result = self.base_layer(x)
-        update_in = lora_a(self.lora_dropout[adapter](x))
-        out = result.view(-1, result.shape[-1])
-        out.addmm_(update_in.reshape(-1, update_in.shape[-1]), lora_b.weight.t(), alpha=self.scaling[adapter])
-        return result
+        # in 2-D throughout: an in-place op on a view of the output would make autograd copy the whole gradient
+        # twice in backward (CopySlices); on the output itself it passes the gradient through
+        x2d = x.reshape(-1, x.shape[-1])
+        result = self.base_layer(x2d)
+        update_in = lora_a(self.lora_dropout[adapter](x2d))
+        result.addmm_(update_in, lora_b.weight.t(), alpha=self.scaling[adapter])
+        return result.view(*x.shape[:-1], result.shape[-1])
 
     def _plain_adapter(self, x: torch.Tensor) -> str | None:
         """The one active vanilla adapter, when the fused path computes what PEFT's forward would; else None."""
