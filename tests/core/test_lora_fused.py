@@ -11,10 +11,10 @@ from openrft.learner.lora_fused import FusedLoraLinear, fuse_lora_linears
 from tests.tiny_models import tiny_qwen2
 
 
-def _pair(dropout: float = 0.0, **config):
+def _pair(**config):
     """The same LoRA model twice, PEFT's and fused, with a non-zero B (a fresh adapter's B is zero)."""
     torch.manual_seed(0)
-    lora = LoraConfig(r=4, lora_alpha=16, lora_dropout=dropout, target_modules="all-linear", **config)
+    lora = LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", **config)
     peft_model = get_peft_model(tiny_qwen2(64, 32).double(), lora)
     for name, param in peft_model.named_parameters():
         if "lora_B" in name:
@@ -34,9 +34,7 @@ def _loss_and_grads(model, ids):
 
 def test_same_outputs_and_gradients_as_peft():
     peft_model, fused, count = _pair()
-    assert count == 7 * 2 and all(
-        type(m).__name__ != "Linear" or "lora" in n for n, m in fused.named_modules() if False
-    )
+    assert count == 7 * 2  # every linear of the two decoder layers (the head is not a LoRA target)
     ids = torch.randint(0, 64, (3, 9))
     want_logits, want_grads = _loss_and_grads(peft_model, ids)
     got_logits, got_grads = _loss_and_grads(fused, ids)
