@@ -4,6 +4,7 @@ bonus and the KL term."""
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import Qwen2ForCausalLM
 
 from openrft.algo.loss import entropy_from_logits
@@ -23,13 +24,16 @@ def _relative_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
     return float((a - b).norm() / b.norm())
 
 
+@pytest.mark.parametrize("frozen", [False, True], ids=["trainable-head", "frozen-head"])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("temperature", [0.7, 0.0])
 @pytest.mark.parametrize("grads", ["logp", "entropy", "both"])
-def test_function_matches_autograd_on_full_logits(bias, temperature, grads):
+def test_function_matches_autograd_on_full_logits(frozen, bias, temperature, grads):
+    """A trainable head's gradient comes from backward's recompute, a frozen head's from the per-token gradients
+    forward kept: both equal autograd's through the full logits."""
     torch.manual_seed(0)
     n, h = 23, 8
-    head = torch.nn.Linear(h, VOCAB, bias=bias)
+    head = torch.nn.Linear(h, VOCAB, bias=bias).requires_grad_(not frozen)
     hidden = torch.randn(n, h, requires_grad=True)
     targets = torch.randint(0, VOCAB, (n,))
     g_logp, g_ent = torch.randn(n), torch.randn(n)
@@ -41,18 +45,55 @@ def test_function_matches_autograd_on_full_logits(bias, temperature, grads):
     logits = head(hidden) * scale
     want_logp, want_ent = token_logp(logits, targets), entropy_from_logits(logits)
     objective(want_logp, want_ent).sum().backward()
-    want = [hidden.grad.clone(), head.weight.grad.clone()] + ([head.bias.grad.clone()] if bias else [])
-    hidden.grad, head.weight.grad = None, None
-    if bias:
-        head.bias.grad = None
+    params = [] if frozen else [head.weight] + ([head.bias] if bias else [])
+    want = [hidden.grad.clone()] + [param.grad.clone() for param in params]
+    for tensor in [hidden, *params]:
+        tensor.grad = None
 
     logp, ent = head_logp_entropy(hidden, head, targets, temperature, chunk=5)  # 5 chunks, the last one short
     assert torch.allclose(logp, want_logp, rtol=1e-5, atol=1e-6)
     assert torch.allclose(ent, want_ent, rtol=1e-5, atol=1e-6)
     assert "ChunkedHeadLogp" in logp.grad_fn.next_functions[0][0].name()
     objective(logp, ent).sum().backward()
-    got = [hidden.grad, head.weight.grad] + ([head.bias.grad] if bias else [])
+    got = [hidden.grad] + [param.grad for param in params]
     assert _relative_error(got, want) <= 1e-5
+
+
+class _MatmulCount(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("entropy_grad", [False, True])
+def test_a_frozen_head_runs_no_matmul_in_backward(entropy_grad):
+    """A frozen head's forward computes the hidden states' gradient basis (one matmul over the vocabulary per
+    chunk for ``d logp / dh``, one more for ``dH / dh`` when the entropy trains); backward runs none, where the
+    recompute would run two per chunk (the logits again, and their gradient times the head)."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, VOCAB, bias=False).requires_grad_(False)
+    hidden = torch.randn(12, 8, requires_grad=True)
+    targets = torch.randint(0, VOCAB, (12,))
+    with _MatmulCount() as forward:
+        logp, ent = head_logp_entropy(hidden, head, targets, 1.0, chunk=4, entropy_grad=entropy_grad)
+    assert forward.calls == 3 * (3 if entropy_grad else 2)  # 3 chunks: logits, d logp / dh (, dH / dh)
+    loss = logp.sum() + (ent.sum() if entropy_grad else 0)
+    with _MatmulCount() as backward:
+        loss.backward()
+    assert backward.calls == 0
+    assert hidden.grad is not None and torch.isfinite(hidden.grad).all()
+
+
+def test_an_entropy_without_gradient_refuses_one():
+    head = torch.nn.Linear(8, VOCAB, bias=False).requires_grad_(False)
+    hidden = torch.randn(6, 8, requires_grad=True)
+    logp, ent = head_logp_entropy(hidden, head, torch.randint(0, VOCAB, (6,)), 1.0, chunk=4, entropy_grad=False)
+    with pytest.raises(RuntimeError, match="entropy_grad=False"):
+        (logp.sum() + ent.sum()).backward()
 
 
 def test_frozen_head_gets_no_gradient_and_no_grad_mode_saves_nothing():
@@ -129,7 +170,8 @@ def test_all_linear_lora_leaves_the_head_a_plain_linear():
     assert type(unwrap(policy.model).get_output_embeddings()) is torch.nn.Linear
 
 
-def test_chunks_reuse_one_set_of_logits_buffers():
+@pytest.mark.parametrize("trainable_head", [False, True], ids=["frozen-head", "trainable-head"])
+def test_chunks_reuse_one_set_of_logits_buffers(trainable_head):
     """Each chunk's logits and exponentials go into buffers the pass allocated once: 10 chunks of 50 MB logits
     (above glibc's largest mmap threshold, so a fresh allocation would be fresh pages each time) fault in about
     one chunk's worth of pages in forward and in backward, not ten."""
@@ -137,7 +179,7 @@ def test_chunks_reuse_one_set_of_logits_buffers():
 
     torch.manual_seed(0)
     vocab, chunk, chunks = 2**16, 192, 10
-    weight = torch.randn(vocab, 8) * 0.1
+    weight = (torch.randn(vocab, 8) * 0.1).requires_grad_(trainable_head)
     hidden = torch.randn(chunk * chunks, 8, requires_grad=True)
     targets = torch.randint(0, vocab, (chunk * chunks,))
     pages_per_chunk = chunk * vocab * 4 // resource.getpagesize()
@@ -152,5 +194,6 @@ def test_chunks_reuse_one_set_of_logits_buffers():
     logp, entropy = outputs
     backward = faults(lambda: (logp.sum() + entropy.sum()).backward())
     assert forward < 3 * pages_per_chunk, (forward, pages_per_chunk)  # logits and exponentials, once each
-    assert backward < 4 * pages_per_chunk, (backward, pages_per_chunk)  # logits, exponentials and their product
+    # a trainable head's recompute: logits, exponentials and their product; a frozen head's backward: none
+    assert backward < (4 if trainable_head else 1) * pages_per_chunk, (backward, pages_per_chunk)
     assert hidden.grad is not None and torch.isfinite(hidden.grad).all()

@@ -277,7 +277,8 @@ class Learner:
         from the full logits when they fit ``logits_chunk_bytes``, otherwise chunked over tokens."""
         chunk = self.head_chunk(model, mb)
         if chunk is not None:
-            logp, ent = chunked_logp_entropy(model, mb, self.config.temperature, chunk, with_entropy=entropy)
+            temperature = self.config.temperature
+            logp, ent = chunked_logp_entropy(model, mb, temperature, chunk, entropy, entropy and entropy_grad)
             return logp, (ent if entropy_grad else ent.detach()) if entropy else None
         logits = self.logits(model, mb)
         if not entropy:

@@ -11,6 +11,12 @@ The gradient is written out by hand (``ChunkedHeadLogp``), with ``z = (h W^T + b
 - ``d logp_y / dz = onehot(y) - p``
 - ``d H / dz = -p * (log p + H)``, since ``H = logsumexp(z) - sum_i p_i z_i``
 
+When the head is frozen (LoRA) only the hidden states need a gradient, and each token's logits reach the loss
+through two numbers, ``logp_y`` and ``H``. The forward pass then keeps, per token, ``d logp_y / dh`` and (when the
+entropy bonus trains) ``dH / dh``, each ``[hidden]`` wide, computed from the chunk's softmax while it is in memory;
+backward only scales them by the incoming gradients. This drops backward's second pass over the vocabulary (a
+third of the head's matmul FLOPs when the entropy does not train). A trainable head keeps the recompute.
+
 A head that is not a plain ``nn.Linear`` (for instance one LoRA wraps) is chunked through activation
 checkpointing instead, with autograd's own gradient.
 """
@@ -183,28 +189,90 @@ def _chunk_stats(
     return target - lse, lse - e.mul_(z).sum(-1) / total
 
 
+def _chunk_with_hidden_gradients(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    scale: float,
+    entropy: bool,
+    entropy_grad: bool,
+    work: ChunkWorkspace,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """One chunk's ``logp``, entropy (if ``entropy``), ``d logp / dh`` and (if ``entropy_grad``) ``dH / dh``."""
+    z = _scaled_logits(h, weight, bias, scale, work)
+    target = z.gather(-1, targets.unsqueeze(-1))
+    m = z.amax(dim=-1, keepdim=True)
+    p = torch.sub(z, m, out=work.take("exp", z.shape[0])).exp_()
+    total = p.sum(-1, keepdim=True)
+    lse = m + total.log()
+    logp = (target - lse).squeeze(-1)
+    p = p.div_(total)
+    ent = d_ent = None
+    if entropy:
+        plogq = z.sub_(lse).mul_(p)  # p log p, in place of z
+        ent = -plogq.sum(-1)
+        if entropy_grad:  # dH/dz = -p (log p + H)
+            d_ent = (plogq.addcmul_(p, ent.unsqueeze(-1)).to(weight.dtype) @ weight).mul_(-scale)
+    ones = torch.ones_like(logp).unsqueeze(-1)
+    d_logp = p.neg_().scatter_add_(-1, targets.unsqueeze(-1), ones)  # dlogp/dz = onehot(y) - p, in place of p
+    return logp, ent, (d_logp.to(weight.dtype) @ weight).mul_(scale), d_ent
+
+
 class ChunkedHeadLogp(torch.autograd.Function):
-    """``(logp, entropy)`` per token of ``hidden [N, H]`` under ``linear(hidden, weight, bias) * scale``;
-    saves only its inputs, and recomputes each chunk's logits in backward."""
+    """``(logp, entropy)`` per token of ``hidden [N, H]`` under ``linear(hidden, weight, bias) * scale``.
+
+    A frozen head: forward keeps ``d logp / dh`` (and ``dH / dh`` when ``entropy_grad``), backward scales them. A
+    trainable head: forward saves only its inputs, and backward recomputes each chunk's logits."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, scale: float, chunk: int, with_entropy: bool = True):
+    def forward(
+        ctx,
+        hidden,
+        weight,
+        bias,
+        targets,
+        scale: float,
+        chunk: int,
+        with_entropy: bool = True,
+        entropy_grad: bool = True,
+    ):
         ctx.set_materialize_grads(False)
         logp = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         entropy = torch.zeros_like(logp)
         work = ChunkWorkspace(min(chunk, hidden.shape[0]), weight.shape[0], hidden.device)
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        ctx.gradient_in_forward = need_h and not need_w and not need_b
+        ctx.entropy_grad = with_entropy and entropy_grad
+        if ctx.gradient_in_forward:
+            d_logp = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
+            d_ent = torch.empty_like(d_logp) if ctx.entropy_grad else None
+            ctx.hidden_dtype = hidden.dtype
         for s in range(0, hidden.shape[0], chunk):
             h, y = hidden[s : s + chunk], targets[s : s + chunk]
-            lp, ent = _chunk_stats(h, weight, bias, y, scale, with_entropy, work)
+            if ctx.gradient_in_forward:
+                lp, ent, dl, de = _chunk_with_hidden_gradients(
+                    h, weight, bias, y, scale, with_entropy, ctx.entropy_grad, work
+                )
+                d_logp[s : s + chunk] = dl
+                if de is not None:
+                    d_ent[s : s + chunk] = de
+            else:
+                lp, ent = _chunk_stats(h, weight, bias, y, scale, with_entropy, work)
             logp[s : s + chunk] = lp
             if ent is not None:
                 entropy[s : s + chunk] = ent
-        ctx.save_for_backward(hidden, weight, bias, targets)
+        if ctx.gradient_in_forward:
+            ctx.save_for_backward(d_logp, d_ent)
+        else:
+            ctx.save_for_backward(hidden, weight, bias, targets)
         ctx.scale, ctx.chunk = scale, chunk
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
+        if ctx.gradient_in_forward:
+            return _hidden_gradient(ctx, grad_logp, grad_entropy), None, None, None, None, None, None, None
         hidden, weight, bias, targets = ctx.saved_tensors
         scale, chunk = ctx.scale, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
@@ -241,7 +309,21 @@ class ChunkedHeadLogp(torch.autograd.Function):
                 grad_b += gz.float().sum(0)
         grad_w = grad_w.to(weight.dtype) if need_w else None
         grad_b = grad_b.to(bias.dtype) if need_b else None
-        return grad_h, grad_w, grad_b, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def _hidden_gradient(ctx, grad_logp: torch.Tensor | None, grad_entropy: torch.Tensor | None) -> torch.Tensor | None:
+    """The hidden states' gradient from the per-token gradients ``ChunkedHeadLogp``'s forward kept."""
+    d_logp, d_ent = ctx.saved_tensors
+    if grad_entropy is not None and not ctx.entropy_grad:
+        raise RuntimeError("ChunkedHeadLogp ran with entropy_grad=False, but its entropy received a gradient")
+    grad_h = None
+    if grad_logp is not None:
+        grad_h = d_logp * grad_logp.to(d_logp.dtype).unsqueeze(-1)
+    if grad_entropy is not None:
+        term = d_ent * grad_entropy.to(d_ent.dtype).unsqueeze(-1)
+        grad_h = term if grad_h is None else grad_h.add_(term)
+    return grad_h.to(ctx.hidden_dtype) if grad_h is not None else None
 
 
 def _generic_chunk(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor, scale: float):
@@ -257,17 +339,20 @@ def head_logp_entropy(
     temperature: float,
     chunk: int,
     with_entropy: bool = True,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of ``targets`` and entropies ``[...]`` (the shape of ``targets``) under
     ``head(hidden) / temperature`` (temperature 0 is read as 1), ``chunk`` tokens at a time. Without
-    ``with_entropy`` the entropies may be left zero (one pass over the logits fewer)."""
+    ``with_entropy`` the entropies may be left zero (one pass over the logits fewer); without ``entropy_grad``
+    the entropies must not take part in a loss (a frozen head then skips their gradient)."""
     scale = 1.0 / temperature if temperature > 0 else 1.0
     flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     vocab_parallel = VocabParallel.of(head)  # a sharded learner's head (learner/vocab_parallel.py)
     if vocab_parallel is not None:
         logp, entropy = vocab_parallel.logp_entropy(flat_h, flat_t, scale, chunk)
     elif type(head) is torch.nn.Linear:
-        logp, entropy = ChunkedHeadLogp.apply(flat_h, head.weight, head.bias, flat_t, scale, chunk, with_entropy)
+        args = (flat_h, head.weight, head.bias, flat_t, scale, chunk, with_entropy, entropy_grad)
+        logp, entropy = ChunkedHeadLogp.apply(*args)
     else:  # a wrapped head (LoRA on lm_head): autograd's gradient, each chunk recomputed in backward
         parts = []
         for s in range(0, flat_h.shape[0], chunk):
@@ -279,9 +364,15 @@ def head_logp_entropy(
 
 
 def chunked_logp_entropy(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float, chunk: int, with_entropy: bool = True
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    chunk: int,
+    with_entropy: bool = True,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs of ``mb.targets`` and entropies ``[rows, response_width]`` under ``model``, chunked."""
+    """Log-probs of ``mb.targets`` and entropies ``[rows, response_width]`` under ``model``, chunked
+    (``head_logp_entropy``)."""
     hidden = shared_prefix_forward(model, mb, hidden=True)
     head = unwrap(model).get_output_embeddings()
-    return head_logp_entropy(hidden, head, mb.targets, temperature, chunk, with_entropy)
+    return head_logp_entropy(hidden, head, mb.targets, temperature, chunk, with_entropy, entropy_grad)
