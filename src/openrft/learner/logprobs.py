@@ -3,8 +3,8 @@
 A real vocabulary (151,936 tokens for Qwen2.5/Qwen3) makes the fp32 logits of one 32,768-token response
 20 GB, and autograd keeps several copies of them. Here the decoder's last hidden states ``[tokens, hidden]``
 are all that is kept: the language-model head runs over chunks of tokens, each chunk's log-sum-exp,
-target log-prob and entropy are reduced to three numbers per token, and backward recomputes each chunk's
-logits to form its gradient. Peak memory then grows with the chunk, not with the response.
+target log-prob and entropy are reduced to three numbers per token, and the gradient is formed chunk by chunk
+too (below). Peak memory then grows with the chunk, not with the response.
 
 The gradient is written out by hand (``ChunkedHeadLogp``), with ``z = (h W^T + b) / T`` and ``p = softmax(z)``:
 
