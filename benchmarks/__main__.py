@@ -127,6 +127,8 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         ),
     ]
     name = "vs_trl" if lr is None else f"vs_trl_lr{lr:g}"
+    if args.threads and args.threads > 1:  # one file per thread count: the 1-thread table stays
+        name += f"_threads{args.threads}"
     data = {**r, "lr": lr, "mapping": [m.__dict__ for m in MAPPING]}
     write_results(name, "OpenRFT vs TRL GRPOTrainer on the demo job", body, data, args.out)
 
