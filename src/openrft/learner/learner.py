@@ -278,7 +278,7 @@ class Learner:
         chunk = self.head_chunk(model, mb)
         if chunk is not None:
             temperature = self.config.temperature
-            logp, ent = chunked_logp_entropy(model, mb, temperature, chunk, entropy, entropy and entropy_grad)
+            logp, ent = chunked_logp_entropy(model, mb, temperature, chunk, entropy, entropy_grad)
             return logp, (ent if entropy_grad else ent.detach()) if entropy else None
         logits = self.logits(model, mb)
         if not entropy:
