@@ -798,10 +798,11 @@ def real_shape_suite(args: argparse.Namespace) -> None:
         f"Qwen2.5-0.5B's shape with {args.real_layers} layers, {args.real_prompts} prompts x {args.real_samples} "
         f"samples x {args.real_tokens} tokens"
     )
-    _log(f"real shape: {shape}; OpenRFT and TRL at 1 and 2 threads, {args.real_steps} steps each, fresh processes")
+    counts = args.real_thread_counts
+    _log(f"real shape: {shape}; OpenRFT and TRL at {counts} threads, {args.real_steps} steps each, fresh processes")
     load = {"before": load_average()}
     rows = []
-    for threads_count in args.thread_counts:
+    for threads_count in counts:
         for system in SYSTEMS if threads_count % 2 else SYSTEMS[::-1]:
             row = run_configuration(system, threads_count, args.real_steps, model_dir, args, args.real_timeout)
             print(json.dumps(row), flush=True)
@@ -845,7 +846,8 @@ def real_shape_suite(args: argparse.Namespace) -> None:
         *markdown_table(columns, rows),
     ]
     title = "At the size people train: OpenRFT, TRL and vLLM on a Qwen2.5-0.5B-shaped model"
-    write_results("real_shape", title, body, {"rows": rows, "load": load}, args.out)
+    name = "real_shape" if counts == [1, 2] else "real_shape_threads" + "_".join(map(str, counts))
+    write_results(name, title, body, {"rows": rows, "load": load}, args.out)
 
 
 def real_shape_profile_suite(args: argparse.Namespace) -> None:
@@ -988,6 +990,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--real-profile-groups", type=int, default=2, help="real-shape-profile: prompts (of 8 answers) in the step"
     )
     parser.add_argument("--real-timeout", type=float, default=7200, help="real-shape: seconds per configuration")
+    parser.add_argument(
+        "--real-thread-counts",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="real-shape: thread counts (default 1 2; others write their own results file, the full table stays)",
+    )
     parser.add_argument(
         "--vllm-models", nargs="+", choices=("demo", "wide"), default=["demo", "wide"], help="vllm: the models"
     )
