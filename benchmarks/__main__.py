@@ -58,7 +58,8 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
     seeds = list(range(args.seeds))
     rate = "the recipe's learning rate" if lr is None else f"learning rate {lr:g} (both systems)"
     _log(f"vs TRL: {args.steps} steps, seeds {seeds}, evaluation every {args.eval_every} steps, {rate}")
-    r = compare(args.steps, seeds, args.eval_every, args.threads, args.warmup, lr=lr, log=_log)
+    tuned = args.engine_threads
+    r = compare(args.steps, seeds, args.eval_every, args.threads, args.warmup, lr=lr, log=_log, engine_threads=tuned)
     rows = [
         {
             "system": s["system"],
@@ -76,10 +77,16 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         for o, t in zip(r["openrft_curve"], r["trl_curve"])
     ]
     ov, tv = r["openrft_final_val"], r["trl_final_val"]
+    threads_text = f"{r['threads']} torch threads"
+    if args.engine_threads:
+        chosen = sorted({str(s["chosen_threads"]) for s in r["runs"] if s["chosen_threads"]})
+        threads_text = (
+            f"TRL at {r['threads']} torch threads, OpenRFT choosing per phase among counts up to {r['threads']} (what "
+            f"`runtime.threads` unset gives on an idle machine of {r['threads']} cores; chosen: {', '.join(chosen)})"
+        )
     body = [
         f"The demo job (`examples/arithmetic/recipe.yaml`, {rate}, `refit_freq` 0), {args.steps} steps, seeds "
-        f"{seeds}, {r['threads']} torch threads, one after the other in one process (seeds alternate which goes "
-        "first).",
+        f"{seeds}, {threads_text}, one after the other in one process (seeds alternate which goes first).",
         "",
         f"**Median step time: OpenRFT {r['openrft_median_step_s']:.3f} s, TRL {r['trl_median_step_s']:.3f} s: "
         f"OpenRFT is {r['speedup_median']:.2f}x faster** (per seed: "
@@ -128,7 +135,7 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
     ]
     name = "vs_trl" if lr is None else f"vs_trl_lr{lr:g}"
     if args.threads and args.threads > 1:  # one file per thread count: the 1-thread table stays
-        name += f"_threads{args.threads}"
+        name += f"_engine_threads{args.threads}" if args.engine_threads else f"_threads{args.threads}"
     data = {**r, "lr": lr, "mapping": [m.__dict__ for m in MAPPING]}
     write_results(name, "OpenRFT vs TRL GRPOTrainer on the demo job", body, data, args.out)
 
@@ -938,6 +945,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3, help="vs-trl: seeds per system")
     parser.add_argument("--eval-every", type=int, default=10, help="vs-trl: evaluate every N steps")
     parser.add_argument("--warmup", type=int, default=2, help="vs-trl: steps left out of the median")
+    parser.add_argument(
+        "--engine-threads",
+        action="store_true",
+        help="vs-trl: OpenRFT chooses its threads per phase among counts up to --threads (TRL runs at --threads)",
+    )
     parser.add_argument(
         "--lr",
         dest="lrs",

@@ -32,6 +32,7 @@ from benchmarks.trl_match import grpo_config_kwargs
 from openrft.engine import JobControl, RFTJob
 from openrft.engine.evaluation import EvalResult, evaluate
 from openrft.engine.job import EVAL_SEED_OFFSET
+from openrft.engine.phase_threads import PhaseThreads
 from openrft.spec.dialects import load_job
 from openrft.spec.job import JobSpec
 
@@ -50,6 +51,7 @@ class RunResult:
     eval_seconds: float = 0.0
     wall_seconds: float = 0.0
     threads: int = 0
+    chosen_threads: dict[str, int] = field(default_factory=dict)  # OpenRFT's per-phase choice, where it chose
 
     def summary(self, warmup: int) -> dict:
         return {
@@ -66,6 +68,7 @@ class RunResult:
             "train_reward": self.train_reward,
             "eval_seconds": self.eval_seconds,
             "wall_seconds": self.wall_seconds,
+            "chosen_threads": self.chosen_threads,
         }
 
 
@@ -107,9 +110,17 @@ class _StepClock(JobControl):
 
 
 class _TimedJob(RFTJob):
-    """An RFTJob that records how long its evaluations take (they are excluded from step times)."""
+    """An RFTJob that records how long its evaluations take (they are excluded from step times), and with
+    ``most_threads`` set chooses its threads per phase among counts up to it: what ``runtime.threads`` unset gives
+    on an idle machine of that many cores, without the start-up load average capping the count."""
 
     eval_time: dict[int, tuple[float, float]]
+    most_threads: int | None = None
+
+    def _build(self) -> None:
+        super()._build()
+        if self.most_threads:
+            self.threads = PhaseThreads(self.most_threads)
 
     def _evaluate(self, step: int) -> EvalResult:
         wall, cpu = clock()
@@ -119,9 +130,10 @@ class _TimedJob(RFTJob):
         return result
 
 
-def run_openrft(spec: JobSpec, workdir: Path) -> RunResult:
+def run_openrft(spec: JobSpec, workdir: Path, most_threads: int | None = None) -> RunResult:
     """The engine's own job loop. A step runs from the job asking its control whether to go on to the
-    metrics of the step being emitted (rollout, reward, advantages, update, metrics), evaluation left out."""
+    metrics of the step being emitted (rollout, reward, advantages, update, metrics), evaluation left out.
+    ``most_threads``: the engine chooses per phase among counts up to it (``_TimedJob``)."""
     result = RunResult("OpenRFT", spec.training.seed)
     ended: dict[int, tuple[float, float]] = {}
     rows: dict[int, dict] = {}
@@ -135,6 +147,7 @@ def run_openrft(spec: JobSpec, workdir: Path) -> RunResult:
     control = _StepClock()
     job = _TimedJob(spec, run_dir, show_progress=False, control=control, listeners=(listener,))
     job.eval_time = {}
+    job.most_threads = most_threads
     start = time.perf_counter()
     job.run()
     result.wall_seconds = time.perf_counter() - start
@@ -152,6 +165,7 @@ def run_openrft(spec: JobSpec, workdir: Path) -> RunResult:
             result.intervals.append(ended[step][0] - ended[step - 1][0] - eval_wall)
     result.eval_seconds = sum(wall for wall, _ in job.eval_time.values())
     result.threads = torch.get_num_threads()
+    result.chosen_threads = {name: p.chosen for name, p in job.threads.phases.items() if p.chosen is not None}
     return result
 
 
@@ -282,8 +296,10 @@ def compare(
     workdir: Path | None = None,
     lr: float | None = None,
     log=print,
+    engine_threads: bool = False,
 ) -> dict:
-    """Both systems for each seed, alternating which goes first; per-seed and aggregate numbers."""
+    """Both systems for each seed, alternating which goes first; per-seed and aggregate numbers. With
+    ``engine_threads`` OpenRFT chooses per phase among counts up to ``threads``; TRL runs at ``threads``."""
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="openrft-vs-trl-")) if own_dir else workdir
     load = {"before": load_average()}
@@ -293,12 +309,16 @@ def compare(
             order = (run_openrft, run_trl) if k % 2 == 0 else (run_trl, run_openrft)
             for runner in order:
                 spec = matched_spec(steps, seed, eval_every, threads, lr)
-                run = runner(spec, workdir)
+                if runner is run_openrft and engine_threads:
+                    run = run_openrft(spec, workdir, most_threads=threads)
+                else:
+                    run = runner(spec, workdir)
                 runs.append(run)
                 s = run.summary(warmup)
+                chosen = f", threads chosen {run.chosen_threads}" if run.chosen_threads else ""
                 log(
                     f"  {run.system:16s} seed {seed}: median step {s['median_step_s']:.3f} s, interval "
-                    f"{s['median_interval_s']:.3f} s, val reward {s['val_reward']}  (load {load_average()})"
+                    f"{s['median_interval_s']:.3f} s, val reward {s['val_reward']}{chosen}  (load {load_average()})"
                 )
     finally:
         if own_dir:

@@ -84,6 +84,9 @@ def test_runner_arguments():
     assert parse_args(["vllm"]).suites == ["vllm"] and args.vllm_steps == 8  # vllm only when asked (.venv-vllm)
     real = parse_args(["real-shape"])  # hours: only when asked
     assert real.suites == ["real-shape"] and (real.real_layers, real.real_tokens, real.real_prompts) == (24, 128, 8)
+    assert real.real_thread_counts == [1, 2]
+    assert parse_args(["real-shape", "--real-thread-counts", "2"]).real_thread_counts == [2]
+    assert not args.engine_threads and parse_args(["vs-trl", "--engine-threads"]).engine_threads
     assert "real-shape-profile" not in args.suites and parse_args(["real-shape-profile"]).real_profile_groups == 2
     quick = parse_args(["vs-trl", "--quick"])
     assert quick.steps == 4 and quick.lrs == [None] and quick.out.name.startswith("openrft-bench-quick-")

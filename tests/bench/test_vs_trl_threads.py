@@ -1,0 +1,12 @@
+"""vs-trl's engine-threads mode: OpenRFT measures its thread counts per phase and keeps one for each, where a held
+count does not tune."""
+
+from benchmarks.vs_trl import matched_spec, run_openrft
+
+
+def test_engine_threads_mode_chooses_per_phase_and_a_held_count_does_not(tmp_path):
+    tuned = run_openrft(matched_spec(steps=4, seed=0, eval_every=4, threads=2), tmp_path, most_threads=2)
+    assert set(tuned.chosen_threads) == {"generate", "learn"}
+    assert set(tuned.chosen_threads.values()) <= {1, 2}
+    held = run_openrft(matched_spec(steps=4, seed=0, eval_every=4, threads=2), tmp_path)
+    assert held.chosen_threads == {} and held.threads == 2
