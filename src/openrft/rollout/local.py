@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 
 from openrft.rollout.continuous import DecodeSession
 from openrft.rollout.kv import cache_keyword, left_pad, prefill
+from openrft.rollout.onednn import packed_linears
 from openrft.rollout.sampling import sample_tokens
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 
@@ -85,8 +86,9 @@ class TransformersGenerator(PolicyVersioned):
         try:
             prompts_per_chunk = max(1, self.max_batch_sequences // params.n)
             results: list[list[Completion]] = []
-            for start in range(0, len(prompts), prompts_per_chunk):
-                results += self._generate_rows_in_threads(prompts[start : start + prompts_per_chunk], params, rng)
+            with packed_linears(self.model, params.max_new_tokens):
+                for start in range(0, len(prompts), prompts_per_chunk):
+                    results += self._generate_rows_in_threads(prompts[start : start + prompts_per_chunk], params, rng)
             return results
         finally:
             if was_training:
