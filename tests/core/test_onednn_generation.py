@@ -86,6 +86,17 @@ def test_with_gradients_the_layers_compute_on_their_own_weights(mkldnn_calls):
     assert all(torch.allclose(p.grad, g) for p, g in zip(model.parameters(), plain))
 
 
+def test_a_weight_changed_during_the_call_is_used_as_it_is_now(mkldnn_calls):
+    model = _model()
+    ids = torch.randint(0, 512, (2, 6))
+    with torch.no_grad(), packed_linears(model, max_new_tokens=8):
+        model.lm_head.weight.mul_(2)  # an optimizer step of a learner sharing the model
+        packed = model(input_ids=ids).logits
+    with torch.no_grad():
+        assert torch.allclose(packed, model(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+    assert len(mkldnn_calls) == 2 * 5  # every layer but the head
+
+
 def test_the_layers_are_given_back_when_generation_fails():
     model = _model()
     with pytest.raises(RuntimeError, match="boom"), packed_linears(model, max_new_tokens=8) as count:

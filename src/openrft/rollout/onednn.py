@@ -54,9 +54,13 @@ def usable(model: torch.nn.Module, max_new_tokens: int) -> list[torch.nn.Linear]
     return layers if layers and fits(size, int(psutil.virtual_memory().available)) else []
 
 
-def _packed_forward(layer: torch.nn.Linear, packed: torch.Tensor):
+def _packed_forward(layer: torch.nn.Linear):
+    packed, version = layer.weight.detach().to_mkldnn(), layer.weight._version
+
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float32 or torch.is_grad_enabled():  # what the packed copy cannot serve
+        # what the packed copy cannot serve: a gradient, another dtype, a weight changed in place since (a learner
+        # sharing the model in another thread)
+        if x.dtype != torch.float32 or torch.is_grad_enabled() or layer.weight._version != version:
             return torch.nn.functional.linear(x, layer.weight, layer.bias)
         flat = x.reshape(-1, x.shape[-1]).contiguous()
         y = torch._C._nn.mkldnn_linear(flat.to_mkldnn(), packed, layer.bias).to_dense()
@@ -72,7 +76,7 @@ def packed_linears(model: torch.nn.Module, max_new_tokens: int) -> Iterator[int]
     layers = usable(model, max_new_tokens)
     try:
         for layer in layers:
-            layer.forward = _packed_forward(layer, layer.weight.detach().to_mkldnn())
+            layer.forward = _packed_forward(layer)
         yield len(layers)
     finally:
         for layer in layers:
