@@ -97,6 +97,15 @@ def test_a_weight_changed_during_the_call_is_used_as_it_is_now(mkldnn_calls):
     assert len(mkldnn_calls) == 2 * 5  # every layer but the head
 
 
+def test_a_layer_whose_forward_was_replaced_is_left_alone(mkldnn_calls):
+    model = _model()
+    own = model.lm_head.forward = lambda x: torch.zeros(*x.shape[:-1], 512)  # as the vocabulary-parallel head does
+    with torch.no_grad(), packed_linears(model, max_new_tokens=8) as count:
+        assert count == 2 * 5
+        assert not model(input_ids=torch.randint(0, 512, (1, 4))).logits.any()
+    assert model.lm_head.forward is own
+
+
 def test_the_layers_are_given_back_when_generation_fails():
     model = _model()
     with pytest.raises(RuntimeError, match="boom"), packed_linears(model, max_new_tokens=8) as count:

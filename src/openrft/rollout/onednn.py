@@ -30,9 +30,12 @@ MIN_NEW_TOKENS = 8
 
 
 def packable(module: torch.nn.Module) -> bool:
+    """A plain fp32 ``nn.Linear`` on a CPU, large enough, whose ``forward`` nobody else has replaced (the sharded
+    learner's vocabulary-parallel head sets its own on the instance)."""
     weight = getattr(module, "weight", None)
     return (
         type(module) is torch.nn.Linear
+        and "forward" not in module.__dict__
         and weight is not None
         and weight.device.type == "cpu"
         and weight.dtype == torch.float32
