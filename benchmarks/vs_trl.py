@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -303,16 +304,13 @@ def compare(
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="openrft-vs-trl-")) if own_dir else workdir
     load = {"before": load_average()}
+    openrft = partial(run_openrft, most_threads=threads if engine_threads else None)
     runs: list[RunResult] = []
     try:
         for k, seed in enumerate(seeds):
-            order = (run_openrft, run_trl) if k % 2 == 0 else (run_trl, run_openrft)
+            order = (openrft, run_trl) if k % 2 == 0 else (run_trl, openrft)
             for runner in order:
-                spec = matched_spec(steps, seed, eval_every, threads, lr)
-                if runner is run_openrft and engine_threads:
-                    run = run_openrft(spec, workdir, most_threads=threads)
-                else:
-                    run = runner(spec, workdir)
+                run = runner(matched_spec(steps, seed, eval_every, threads, lr), workdir)
                 runs.append(run)
                 s = run.summary(warmup)
                 chosen = f", threads chosen {run.chosen_threads}" if run.chosen_threads else ""

@@ -3,7 +3,7 @@
 A decode step multiplies a few dozen rows by every weight of the model. For those skinny shapes torch's CPU
 ``linear`` (MKL's sgemm in the PyPI wheels) is far from the machine's peak on some CPUs: on an AMD EPYC at
 Qwen2.5-0.5B's shape, 64 rows at 2 threads, it ran the MLP's projections at 80-114 GFLOP/s and the LM head at 44-68,
-where oneDNN's ``mkldnn_linear`` on a packed copy of the weight ran them at 130-135 and 92; generation ran
+where oneDNN's ``mkldnn_linear`` on a packed copy of the weight ran them at 130-135 and 90-92; generation ran
 1.15-1.31x faster with the same samples, 60.2 -> 77.4 tokens/s in the real-shape job (docs/performance.md, the
 generation table of "What each optimisation buys"). vLLM's CPU backend calls oneDNN too.
 
