@@ -107,9 +107,16 @@ def test_the_job_option_turns_checkpointing_on_in_the_learner(recipe_factory):
     learner = Learner(policy, learner_config(spec, 0))
     layers = unwrap(learner.model).model.layers
     assert all(layer.gradient_checkpointing for layer in layers)
+    runs = []
+    layers[0].input_layernorm.register_forward_pre_hook(lambda *_: runs.append(1))
     samples = [TrainSample([5, 6, 7], [8, 9, 10, 11], 1.0), TrainSample([5, 6, 7], [12, 13], -1.0)]
     learner.accumulate(samples, 6)
     assert all(p.grad is not None for p in learner.policy.trainable_parameters())
+    # the model loads in eval mode: the learner trains it in train mode, where the layers are checkpointed: the
+    # reference's prompt and responses once each (no gradient), the policy's prompt once, its responses twice
+    # (forward, then backward)
+    assert spec.algorithm.kl_loss_coef > 0
+    assert all(m.training for m in learner.model.modules()) and len(runs) == 2 + 1 + 2
 
 
 def test_a_group_with_one_long_response_is_split_around_it():

@@ -65,9 +65,8 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
     """
     if packed_requested(model, mb):  # a sharded learner's single pass (``learner/packed.py``)
         return packed_forward(model, mb, hidden)
-    base = unwrap(model)
     kwarg = cache_keyword(model)
-    with suspended(base):  # the prompts write the cache: never replayed
+    with suspended(model):  # the prompts write the cache: never replayed
         first, cache = prefill(model, mb.prompt_ids, mb.prompt_mask, mb.prompt_positions, kwarg, hidden=hidden)
     boundary = _prompt_boundary.get()
     if boundary is not None and torch.is_grad_enabled():
@@ -79,7 +78,7 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
         cache.batch_select_indices(mb.prompt_index)
         mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
         ids, positions = mb.response_ids[:, :-1], mb.response_positions[:, :-1]
-        with nullcontext() if freeze(cache) else suspended(base):
+        with nullcontext() if freeze(cache) else suspended(model):
             rest = continue_from(model, cache, ids, mask, positions, kwarg, hidden)
         out = torch.cat([out, rest], dim=1)
     return out

@@ -39,6 +39,9 @@ class Policy:
         if lora.enabled:
             self.model = get_peft_model(base_model, lora_config(lora), adapter_name=POLICY_ADAPTER)
             fuse_lora_linears(self.model)
+            # PEFT's wrappers start in train mode whatever the base's: one mode throughout, or the learner, which
+            # reads the top module's, would train an eval-mode model (no dropout, no activation checkpointing)
+            self.model.train(base_model.training)
         else:
             self.model = base_model
             self.model.requires_grad_(True)
