@@ -4,6 +4,7 @@ layers given back after the call, and torch's own path wherever packing would no
 import pytest
 import torch
 
+from openrft import onednn as packing
 from openrft.rollout import onednn
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.onednn import fits, packed_linears, usable
@@ -28,13 +29,13 @@ def _model(**overrides) -> torch.nn.Module:
 def mkldnn_calls(monkeypatch) -> list[int]:
     """Counts the calls of oneDNN's linear."""
     calls = []
-    real = torch._C._nn.mkldnn_linear
+    real = packing.linear
 
     def counted(*args):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(torch._C._nn, "mkldnn_linear", counted)
+    monkeypatch.setattr(packing, "linear", counted)
     return calls
 
 
@@ -84,6 +85,22 @@ def test_with_gradients_the_layers_compute_on_their_own_weights(mkldnn_calls):
         model(input_ids=ids).logits.square().mean().backward()
     assert not mkldnn_calls
     assert all(torch.allclose(p.grad, g) for p, g in zip(model.parameters(), plain))
+
+
+def test_an_input_gradient_through_frozen_weights_uses_torchs_linear(mkldnn_calls):
+    """Generation packs no transposes: the input's gradient of a frozen layer is torch's."""
+    model = _model().requires_grad_(False)
+    embeds = torch.randn(2, 6, 256)
+
+    def input_grad():
+        x = embeds.clone().requires_grad_(True)
+        model(inputs_embeds=x).logits.square().mean().backward()
+        return x.grad
+
+    plain = input_grad()
+    with packed_linears(model, max_new_tokens=8):
+        assert torch.allclose(input_grad(), plain, atol=1e-6)
+    assert not mkldnn_calls
 
 
 def test_a_weight_changed_during_the_call_is_used_as_it_is_now(mkldnn_calls):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ from openrft.learner.activation_memory import activation_bytes_per_token, availa
 from openrft.learner.batch import MicroBatch, TrainSample, collate, plan_micro_batches
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entropy, shared_prefix_forward, unwrap
+from openrft.learner.onednn import frozen_linears
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec, RolloutCorrectionSpec
@@ -173,16 +175,17 @@ class Learner:
             return
         if not self.model.training:
             self.model.train()  # the mode the update's forward runs in (dropout and all)
-        for indices in self.plan(fresh):
-            chunk = [fresh[i] for i in indices]
-            for sample in chunk:
-                sample.old_logp = None
-            mb = collate(chunk, self.config.pad_token_id, self.device)
-            logp, _, support = self.log_probs_on_support(self.model, mb, entropy=False)
-            for row, sample in enumerate(chunk):
-                sample.old_logp = logp[row, : len(sample.response_ids)].tolist()
-                if support is not None and sample.engine_truncated:
-                    sample.old_support_logp = support[row, : len(sample.response_ids)].tolist()
+        with self.frozen_on_onednn(fresh):
+            for indices in self.plan(fresh):
+                chunk = [fresh[i] for i in indices]
+                for sample in chunk:
+                    sample.old_logp = None
+                mb = collate(chunk, self.config.pad_token_id, self.device)
+                logp, _, support = self.log_probs_on_support(self.model, mb, entropy=False)
+                for row, sample in enumerate(chunk):
+                    sample.old_logp = logp[row, : len(sample.response_ids)].tolist()
+                    if support is not None and sample.engine_truncated:
+                        sample.old_support_logp = support[row, : len(sample.response_ids)].tolist()
 
     def accumulate(self, samples: list[TrainSample], total_tokens: int) -> dict[str, float]:
         """Add the gradient of ``samples`` to the parameters' ``.grad``; the loss sums of its metrics.
@@ -195,42 +198,48 @@ class Learner:
         if not self.model.training:  # train() walks every module: skip it when nothing changes
             self.model.train()
         sums = dict.fromkeys(SUM_KEYS, 0.0)
-        for indices in self.plan(samples):
-            mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
-            ref_logp = self._reference_logp(mb) if self.use_kl else None
-            logp, entropy, support = self.log_probs_on_support(self.model, mb, entropy_grad=algo.ent_coeff > 0)
-            weights = None
-            if mb.engine_logp is not None and self.config.correction is not None:
-                weights = self.correction(mb, logp, support, sums)
-            if support is not None and mb.stale is not None:  # a stale row's ratio on its engine's support
-                logp = torch.where((mb.stale & mb.engine_truncated).unsqueeze(-1), support, logp)
-            old_logp = self.old_logp(mb, logp)
-            if mb.stale is not None:  # stale rows: how far the policy moved from the one that sampled them
-                stale = mb.loss_mask * mb.stale.unsqueeze(-1)
-                sums["is_weight"] += (torch.exp(logp.detach() - old_logp) * stale).sum().item()
-                sums["mismatch_kl"] += (kl_k3(logp.detach(), old_logp) * stale).sum().item()
-                sums["stale_tokens"] += stale.sum().item()
-            terms = policy_loss_terms(
-                logp,
-                old_logp,
-                mb.advantages,
-                mb.loss_mask,
-                clip_low=algo.clip_ratio_low,
-                clip_high=algo.clip_ratio_high,
-                dual_clip=self.config.importance_weight_cap,
-                ref_logp=ref_logp,
-                kl_coef=algo.kl_loss_coef,
-                entropy=entropy if algo.ent_coeff > 0 else None,
-                ent_coeff=algo.ent_coeff,
-                loss_scale=algo.loss_scale,
-                token_weights=weights,
-            )
-            self.backward(terms.loss / total_tokens)
-            sums["pg_loss"] += terms.pg_loss
-            sums["clipped"] += terms.clipped_tokens
-            sums["kl"] += terms.kl
-            sums["entropy"] += (entropy.detach() * mb.loss_mask).sum().item()
+        with self.frozen_on_onednn(samples):
+            for indices in self.plan(samples):
+                mb = collate([samples[i] for i in indices], self.config.pad_token_id, self.device)
+                ref_logp = self._reference_logp(mb) if self.use_kl else None
+                logp, entropy, support = self.log_probs_on_support(self.model, mb, entropy_grad=algo.ent_coeff > 0)
+                weights = None
+                if mb.engine_logp is not None and self.config.correction is not None:
+                    weights = self.correction(mb, logp, support, sums)
+                if support is not None and mb.stale is not None:  # a stale row's ratio on its engine's support
+                    logp = torch.where((mb.stale & mb.engine_truncated).unsqueeze(-1), support, logp)
+                old_logp = self.old_logp(mb, logp)
+                if mb.stale is not None:  # stale rows: how far the policy moved from the one that sampled them
+                    stale = mb.loss_mask * mb.stale.unsqueeze(-1)
+                    sums["is_weight"] += (torch.exp(logp.detach() - old_logp) * stale).sum().item()
+                    sums["mismatch_kl"] += (kl_k3(logp.detach(), old_logp) * stale).sum().item()
+                    sums["stale_tokens"] += stale.sum().item()
+                terms = policy_loss_terms(
+                    logp,
+                    old_logp,
+                    mb.advantages,
+                    mb.loss_mask,
+                    clip_low=algo.clip_ratio_low,
+                    clip_high=algo.clip_ratio_high,
+                    dual_clip=self.config.importance_weight_cap,
+                    ref_logp=ref_logp,
+                    kl_coef=algo.kl_loss_coef,
+                    entropy=entropy if algo.ent_coeff > 0 else None,
+                    ent_coeff=algo.ent_coeff,
+                    loss_scale=algo.loss_scale,
+                    token_weights=weights,
+                )
+                self.backward(terms.loss / total_tokens)
+                sums["pg_loss"] += terms.pg_loss
+                sums["clipped"] += terms.clipped_tokens
+                sums["kl"] += terms.kl
+                sums["entropy"] += (entropy.detach() * mb.loss_mask).sum().item()
         return sums
+
+    def frozen_on_onednn(self, samples: list[TrainSample]) -> AbstractContextManager[int]:
+        """The frozen base weights packed for oneDNN while ``samples`` pass (``learner/onednn.py``)."""
+        micro_batch = min(self.config.micro_batch_tokens, self.micro_batch_cap)
+        return frozen_linears(self.model, trained(samples), micro_batch * self.activation_bytes_per_token)
 
     def backward(self, loss: torch.Tensor) -> None:
         """One pass's backward, adding into the accumulated gradient."""

@@ -30,6 +30,7 @@ from contextvars import ContextVar
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from openrft import onednn
 from openrft.learner.batch import MicroBatch
 from openrft.learner.checkpointing import suspended
 from openrft.learner.packed import packed_forward, packed_requested
@@ -157,7 +158,10 @@ def _scaled_logits(
     scale: float,
     work: ChunkWorkspace | None = None,
 ) -> torch.Tensor:
-    if work is not None and weight.dtype == h.dtype == torch.float32:
+    packed = onednn.times_transpose(h, weight) if bias is None else None  # a frozen head the learner packed
+    if packed is not None:
+        z = packed
+    elif work is not None and weight.dtype == h.dtype == torch.float32:
         out = work.take("logits", h.shape[0])
         z = torch.mm(h, weight.t(), out=out) if bias is None else torch.addmm(bias, h, weight.t(), out=out)
     else:
@@ -212,10 +216,16 @@ def _chunk_with_hidden_gradients(
         plogq = z.sub_(lse).mul_(p)  # p log p, in place of z
         ent = -plogq.sum(-1)
         if entropy_grad:  # dH/dz = -p (log p + H)
-            d_ent = (plogq.addcmul_(p, ent.unsqueeze(-1)).to(weight.dtype) @ weight).mul_(-scale)
+            d_ent = _times(plogq.addcmul_(p, ent.unsqueeze(-1)), weight).mul_(-scale)
     ones = torch.ones_like(logp).unsqueeze(-1)
     d_logp = p.neg_().scatter_add_(-1, targets.unsqueeze(-1), ones)  # dlogp/dz = onehot(y) - p, in place of p
-    return logp, ent, (d_logp.to(weight.dtype) @ weight).mul_(scale), d_ent
+    return logp, ent, _times(d_logp, weight).mul_(scale), d_ent
+
+
+def _times(dz: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``dz @ weight`` in the weight's dtype: on its packed transpose where the learner packed it."""
+    packed = onednn.times(dz, weight)
+    return packed if packed is not None else dz.to(weight.dtype) @ weight
 
 
 class ChunkedHeadLogp(torch.autograd.Function):
