@@ -30,34 +30,46 @@ def test_candidates_halve_down_to_one():
 
 
 @pytest.mark.parametrize(("seconds_at", "best"), [({2: 0.06, 1: 0.01}, 1), ({2: 0.01, 1: 0.06}, 2)])
-def test_the_faster_count_is_kept_after_a_warm_up_and_one_trial_each(seconds_at, best):
+def test_the_faster_count_is_kept_after_a_warm_up_and_two_interleaved_trials_each(seconds_at, best):
     tuner = PhaseThreads(2)
-    counts = [run(tuner, "learn", seconds_at) for _ in range(6)]
-    assert counts[:3] == [2, 2, 1]  # warm-up at the most threads, then each candidate once
-    assert counts[3:] == [best] * 3
+    counts = [run(tuner, "learn", seconds_at) for _ in range(8)]
+    assert counts[:5] == [2, 2, 1, 2, 1]  # warm-up at the most threads, then each candidate twice, interleaved
+    assert counts[5:] == [best] * 3
     assert tuner.metrics() == {"perf/threads_learn": float(best)}
+
+
+def test_each_count_is_judged_by_its_best_run():
+    tuner = PhaseThreads(2)
+    run(tuner, "learn", {2: 0.0, 1: 0.0})
+    run(tuner, "learn", {2: 0.01, 1: 0.0})
+    run(tuner, "learn", {2: 0.0, 1: 0.03})
+    run(tuner, "learn", {2: 0.08, 1: 0.0})  # 2 threads slowed down once (a neighbour's burst)
+    run(tuner, "learn", {2: 0.0, 1: 0.03})
+    assert tuner.threads_for("learn") == 2
 
 
 def test_the_warm_up_call_is_not_a_measurement():
     tuner = PhaseThreads(2)
     run(tuner, "generate", {2: 0.3, 1: 0.0})  # the first call is slow (lazy initialisation)
-    run(tuner, "generate", {2: 0.01, 1: 0.0})
-    run(tuner, "generate", {2: 0.0, 1: 0.05})
+    for _ in range(2):
+        run(tuner, "generate", {2: 0.01, 1: 0.0})
+        run(tuner, "generate", {2: 0.0, 1: 0.05})
     assert tuner.threads_for("generate") == 2
 
 
 def test_time_is_compared_per_unit_of_work():
     tuner = PhaseThreads(2)
     run(tuner, "generate", {2: 0.0, 1: 0.0})
-    run(tuner, "generate", {2: 0.04, 1: 0.0}, work=10)  # 4 ms per token
-    run(tuner, "generate", {2: 0.0, 1: 0.03}, work=3)  # 10 ms per token: slower, though it took less time
+    for _ in range(2):
+        run(tuner, "generate", {2: 0.04, 1: 0.0}, work=10)  # 4 ms per token
+        run(tuner, "generate", {2: 0.0, 1: 0.03}, work=3)  # 10 ms per token: slower, though it took less time
     assert tuner.threads_for("generate") == 2
 
 
 def test_phases_are_tuned_apart_and_the_process_setting_is_restored():
     before = torch.get_num_threads()
     tuner = PhaseThreads(2)
-    for _ in range(4):
+    for _ in range(6):
         run(tuner, "generate", {2: 0.05, 1: 0.01})
         run(tuner, "learn", {2: 0.01, 1: 0.05})
     assert (tuner.threads_for("generate"), tuner.threads_for("learn")) == (1, 2)
@@ -81,10 +93,10 @@ def test_disabled_or_single_core_never_changes_threads():
 
 def test_a_resumed_tuner_keeps_the_choice_and_the_trials_left():
     tuner = PhaseThreads(2)
-    for _ in range(3):
+    for _ in range(5):
         run(tuner, "learn", {2: 0.05, 1: 0.0})
     run(tuner, "generate", {2: 0.0, 1: 0.0})
-    run(tuner, "generate", {2: 0.0, 1: 0.0})  # generation: its trial at 2 done, the one at 1 not yet
+    run(tuner, "generate", {2: 0.0, 1: 0.0})  # generation: its first trial at 2 done, the others not yet
     state = json.loads(json.dumps(tuner.state_dict()))  # as a checkpoint stores it
     resumed = PhaseThreads(2, enabled=False)  # a resumed job's spec carries the threads the first run used
     resumed.load_state_dict(state)
@@ -99,7 +111,7 @@ def test_the_job_records_its_thread_choices_and_resumes_with_them(tmp_path, reci
     import openrft.engine.setup as setup
 
     monkeypatch.setattr(setup, "configure_threads", lambda threads: threads or 2)  # as on an idle 2-core machine
-    spec = load_job(recipe_factory(max_steps=4, save_steps=4))
+    spec = load_job(recipe_factory(max_steps=6, save_steps=6))
     spec.runtime.threads = None  # the engine's choice (the small recipe pins one thread)
     seen: list[tuple[float, float]] = []
 
@@ -109,13 +121,13 @@ def test_the_job_records_its_thread_choices_and_resumes_with_them(tmp_path, reci
 
     job = RFTJob(spec, tmp_path / "run", show_progress=False, listeners=(listener,))
     job.run()
-    assert seen[0] == (2.0, 2.0) and seen[1] == (2.0, 2.0) and seen[2] == (1.0, 1.0)  # warm-up, trials
+    assert seen[:5] == [(2.0, 2.0), (2.0, 2.0), (1.0, 1.0), (2.0, 2.0), (1.0, 1.0)]  # warm-up, trials
     chosen = (job.threads.threads_for("generate"), job.threads.threads_for("learn"))
-    assert seen[3] == tuple(float(c) for c in chosen)
+    assert seen[5] == tuple(float(c) for c in chosen)
     state = job.threads.state_dict()
     assert all(p["chosen"] in (1, 2) for p in state["phases"].values())
 
-    spec.training.total_steps = 5
+    spec.training.total_steps = 7
     resumed = RFTJob(spec, tmp_path / "run", resume=True, show_progress=False)
     resumed.run()
     assert resumed.threads.state_dict() == state

@@ -5,8 +5,10 @@ a second thread costs more in synchronisation than it saves (the demo model gene
 faster with one thread than with two on this project's 2-core machine; a 0.5B model the other way
 round). Which wins depends on the model, the batch and the machine, so the engine measures instead of
 guessing: the first call of each phase warms up (allocator, lazy initialisation) at the most threads,
-then each candidate count runs the phase once, and the count with the least time per unit of work
-(tokens) is kept for the rest of the job. The choice is part of the job's checkpointed state, so a
+then each candidate count runs the phase ``ROUNDS`` times, interleaved, and the count with the least time
+per unit of work (tokens) in its best run is kept for the rest of the job. One run each picked the slower
+count on a busy host (a neighbour's burst lands on one trial); the best of two interleaved runs is what a
+benchmark would take. The choice is part of the job's checkpointed state, so a
 resumed job does not measure again. With ``runtime.threads`` set, or phases that overlap (asynchronous
 rollouts: threads are one setting for the whole process), the engine does not tune.
 """
@@ -20,6 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+ROUNDS = 2
+"""Runs of each candidate count before choosing, interleaved (2, 1, 2, 1)."""
+
 
 def candidates(most: int) -> list[int]:
     """The thread counts worth trying: ``most``, then halving down to one (2 -> [2, 1]; 8 -> [8, 4, 2, 1])."""
@@ -32,7 +37,7 @@ def candidates(most: int) -> list[int]:
 @dataclass
 class _Phase:
     trials: list[int]  # the counts still to measure, in order
-    seconds_per_work: dict[int, float] = field(default_factory=dict)
+    seconds_per_work: dict[int, float] = field(default_factory=dict)  # each count's best run so far
     chosen: int | None = None
     warmed_up: bool = False
 
@@ -55,7 +60,7 @@ class PhaseThreads:
 
     def _phase(self, name: str) -> _Phase:
         if name not in self.phases:
-            self.phases[name] = _Phase(trials=candidates(self.most))
+            self.phases[name] = _Phase(trials=candidates(self.most) * ROUNDS)
         return self.phases[name]
 
     def threads_for(self, name: str) -> int:
@@ -90,7 +95,7 @@ class PhaseThreads:
         if not phase.warmed_up:
             phase.warmed_up = True
             return
-        phase.seconds_per_work[count] = seconds_per_work
+        phase.seconds_per_work[count] = min(seconds_per_work, phase.seconds_per_work.get(count, float("inf")))
         phase.trials.remove(count)
         if not phase.trials:
             phase.chosen = min(phase.seconds_per_work, key=phase.seconds_per_work.__getitem__)
