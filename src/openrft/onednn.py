@@ -5,12 +5,14 @@ torch's CPU ``linear`` calls MKL's sgemm, which on some CPUs runs a transformer'
 peak. oneDNN's ``_linear_pointwise`` (the op torch's own compiler emits for CPU linears) on a packed copy of the
 weight runs them faster. On an AMD EPYC at Qwen2.5-0.5B's shapes, 2 threads (docs/performance.md, "What each
 optimisation buys"): 64 rows (a decode step) 80-114 GFLOP/s against 131-148 on the MLP's projections; 1,024 rows (a
-learner's micro-batch) 100-149 against 143-177, forward and the input's gradient alike.
+learner's micro-batch) 87-149 against 117-177, forward and the input's gradient alike; the LM head's 151,936 rows
+49-75 against 133-149 for a chunk of 110 tokens.
 
 A packed copy costs the weight's memory again and one pass over it to make, so it is made for a scope (one
-``generate`` call, one learner step) and freed at its end: nothing holds it between, and a weight changed in place
-is never computed from a stale copy (``_version``). Where the copy cannot serve, the layer runs torch's ``linear``:
-another dtype, a gradient for the weight or the bias, a gradient for the input without a packed transpose.
+``generate`` call, one learner's pass over a batch) and freed at its end: nothing holds it between, and a weight
+changed in place is never computed from a stale copy (``_version``). Where the copy cannot serve, the layer runs
+torch's ``linear``: another dtype, a gradient for the weight or the bias, a gradient for the input without a packed
+transpose.
 """
 
 from __future__ import annotations
