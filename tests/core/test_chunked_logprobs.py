@@ -9,11 +9,11 @@ from transformers import Qwen2ForCausalLM
 
 from openrft.algo.loss import entropy_from_logits
 from openrft.learner import Learner, Policy
-from openrft.learner.batch import TrainSample, collate
+from openrft.learner.batch import collate
 from openrft.learner.learner import LearnerConfig, token_logp
 from openrft.learner.logprobs import ChunkedHeadLogp, head_logp_entropy, unwrap
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
-from tests.tiny_models import tiny_qwen2
+from tests.tiny_models import grouped_samples, tiny_qwen2
 
 VOCAB = 300
 
@@ -113,17 +113,6 @@ def _model(tied: bool) -> Qwen2ForCausalLM:
     return tiny_qwen2(VOCAB, 128, tie_word_embeddings=tied)
 
 
-def _samples() -> list[TrainSample]:
-    g = torch.Generator().manual_seed(1)
-    samples = []
-    for p in range(3):
-        prompt = torch.randint(1, VOCAB, (3 + 2 * p,), generator=g).tolist()
-        for k in range(3):
-            response = torch.randint(1, VOCAB, (2 + (5 * p + 3 * k) % 9,), generator=g).tolist()
-            samples.append(TrainSample(prompt, response, advantage=float(k) - 1.0))
-    return samples
-
-
 def _learner(lora: LoraSpec, tied: bool, ent_coeff: float, kl: float) -> Learner:
     policy = Policy(_model(tied), lora, need_reference=kl > 0)
     torch.manual_seed(1)
@@ -148,7 +137,7 @@ def _learner(lora: LoraSpec, tied: bool, ent_coeff: float, kl: float) -> Learner
 @pytest.mark.parametrize(("ent_coeff", "kl"), [(0.0, 0.0), (0.01, 0.0), (0.0, 0.05), (0.01, 0.05)])
 def test_learner_gradient_equals_the_unchunked_one(lora, tied, ent_coeff, kl):
     learner = _learner(lora, tied, ent_coeff, kl)
-    samples = _samples()
+    samples = grouped_samples(VOCAB)
     total = sum(len(s.response_ids) for s in samples)
 
     learner.config.logits_chunk_bytes = 2**40  # every micro-batch's logits fit: the full logits

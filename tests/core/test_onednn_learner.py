@@ -7,12 +7,12 @@ import torch
 
 from openrft import onednn
 from openrft.learner import onednn as learner_onednn
-from openrft.learner.batch import TrainSample, collate
+from openrft.learner.batch import collate
 from openrft.learner.learner import Learner, LearnerConfig
 from openrft.learner.logprobs import unwrap
 from openrft.learner.policy import Policy
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
-from tests.tiny_models import tiny_qwen2
+from tests.tiny_models import grouped_samples, tiny_qwen2
 
 VOCAB = 512
 WIDE = dict(hidden_size=256, intermediate_size=512)
@@ -43,17 +43,6 @@ def _learner(lora: LoraSpec | None = None, kl: float = 0.05, checkpointing: bool
         activation_checkpointing=checkpointing,
     )
     return Learner(policy, config)
-
-
-def _samples() -> list[TrainSample]:
-    g = torch.Generator().manual_seed(1)
-    samples = []
-    for p in range(3):
-        prompt = torch.randint(1, VOCAB, (3 + 2 * p,), generator=g).tolist()
-        for k in range(3):
-            response = torch.randint(1, VOCAB, (2 + (5 * p + 3 * k) % 9,), generator=g).tolist()
-            samples.append(TrainSample(prompt, response, advantage=float(k) - 1.0))
-    return samples
 
 
 @pytest.fixture
@@ -95,7 +84,7 @@ def _relative_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_the_gradient_on_packed_weights_is_torchs(monkeypatch, calls, kl, checkpointing):
     learner = _learner(kl=kl, checkpointing=checkpointing)
-    samples = _samples()
+    samples = grouped_samples(VOCAB)
     total = sum(len(s.response_ids) for s in samples)
 
     monkeypatch.setattr(learner_onednn, "MIN_TOKENS", 10**9)
@@ -142,7 +131,7 @@ def test_the_layers_are_given_back_when_a_pass_fails(monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(learner, "backward", fail)
-    samples = _samples()
+    samples = grouped_samples(VOCAB)
     with pytest.raises(RuntimeError, match="boom"):
         learner.accumulate(samples, 100)
     assert not any("forward" in m.__dict__ for m in learner.model.modules())
