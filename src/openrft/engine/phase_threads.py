@@ -7,10 +7,12 @@ round). Which wins depends on the model, the batch and the machine, so the engin
 guessing: the first call of each phase warms up (allocator, lazy initialisation) at the most threads,
 then each candidate count runs the phase ``ROUNDS`` times, interleaved, and the count with the least time
 per unit of work (tokens) in its best run is kept for the rest of the job. One run each picked the slower
-count on a busy host (a neighbour's burst lands on one trial); the best of two interleaved runs is what a
-benchmark would take. The choice is part of the job's checkpointed state, so a
-resumed job does not measure again. With ``runtime.threads`` set, or phases that overlap (asynchronous
-rollouts: threads are one setting for the whole process), the engine does not tune.
+count on a busy host (a neighbour's burst lands on one trial). The best of two is not the cure either: on the
+demo model with 2 cores it picked the slower count for generation in two seeds of three, the count whose runs
+vary more having the better best run (docs/performance.md); the mean of the runs is the next thing to try.
+The choice is part of the job's checkpointed state, so a resumed job does not measure again. With
+``runtime.threads`` set, or phases that overlap (asynchronous rollouts: threads are one setting for the whole
+process), the engine does not tune.
 """
 
 from __future__ import annotations
