@@ -59,6 +59,11 @@ def packable(module: torch.nn.Module) -> bool:
     )
 
 
+def frozen(layer: torch.nn.Linear) -> bool:
+    """Neither the weight nor the bias of ``layer`` trains."""
+    return not layer.weight.requires_grad and (layer.bias is None or not layer.bias.requires_grad)
+
+
 def packed_bytes(weights: Sequence[torch.Tensor], with_transpose: bool) -> int:
     """Memory the packed copies of ``weights`` take (twice that with their transposes)."""
     return sum(w.numel() * w.element_size() for w in weights) * (2 if with_transpose else 1)
@@ -127,12 +132,11 @@ def _packed_forward(layer: torch.nn.Linear, with_transpose: bool) -> Callable[[t
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         grad = torch.is_grad_enabled()
-        frozen = not (layer.weight.requires_grad or (layer.bias is not None and layer.bias.requires_grad))
         needs_input_grad = grad and x.requires_grad
         if (
             x.dtype != torch.float32
             or not packed.current
-            or (grad and not frozen)
+            or (grad and not frozen(layer))
             or (needs_input_grad and packed.transpose is None)
         ):
             return F.linear(x, layer.weight, layer.bias)

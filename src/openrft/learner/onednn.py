@@ -23,15 +23,11 @@ MIN_TOKENS = 512
 """Response tokens in a batch below which packing (two passes over the weights) costs more than it saves."""
 
 
-def frozen(layer: torch.nn.Linear) -> bool:
-    return not layer.weight.requires_grad and (layer.bias is None or not layer.bias.requires_grad)
-
-
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
     """The decoder's ``packable`` linear layers whose weight and bias are frozen (LoRA's base layers)."""
     base = unwrap(model)
     decoder = base.get_decoder() if hasattr(base, "get_decoder") else base
-    return [m for m in decoder.modules() if onednn.packable(m) and frozen(m)]
+    return [m for m in decoder.modules() if onednn.packable(m) and onednn.frozen(m)]
 
 
 def head_weights(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -39,7 +35,7 @@ def head_weights(model: torch.nn.Module) -> list[torch.Tensor]:
     if not can_chunk(model):
         return []
     head = unwrap(model).get_output_embeddings()
-    return [head.weight] if onednn.packable(head) and frozen(head) and head.bias is None else []
+    return [head.weight] if onednn.packable(head) and onednn.frozen(head) and head.bias is None else []
 
 
 def fits(packed_bytes: int, activation_bytes: int, available: int) -> bool:
