@@ -6,11 +6,11 @@ faster with one thread than with two on this project's 2-core machine; a 0.5B mo
 round). Which wins depends on the model, the batch and the machine, so the engine measures instead of
 guessing: the first call of each phase warms up (allocator, lazy initialisation) at the most threads,
 then each candidate count runs the phase ``ROUNDS`` times, interleaved, and the count with the least time
-per unit of work (tokens) in its best run is kept for the rest of the job. One run each picked the slower
-count on a busy host (a neighbour's burst lands on one trial). The best of two is not the cure either: on the
-demo model with 2 cores it picked the slower count for generation in two seeds of three, the count whose runs
-vary more having the better best run (docs/performance.md); the mean of the runs is the next thing to try.
-The choice is part of the job's checkpointed state, so a resumed job does not measure again. With
+per unit of work (tokens) over all its runs is kept for the rest of the job. One run each picked the slower
+count on a busy host (a neighbour's burst lands on one trial). The best run of each count was worse: on the
+demo model with 2 cores it picked the slower count for generation in two seeds of three, because the count
+whose runs vary more has the better best run (docs/performance.md). Time over all runs counts that spread
+against the count. The choice is part of the job's checkpointed state, so a resumed job does not measure again. With
 ``runtime.threads`` set, or phases that overlap (asynchronous rollouts: threads are one setting for the whole
 process), the engine does not tune.
 """
@@ -39,7 +39,8 @@ def candidates(most: int) -> list[int]:
 @dataclass
 class _Phase:
     trials: list[int]  # the counts still to measure, in order
-    seconds_per_work: dict[int, float] = field(default_factory=dict)  # each count's best run so far
+    seconds: dict[int, float] = field(default_factory=dict)  # each count's runs so far: their time
+    work: dict[int, float] = field(default_factory=dict)  # and their work
     chosen: int | None = None
     warmed_up: bool = False
 
@@ -88,19 +89,20 @@ class PhaseThreads:
             seconds = time.perf_counter() - start
             torch.set_num_threads(before)
         if self.enabled and measured and measure.work > 0:
-            self._record(self._phase(name), count, seconds / measure.work)
+            self._record(self._phase(name), count, seconds, measure.work)
 
     @staticmethod
-    def _record(phase: _Phase, count: int, seconds_per_work: float) -> None:
+    def _record(phase: _Phase, count: int, seconds: float, work: float) -> None:
         if phase.chosen is not None:
             return
         if not phase.warmed_up:
             phase.warmed_up = True
             return
-        phase.seconds_per_work[count] = min(seconds_per_work, phase.seconds_per_work.get(count, float("inf")))
+        phase.seconds[count] = phase.seconds.get(count, 0.0) + seconds
+        phase.work[count] = phase.work.get(count, 0.0) + work
         phase.trials.remove(count)
         if not phase.trials:
-            phase.chosen = min(phase.seconds_per_work, key=phase.seconds_per_work.__getitem__)
+            phase.chosen = min(phase.seconds, key=lambda n: phase.seconds[n] / phase.work[n])
 
     def metrics(self) -> dict[str, float]:
         """The count each phase last ran with."""
@@ -108,7 +110,13 @@ class PhaseThreads:
 
     def state_dict(self) -> dict:
         phases = {
-            name: {"chosen": p.chosen, "trials": p.trials, "measured": p.seconds_per_work, "warmed_up": p.warmed_up}
+            name: {
+                "chosen": p.chosen,
+                "trials": p.trials,
+                "seconds": p.seconds,
+                "work": p.work,
+                "warmed_up": p.warmed_up,
+            }
             for name, p in self.phases.items()
         }
         return {"enabled": self.enabled, "phases": phases}
@@ -117,9 +125,12 @@ class PhaseThreads:
         """The interrupted job's measurements and choices (a resumed job tunes only if the first run did)."""
         self.enabled = state["enabled"] and self.most > 1
         for name, saved in state["phases"].items():
+            if "seconds" not in saved and saved["chosen"] is None:  # an older format's best runs: measure afresh
+                continue
             self.phases[name] = _Phase(
                 trials=list(saved["trials"]),
-                seconds_per_work={int(k): v for k, v in saved["measured"].items()},
+                seconds={int(k): v for k, v in saved.get("seconds", {}).items()},
+                work={int(k): v for k, v in saved.get("work", {}).items()},
                 chosen=saved["chosen"],
                 warmed_up=saved["warmed_up"],
             )
