@@ -143,7 +143,8 @@ def test_the_lock_goes_to_waiting_requests_in_arrival_order():
 
 
 def test_a_big_request_does_not_hold_the_model_while_a_small_one_waits():
-    """Before: one request held the model's lock for all its prompts (2,000 × n=512: 43 s)."""
+    """Before: one request held the model's lock for all its prompts (2,000 × n=512: 43 s). The turns are
+    recorded in order, so the check does not depend on how fast the host generates."""
     model = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32).eval()
     tokenizer = load_tokenizer("openrft-demo")
     server = ModelServer(
@@ -152,20 +153,25 @@ def test_a_big_request_does_not_hold_the_model_while_a_small_one_waits():
     prompt = tokenizer("What is 95-73?")["input_ids"]
     big_params = SamplingParams(n=2, temperature=1.0, max_new_tokens=12)
     small_params = SamplingParams(n=1, temperature=1.0, max_new_tokens=2)
-    finished: dict[str, float] = {}
+    turns: list[str] = []  # whose chunk held the model, in order
+    big_started = threading.Event()
+    generate_chunk = server.generator.generate_chunk
 
-    def big():
-        server.generate(None, [prompt] * 40, big_params, seed=1, stop_token_ids=None)
-        finished["big"] = time.monotonic()
+    def recorded(chunk, params, rng):
+        turns.append("big" if params.max_new_tokens == 12 else "small")
+        big_started.set()
+        return generate_chunk(chunk, params, rng)
 
-    thread = threading.Thread(target=big)
+    server.generator.generate_chunk = recorded
+    thread = threading.Thread(
+        target=lambda: server.generate(None, [prompt] * 40, big_params, seed=1, stop_token_ids=None)
+    )
     thread.start()
-    time.sleep(0.3)  # the big request is under way
+    assert big_started.wait(60)
     server.generate(None, [prompt], small_params, seed=2, stop_token_ids=None)
-    finished["small"] = time.monotonic()
-    assert thread.is_alive(), "the big request finished first: it held the model for all its prompts"
     thread.join(300)
-    assert finished["small"] < finished["big"]
+    assert turns.count("big") == 40 and turns.count("small") == 1
+    assert turns[-1] == "big", f"the small request waited for all of the big one's turns: {turns}"
 
 
 def test_chunked_generation_is_reproducible_with_a_seed():
