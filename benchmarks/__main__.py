@@ -58,8 +58,18 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
     seeds = list(range(args.seeds))
     rate = "the recipe's learning rate" if lr is None else f"learning rate {lr:g} (both systems)"
     _log(f"vs TRL: {args.steps} steps, seeds {seeds}, evaluation every {args.eval_every} steps, {rate}")
-    tuned = args.engine_threads
-    r = compare(args.steps, seeds, args.eval_every, args.threads, args.warmup, lr=lr, log=_log, engine_threads=tuned)
+    tuned, learners = args.engine_threads, args.openrft_learners
+    r = compare(
+        args.steps,
+        seeds,
+        args.eval_every,
+        args.threads,
+        args.warmup,
+        lr=lr,
+        log=_log,
+        engine_threads=tuned,
+        learners=learners,
+    )
     rows = [
         {
             "system": s["system"],
@@ -84,6 +94,19 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
             f"TRL at {r['threads']} torch threads, OpenRFT choosing per phase among counts up to {r['threads']} (what "
             f"`runtime.threads` unset gives on an idle machine of {r['threads']} cores; chosen: {', '.join(chosen)})"
         )
+    cpu_text = (
+        "In CPU seconds of the process, which other processes' load hardly changes: "
+        + f"{r['cpu_speedup_median']:.2f}x (per seed: "
+        + ", ".join(f"{x:.2f}x" for x in r["cpu_speedup_per_seed"])
+        + ")."
+    )
+    if learners > 1:
+        threads_text = (
+            f"TRL at {r['threads']} torch threads, OpenRFT as {learners} data-parallel learners of one thread each on "
+            f"a Ray instance of this machine (`rollout.runtime: ray`, `rollout.replicas: {learners}`), each sampling "
+            "and learning on its share of the batch"
+        )
+        cpu_text = "No CPU-time ratio: OpenRFT's work runs in the learners' processes, not the one measured."
     body = [
         f"The demo job (`examples/arithmetic/recipe.yaml`, {rate}, `refit_freq` 0), {args.steps} steps, seeds "
         f"{seeds}, {threads_text}, one after the other in one process (seeds alternate which goes first).",
@@ -93,10 +116,8 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         + ", ".join(f"{x:.2f}x" for x in r["speedup_per_seed"])
         + "; wall interval between steps: "
         + ", ".join(f"{x:.2f}x" for x in r["interval_speedup_per_seed"])
-        + "). In CPU seconds of the process, which other processes' load hardly changes: "
-        + f"{r['cpu_speedup_median']:.2f}x (per seed: "
-        + ", ".join(f"{x:.2f}x" for x in r["cpu_speedup_per_seed"])
-        + ").",
+        + "). "
+        + cpu_text,
         "",
         f"Validation reward after {args.steps} steps (mean ± std over seeds): OpenRFT {ov['mean']:.3f} ± "
         f"{ov['std']:.3f}, TRL {tv['mean']:.3f} ± {tv['std']:.3f}. {verdict(r)}",
@@ -136,6 +157,8 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
     name = "vs_trl" if lr is None else f"vs_trl_lr{lr:g}"
     if args.threads and args.threads > 1:  # one file per thread count: the 1-thread table stays
         name += f"_engine_threads{args.threads}" if args.engine_threads else f"_threads{args.threads}"
+    if learners > 1:
+        name += f"_learners{learners}"
     data = {**r, "lr": lr, "mapping": [m.__dict__ for m in MAPPING]}
     write_results(name, "OpenRFT vs TRL GRPOTrainer on the demo job", body, data, args.out)
 
@@ -949,6 +972,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--engine-threads",
         action="store_true",
         help="vs-trl: OpenRFT chooses its threads per phase among counts up to --threads (TRL runs at --threads)",
+    )
+    parser.add_argument(
+        "--openrft-learners",
+        type=int,
+        default=1,
+        help="vs-trl: OpenRFT as N data-parallel learners of one thread each on a local Ray instance (TRL runs at "
+        "--threads)",
     )
     parser.add_argument(
         "--lr",

@@ -34,6 +34,7 @@ from openrft.engine import JobControl, RFTJob
 from openrft.engine.evaluation import EvalResult, evaluate
 from openrft.engine.job import EVAL_SEED_OFFSET
 from openrft.engine.phase_threads import PhaseThreads
+from openrft.runtime import runtime_for
 from openrft.spec.dialects import load_job
 from openrft.spec.job import JobSpec
 
@@ -131,11 +132,17 @@ class _TimedJob(RFTJob):
         return result
 
 
-def run_openrft(spec: JobSpec, workdir: Path, most_threads: int | None = None) -> RunResult:
+def run_openrft(spec: JobSpec, workdir: Path, most_threads: int | None = None, learners: int = 1) -> RunResult:
     """The engine's own job loop. A step runs from the job asking its control whether to go on to the
     metrics of the step being emitted (rollout, reward, advantages, update, metrics), evaluation left out.
-    ``most_threads``: the engine chooses per phase among counts up to it (``_TimedJob``)."""
+    ``most_threads``: the engine chooses per phase among counts up to it (``_TimedJob``). ``learners`` > 1:
+    that many data-parallel learners on a Ray instance of this machine, one thread each, each sampling and
+    learning on its share of the batch (the process's CPU seconds are then only the driver's)."""
     result = RunResult("OpenRFT", spec.training.seed)
+    runtime = None
+    if learners > 1:
+        spec.rollout.runtime, spec.rollout.replicas, spec.runtime.threads = "ray", learners, 1
+        runtime = runtime_for(spec)
     ended: dict[int, tuple[float, float]] = {}
     rows: dict[int, dict] = {}
 
@@ -146,7 +153,7 @@ def run_openrft(spec: JobSpec, workdir: Path, most_threads: int | None = None) -
     run_dir = workdir / f"openrft-{spec.training.seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     control = _StepClock()
-    job = _TimedJob(spec, run_dir, show_progress=False, control=control, listeners=(listener,))
+    job = _TimedJob(spec, run_dir, show_progress=False, control=control, listeners=(listener,), runtime=runtime)
     job.eval_time = {}
     job.most_threads = most_threads
     start = time.perf_counter()
@@ -298,13 +305,15 @@ def compare(
     lr: float | None = None,
     log=print,
     engine_threads: bool = False,
+    learners: int = 1,
 ) -> dict:
     """Both systems for each seed, alternating which goes first; per-seed and aggregate numbers. With
-    ``engine_threads`` OpenRFT chooses per phase among counts up to ``threads``; TRL runs at ``threads``."""
+    ``engine_threads`` OpenRFT chooses per phase among counts up to ``threads``, with ``learners`` > 1 it runs
+    that many data-parallel learners of one thread each; TRL runs at ``threads``."""
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="openrft-vs-trl-")) if own_dir else workdir
     load = {"before": load_average()}
-    openrft = partial(run_openrft, most_threads=threads if engine_threads else None)
+    openrft = partial(run_openrft, most_threads=threads if engine_threads else None, learners=learners)
     runs: list[RunResult] = []
     try:
         for k, seed in enumerate(seeds):

@@ -156,6 +156,50 @@ def test_data_parallel_mini_batches_take_the_ratio_against_the_policy_before_the
 
 
 @pytest.mark.slow
+def test_data_parallel_learners_sample_the_synchronous_rollouts_in_shares(cluster, recipe_factory, tmp_path):
+    """Synchronous rollouts from the local engine on two learners: each samples a contiguous share of the
+    prompts from its own stream, in order, and no generation actor is started (nor placed)."""
+    from openrft.models import load_tokenizer
+    from openrft.rollout.types import SamplingParams
+    from openrft.runtime.ray_runtime import LearnerActor, RayLearnerGenerator, generation_actors
+
+    spec = _spec(recipe_factory, 2, "ray")
+    spec.rollout.replicas = 2
+    assert generation_actors(spec) == 0
+    assert generation_actors(_spec(recipe_factory, 2, "ray", "off_policy_async", 0, replicas=3)) == 3
+    params = SamplingParams(n=8, temperature=1.0, max_new_tokens=6)
+    tokenizer = load_tokenizer(spec.model.name_or_path)
+    prompts = [tokenizer(text)["input_ids"] for text in ("What is 95-73?", "What is 12+30?", "What is 95-73?")]
+
+    def learners():
+        return [ray.remote(LearnerActor).remote(spec.model_dump_json(), i) for i in range(2)]
+
+    def tokens(groups):
+        return [[c.token_ids for c in group] for group in groups]
+
+    alone = learners()  # what each learner samples from its fresh stream: the first two prompts, then the third
+    expected = tokens(ray.get(alone[0].generate.remote(prompts[:2], params, None)))
+    expected += tokens(ray.get(alone[1].generate.remote(prompts[2:], params, None)))
+    for actor in alone:
+        ray.kill(actor)
+    together = learners()
+    got = tokens(RayLearnerGenerator(together).generate(prompts, params))
+    assert got == expected
+    for actor in together:
+        ray.kill(actor)
+    fresh = learners()  # one prompt each, from fresh streams: only the seeds can tell the two apart
+    first, second = tokens(RayLearnerGenerator(fresh).generate(prompts[:1] * 2, params))
+    assert first != second
+    for actor in fresh:
+        ray.kill(actor)
+
+    runtime = runtime_for(spec)
+    summary = RFTJob(spec, tmp_path / "run", show_progress=False, runtime=runtime).run()
+    assert summary["status"] == "succeeded" and summary["steps"] == 2
+    assert not runtime.replicas  # the learners sampled
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["sync", "off_policy_async"])
 def test_ray_jobs_sample_from_generation_servers_by_url(cluster, recipe_factory, tmp_path, strategy):
     """``generator_base_url`` on the Ray runtime: the learner is an actor, the rollouts come from the server

@@ -1,11 +1,14 @@
 """The Ray runtime (``rollout.runtime: ray``): the learner and the generation replicas are Ray actors.
 
 - One placement group holds a bundle per learner (``rollout.replicas``) and one per generation
-  replica (``rollout.generation_replicas``), one CPU each (``runtime.threads`` CPUs when set) and one
-  GPU each when the cluster has enough; the job waits for it and fails with the missing resources named.
+  actor (``rollout.generation_replicas``, where the job starts them: ``generation_actors``), one CPU each
+  (``runtime.threads`` CPUs when set) and one GPU each when the cluster has enough; the job waits for it
+  and fails with the missing resources named.
 - Several learners are data-parallel (``RayLearner``): each takes a share of the batch, the driver
   sums their gradients, and every learner applies the sum, so they stay identical.
-- The first learner actor also evaluates. After each update its adapter state is
+- Synchronous rollouts from the local engine are sampled by the learners themselves, each a share of the
+  prompts (``RayLearnerGenerator``): no weights move, and N learners use N processes for both phases.
+- The first learner actor also evaluates. With generation actors, after each update its adapter state is
   returned by an actor call, so the weights go into Ray's object store once and every replica
   fetches them from there by reference (adapter weights only with LoRA, never the base model).
 - A replica whose actor dies is replaced in its bundle, given the adapter it was serving, and its
@@ -59,9 +62,9 @@ def _load_model(spec: JobSpec):
 
 
 class LearnerActor:
-    """Policy, learner and an evaluation generator on one actor."""
+    """Policy, learner and a generator on one actor (``index`` picks its sampling stream)."""
 
-    def __init__(self, spec_json: str):
+    def __init__(self, spec_json: str, index: int = 0):
         from openrft.learner import Learner, Policy
         from openrft.rollout.local import TransformersGenerator
 
@@ -69,9 +72,8 @@ class LearnerActor:
         model, tokenizer, eos = _load_model(spec)
         self.policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
         self.learner = Learner(self.policy, learner_config(spec, tokenizer.pad_token_id))
-        self.generator = TransformersGenerator(
-            self.policy.model, tokenizer, eos, tokenizer.pad_token_id, seed=spec.training.seed
-        )
+        seed = replica_seed(spec.training.seed, index)  # learners sampling shares of a batch draw independently
+        self.generator = TransformersGenerator(self.policy.model, tokenizer, eos, tokenizer.pad_token_id, seed=seed)
 
     def version(self) -> int:
         return self.learner.version
@@ -231,17 +233,28 @@ class RayLearner:
         self.version = self._ray.get([a.load_state_dict.remote(ref) for a in self.actors])[0]
 
 
-class RayEvalGenerator(PolicyVersioned):
-    """Evaluation on the learner actor (always with a seed); ``rng`` only keeps the checkpoint format."""
+class RayLearnerGenerator(PolicyVersioned):
+    """Sampling on the learner actors, which hold the current policy (no weights to send).
 
-    def __init__(self, actor):
-        self.actor = actor
+    Training rollouts (no ``seed``) are cut into one contiguous share of prompts per learner, sampled at
+    the same time, each learner from its own random stream: with several data-parallel learners on a
+    small model that is what uses every core. Evaluation (always with a seed) runs on the first learner,
+    so its figures do not depend on how many learners there are. ``rng`` only keeps the checkpoint format.
+    """
+
+    def __init__(self, actors: list):
+        self.actors = actors
         self.rng = torch.Generator()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
         import ray
 
-        return ray.get(self.actor.generate.remote(prompts, params, seed))
+        if seed is not None or len(self.actors) == 1:
+            return ray.get(self.actors[0].generate.remote(prompts, params, seed))
+        size = math.ceil(len(prompts) / len(self.actors))
+        shares = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+        parts = ray.get([actor.generate.remote(share, params, None) for actor, share in zip(self.actors, shares)])
+        return [group for part in parts for group in part]
 
 
 class RayReplica:
@@ -296,6 +309,13 @@ class RayReplica:
         ray.kill(self.actor, no_restart=True)
 
 
+def generation_actors(spec: JobSpec) -> int:
+    """The generation actors a job starts: none where the learners sample (synchronous rollouts from the
+    local engine, ``RayLearnerGenerator``) or where servers do (``rollout.generator_base_url``)."""
+    learners_sample = spec.rollout.strategy == "sync" and spec.rollout.generation_engine == "local"
+    return 0 if learners_sample or spec.rollout.generator_base_url else spec.rollout.generation_replicas
+
+
 class RayRuntime:
     name = "ray"
     loads_model_locally = False
@@ -320,12 +340,12 @@ class RayRuntime:
         return ray
 
     def _placement(self):
-        """One bundle for the learner, one per generation replica; GPUs when the cluster has one per bundle."""
+        """One bundle per learner and per generation actor; GPUs when the cluster has one per bundle."""
         ray = self._connect()
         from ray.util.placement_group import placement_group
 
         learners = self.spec.rollout.replicas
-        count = learners + self.spec.rollout.generation_replicas
+        count = learners + generation_actors(self.spec)
         cpus = float(self.spec.runtime.threads or 1)
         gpus = 1.0 if self.spec.runtime.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= count else 0.0
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
@@ -335,7 +355,7 @@ class RayRuntime:
             ray.util.remove_placement_group(group)
             raise OpenRFTError(
                 f"the Ray cluster cannot place the job: it needs {count} x {bundle} (rollout.replicas {learners} "
-                f"learners + rollout.generation_replicas {count - learners}); the cluster has "
+                f"learners + {count - learners} generation actors of rollout.generation_replicas); the cluster has "
                 f"{ray.cluster_resources()}"
             )
         self._group, self._bundle = group, bundle
@@ -361,13 +381,14 @@ class RayRuntime:
             return learner_parts
         spec_json = spec.model_dump_json()
         self._learners = [
-            ray.remote(LearnerActor).options(**self._options(i)).remote(spec_json) for i in range(spec.rollout.replicas)
+            ray.remote(LearnerActor).options(**self._options(i)).remote(spec_json, i)
+            for i in range(spec.rollout.replicas)
         ]
         actor = self._learners[0]
         return LearnerParts(
             RayLearner(self._learners),
             AdapterFilesWriter(lambda: ray.get(actor.adapter_files.remote())),
-            RayEvalGenerator(actor),
+            RayLearnerGenerator(self._learners),
             lambda: actor.adapter_state.remote(),
         )
 
