@@ -104,7 +104,8 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         threads_text = (
             f"TRL at {r['threads']} torch threads, OpenRFT as {learners} data-parallel learners of one thread each on "
             f"a Ray instance of this machine (`rollout.runtime: ray`, `rollout.replicas: {learners}`), each sampling "
-            "and learning on its share of the batch"
+            "and learning on its share of the batch (the first learner evaluates, at 1 thread: its float rounding "
+            "samples some validation answers differently from TRL's 2 threads, so the step-0 rewards differ)"
         )
         cpu_text = "No CPU-time ratio: OpenRFT's work runs in the learners' processes, not the one measured."
     body = [

@@ -331,7 +331,8 @@ def compare(
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
     load["after"] = load_average()
-    threads_used = runs[0].threads if runs else torch.get_num_threads()
+    # TRL's: it always runs at ``threads``; OpenRFT may choose its own or run in learner processes
+    threads_used = next((r.threads for r in runs if r.system != "OpenRFT"), torch.get_num_threads())
     return summarise(runs, warmup) | {
         "load": load,
         "steps": steps,
