@@ -5,8 +5,8 @@ from benchmarks.vs_trl import matched_spec, run_openrft
 
 
 def test_engine_threads_mode_chooses_per_phase_and_a_held_count_does_not(tmp_path):
-    # a warm-up step, then 2 and 1 thread twice each (engine/phase_threads.py), then the choice
-    tuned = run_openrft(matched_spec(steps=6, seed=0, eval_every=6, threads=2), tmp_path, most_threads=2)
+    # a warm-up step at 2 and at 1 thread, then 2 and 1 twice each (engine/phase_threads.py), then the choice
+    tuned = run_openrft(matched_spec(steps=7, seed=0, eval_every=7, threads=2), tmp_path, most_threads=2)
     assert set(tuned.chosen_threads) == {"generate", "learn"}
     assert set(tuned.chosen_threads.values()) <= {1, 2}
     held = run_openrft(matched_spec(steps=4, seed=0, eval_every=4, threads=2), tmp_path)

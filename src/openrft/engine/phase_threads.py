@@ -4,9 +4,12 @@ One thread per core is right for the large matmuls of a real model and wrong for
 a second thread costs more in synchronisation than it saves (the demo model generates and learns
 faster with one thread than with two on this project's 2-core machine; a 0.5B model the other way
 round). Which wins depends on the model, the batch and the machine, so the engine measures instead of
-guessing: the first call of each phase warms up (allocator, lazy initialisation) at the most threads,
-then each candidate count runs the phase ``ROUNDS`` times, interleaved, and the count with the least time
-per unit of work (tokens) over all its runs is kept for the rest of the job. One run each picked the slower
+guessing: each candidate count first runs the phase once unmeasured, as a warm-up, then runs it ``ROUNDS``
+times, interleaved, and the count with the least time per unit of work (tokens) over all its runs is kept for
+the rest of the job. The first warm-up, at the most threads, pays the allocator's and lazy initialisation's
+costs; each count's own pays what is kept per thread count: on the demo model the learner's first run at 1
+thread, after runs at 2, took 0.34-0.36 s against 0.27-0.30 s for its later ones, which made the time over
+all runs favour 2 threads while only the most threads were warmed up. One run each picked the slower
 count on a busy host (a neighbour's burst lands on one trial). The best run of each count was worse: on the
 demo model with 2 cores it picked the slower count for generation in two seeds of three, because the count
 whose runs vary more has the better best run (docs/performance.md). Time over all runs counts that spread
@@ -39,10 +42,10 @@ def candidates(most: int) -> list[int]:
 @dataclass
 class _Phase:
     trials: list[int]  # the counts still to measure, in order
+    warmups: list[int]  # the counts still to warm up (one unmeasured run each), before any trial
     seconds: dict[int, float] = field(default_factory=dict)  # each count's runs so far: their time
     work: dict[int, float] = field(default_factory=dict)  # and their work
     chosen: int | None = None
-    warmed_up: bool = False
 
 
 class Measure:
@@ -63,7 +66,7 @@ class PhaseThreads:
 
     def _phase(self, name: str) -> _Phase:
         if name not in self.phases:
-            self.phases[name] = _Phase(trials=candidates(self.most) * ROUNDS)
+            self.phases[name] = _Phase(trials=candidates(self.most) * ROUNDS, warmups=candidates(self.most))
         return self.phases[name]
 
     def threads_for(self, name: str) -> int:
@@ -73,7 +76,7 @@ class PhaseThreads:
         phase = self._phase(name)
         if phase.chosen is not None:
             return min(phase.chosen, self.most)  # a job resumed on a machine with fewer cores
-        return phase.trials[0] if phase.warmed_up else self.most
+        return phase.warmups[0] if phase.warmups else phase.trials[0]
 
     @contextlib.contextmanager
     def phase(self, name: str, measured: bool = True) -> Iterator[Measure]:
@@ -95,8 +98,8 @@ class PhaseThreads:
     def _record(phase: _Phase, count: int, seconds: float, work: float) -> None:
         if phase.chosen is not None:
             return
-        if not phase.warmed_up:
-            phase.warmed_up = True
+        if phase.warmups:
+            phase.warmups.remove(count)
             return
         phase.seconds[count] = phase.seconds.get(count, 0.0) + seconds
         phase.work[count] = phase.work.get(count, 0.0) + work
@@ -115,7 +118,7 @@ class PhaseThreads:
                 "trials": p.trials,
                 "seconds": p.seconds,
                 "work": p.work,
-                "warmed_up": p.warmed_up,
+                "warmups": p.warmups,
             }
             for name, p in self.phases.items()
         }
@@ -125,12 +128,12 @@ class PhaseThreads:
         """The interrupted job's measurements and choices (a resumed job tunes only if the first run did)."""
         self.enabled = state["enabled"] and self.most > 1
         for name, saved in state["phases"].items():
-            if "seconds" not in saved and saved["chosen"] is None:  # an older format's best runs: measure afresh
+            if "warmups" not in saved and saved["chosen"] is None:  # an older format's half-done trials: afresh
                 continue
             self.phases[name] = _Phase(
                 trials=list(saved["trials"]),
                 seconds={int(k): v for k, v in saved.get("seconds", {}).items()},
                 work={int(k): v for k, v in saved.get("work", {}).items()},
+                warmups=list(saved.get("warmups", [])),
                 chosen=saved["chosen"],
-                warmed_up=saved["warmed_up"],
             )
