@@ -89,11 +89,11 @@ def test_a_batch_answers_what_it_took_and_leaves_the_rest_to_the_next():
 
 def test_sampling_and_learning_each_measure_their_thread_count(engine):
     engine, model = engine
-    engine.threads = PhaseThreads(2)  # as on an idle 2-core machine: 2, then 1, each measured twice
+    engine.threads = PhaseThreads(2)  # as on an idle 2-core machine: a warm-up at 2 and at 1, each measured twice
     sampler = engine.snapshot_sampler("s2", model)
     prompt = model.base.tokenizer.encode("What is 2+2? ")
     datum = WireDatum(prompt[:-1], {"target_tokens": torch.tensor(prompt[1:]), "weights": torch.ones(len(prompt) - 1)})
-    for _ in range(5):  # a warm-up, then two runs at each candidate count, interleaved
+    for _ in range(6):  # a warm-up at each candidate count, then two runs at each, interleaved
         engine.sample(sampler, 2, types.SamplingParams(max_tokens=3), False, [Queued(prompt, lambda r: None)], list)
         engine.forward_backward(model, "cross_entropy", {}, [datum], backward=True)
     assert {name: phase.chosen in (1, 2) for name, phase in engine.threads.phases.items()} == {
