@@ -59,6 +59,8 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
     rate = "the recipe's learning rate" if lr is None else f"learning rate {lr:g} (both systems)"
     _log(f"vs TRL: {args.steps} steps, seeds {seeds}, evaluation every {args.eval_every} steps, {rate}")
     tuned, learners = args.engine_threads, args.openrft_learners
+    if tuned and learners > 1:
+        raise SystemExit("--engine-threads does not go with --openrft-learners N > 1: the learners run at 1 thread")
     r = compare(
         args.steps,
         seeds,

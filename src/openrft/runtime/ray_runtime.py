@@ -177,6 +177,12 @@ class GenerationActor:
 # the driver's side ------------------------------------------------------------------------------
 
 
+def contiguous_shares(items: list, count: int) -> list[list]:
+    """``items`` cut into ``count`` contiguous shares, one per learner, in order (the last ones may be empty)."""
+    size = math.ceil(len(items) / count)
+    return [items[i * size : (i + 1) * size] for i in range(count)]
+
+
 class RayLearner:
     """The learner as the loop sees it (``step``, ``version``, state), running on ``LearnerActor``s.
 
@@ -221,9 +227,7 @@ class RayLearner:
         return step_metrics(sums, total_tokens, sum(norms) / len(norms), lr, self.use_kl, len(minis))
 
     def _shares(self, samples: list) -> list[list]:
-        """``samples`` cut into one contiguous share per learner (the last ones may be empty)."""
-        size = math.ceil(len(samples) / len(self.actors))
-        return [samples[i * size : (i + 1) * size] for i in range(len(self.actors))]
+        return contiguous_shares(samples, len(self.actors))
 
     def state_dict(self) -> dict:
         return self._ray.get(self.actor.state_dict.remote())
@@ -251,9 +255,8 @@ class RayLearnerGenerator(PolicyVersioned):
 
         if seed is not None or len(self.actors) == 1:
             return ray.get(self.actors[0].generate.remote(prompts, params, seed))
-        size = math.ceil(len(prompts) / len(self.actors))
-        shares = [prompts[i : i + size] for i in range(0, len(prompts), size)]
-        parts = ray.get([actor.generate.remote(share, params, None) for actor, share in zip(self.actors, shares)])
+        shares = [(a, share) for a, share in zip(self.actors, contiguous_shares(prompts, len(self.actors))) if share]
+        parts = ray.get([actor.generate.remote(share, params, None) for actor, share in shares])
         return [group for part in parts for group in part]
 
 
