@@ -170,7 +170,7 @@ def run_configuration(
     (or the error)."""
     module = ["-m", "benchmarks.sharding", "--worker", mode, str(learners), str(steps), str(layers)]
     if learners > 1:
-        from openrft.learner.sharded import free_port
+        from openrft.runtime.process_group import free_port
 
         launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(learners), "--master-port", str(free_port())]
         command = [sys.executable, *launch, *module]

@@ -142,7 +142,8 @@ def test_the_sharded_learner_takes_the_chunked_head():
 
     from openrft.learner import Learner, Policy
     from openrft.learner.learner import LearnerConfig
-    from openrft.learner.sharded import ShardedLearner, ShardedPolicy, free_port
+    from openrft.learner.sharded import ShardedLearner, ShardedPolicy
+    from openrft.runtime.process_group import free_port
     from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
 
     def config(lora):

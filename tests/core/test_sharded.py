@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from openrft.engine.local_runtime import learner_config
 from openrft.learner import Learner, Policy
-from openrft.learner.sharded import free_port
 from openrft.models import load_causal_lm, load_tokenizer, pick_dtype
+from openrft.runtime.process_group import free_port
 from openrft.runtime.sharded import ShardedWorker
 from openrft.spec.dialects import load_job
 from tests.conftest import ROOT, small_recipe

@@ -31,7 +31,6 @@ and the activations during the step (docs/scaling.md).
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -439,23 +438,3 @@ def padding_sample(sample: TrainSample, pad_token_id: int) -> TrainSample:
     sample = widened(sample, pad_token_id)
     blank = dict.fromkeys(("behaviour_logp", "old_logp", "old_support_logp"))  # fresh, unanchored
     return replace(sample, loss_mask=[0] * len(sample.response_ids), **blank)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def node_address() -> str:
-    """This node's address as the other learners reach it (``OPENRFT_MASTER_ADDR`` overrides)."""
-    if os.environ.get("OPENRFT_MASTER_ADDR"):
-        return os.environ["OPENRFT_MASTER_ADDR"]
-    try:
-        import ray
-
-        return ray.util.get_node_ip_address()
-    except Exception:  # not on Ray: this host
-        return "127.0.0.1"

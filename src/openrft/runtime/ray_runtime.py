@@ -4,8 +4,9 @@
   actor (``rollout.generation_replicas``, where the job starts them: ``generation_actors``), one CPU each
   (``runtime.threads`` CPUs when set) and one GPU each when the cluster has enough; the job waits for it
   and fails with the missing resources named.
-- Several learners are data-parallel (``RayLearner``): each takes a share of the batch, the driver
-  sums their gradients, and every learner applies the sum, so they stay identical.
+- Several learners are data-parallel (``RayLearner``): each takes a share of the batch, they sum their
+  gradients among themselves (gloo, or NCCL on GPUs), and every learner applies the sum, so they stay
+  identical; a step is one call to each learner.
 - Synchronous rollouts from the local engine are sampled by the learners themselves, each a share of the
   prompts (``RayLearnerGenerator``): no weights move, and N learners use N processes for both phases.
 - The first learner actor also evaluates. With generation actors, after each update its adapter state is
@@ -44,6 +45,7 @@ from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
 from openrft.learner.learner import SUM_KEYS, add_sums, mini_batches, response_tokens, step_metrics, trained
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
+from openrft.runtime.process_group import all_reduce_gradients, free_port, join_process_group, node_address
 from openrft.spec.job import JobSpec
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -92,22 +94,35 @@ class LearnerActor:
         self.generator.set_policy_version(self.learner.version)
         return metrics, self.learner.version
 
-    def backward(self, samples: list, total_tokens: int) -> tuple[dict[str, float], list[torch.Tensor]]:
-        """Data-parallel, first half: this learner's share of the global batch's gradient."""
-        sums = self.learner.accumulate(samples, total_tokens) if samples else dict.fromkeys(SUM_KEYS, 0.0)
-        grads = self.learner.gradients()
-        self.learner.optimizer.zero_grad(set_to_none=True)
-        return sums, grads
+    def rendezvous(self) -> tuple[str, int]:
+        """Where the first learner listens for the data-parallel process group: its node's address, a free port."""
+        return node_address(), free_port()
+
+    def join(self, rank: int, world_size: int, address: str, port: int) -> None:
+        join_process_group(rank, world_size, address, port, self.learner.device)
+
+    def train(self, shares: list[list], tokens: list[int]) -> tuple[dict[str, float], list[float], list, float, int]:
+        """Data-parallel: a step on this learner's share of each mini-batch (``tokens``: each mini-batch's trained
+        tokens over all learners). Before each update the learners sum their gradients among themselves
+        (``all_reduce_gradients``), so every one applies the same update and they stay equal. Returns the loss sums
+        of its shares, the updates' gradient norms, the old log-probs it recorded for the later mini-batches' samples
+        (None for a stale one), the learning rate and the version."""
+        later = [s for share in shares[1:] for s in share]
+        self.learner.record_old_logp(later)  # the policy before the first update, for this learner's shares
+        sums = dict.fromkeys(SUM_KEYS, 0.0)
+        norms = []
+        for share, total in zip(shares, tokens, strict=True):
+            if share:
+                add_sums(sums, self.learner.accumulate(share, total))
+            all_reduce_gradients(self.policy.trainable_parameters())
+            norms.append(self.learner.apply_update())
+        lr, version = self.end_step()
+        return sums, norms, [s.old_logp for s in later], lr, version
 
     def old_logp(self, samples: list) -> list[list[float]]:
-        """Data-parallel, before the step's first update: the current policy's log-probs of ``samples``."""
+        """The current policy's log-probs of ``samples``, as recorded before a step's first update."""
         self.learner.record_old_logp(samples)
         return [s.old_logp for s in samples]
-
-    def apply(self, grads: list[torch.Tensor]) -> float:
-        """Data-parallel, second half: the same summed gradient and update on every learner keeps them equal."""
-        self.learner.set_gradients(grads)
-        return self.learner.apply_update()
 
     def end_step(self) -> tuple[float, int]:
         self.learner.end_step()
@@ -200,30 +215,27 @@ class RayLearner:
         self.version, self.use_kl, self.algorithm_mini_batches = ray.get(
             [self.actor.version.remote(), self.actor.use_kl.remote(), self.actor.ppo_mini_batches.remote()]
         )
+        if len(actors) > 1:  # data-parallel: the learners sum their gradients in a process group of their own
+            address, port = ray.get(self.actor.rendezvous.remote())
+            ray.get([a.join.remote(rank, len(actors), address, port) for rank, a in enumerate(actors)])
 
     def step(self, samples: list) -> dict[str, float]:
         if len(self.actors) == 1:
             metrics, self.version = self._ray.get(self.actor.step.remote(samples))
             return metrics
-        ray, total_tokens = self._ray, response_tokens(samples)
+        total_tokens = response_tokens(samples)
         minis = [m for m in mini_batches(samples, self.algorithm_mini_batches) if trained(m)]
-        later = [s for mini in minis[1:] for s in mini if s.behaviour_logp is None]
-        if later:  # the policy before the first update, computed once, by every learner on its share
-            shares = self._shares(later)
-            for share, values in zip(shares, ray.get([a.old_logp.remote(sh) for a, sh in zip(self.actors, shares)])):
-                for sample, logp in zip(share, values, strict=True):
-                    sample.old_logp = logp
+        tokens = [response_tokens(mini) for mini in minis]
+        by_learner = [list(shares) for shares in zip(*(self._shares(mini) for mini in minis), strict=True)]
+        results = self._ray.get([a.train.remote(shares, tokens) for a, shares in zip(self.actors, by_learner)])
         sums = dict.fromkeys(SUM_KEYS, 0.0)
-        norms = []
-        for mini in minis:
-            tokens = response_tokens(mini)
-            parts = ray.get([a.backward.remote(sh, tokens) for a, sh in zip(self.actors, self._shares(mini))])
-            for part in parts:
-                add_sums(sums, part[0])
-            grads = [torch.stack(tensors).sum(0) for tensors in zip(*(part[1] for part in parts), strict=True)]
-            grads_ref = ray.put(grads)
-            norms.append(ray.get([a.apply.remote(grads_ref) for a in self.actors])[0])
-        lr, self.version = ray.get([a.end_step.remote() for a in self.actors])[0]
+        for shares, (learner_sums, _, old_logps, _, _) in zip(by_learner, results, strict=True):
+            add_sums(sums, learner_sums)
+            later = [s for share in shares[1:] for s in share]
+            for sample, logp in zip(later, old_logps, strict=True):
+                if sample.behaviour_logp is None:  # the anchor the ratio of a later mini-batch was taken against
+                    sample.old_logp = logp
+        _, norms, _, lr, self.version = results[0]
         return step_metrics(sums, total_tokens, sum(norms) / len(norms), lr, self.use_kl, len(minis))
 
     def _shares(self, samples: list) -> list[list]:

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
+from openrft.runtime.process_group import free_port, join_process_group, node_address
 from openrft.spec.job import JobSpec
-
-COLLECTIVE_TIMEOUT = timedelta(minutes=10)
-"""How long a rank waits in a collective for the others; a dead peer usually fails it sooner (gloo/NCCL)."""
 
 
 class ShardedWorker:
@@ -35,8 +32,6 @@ class ShardedWorker:
 
     def rendezvous(self) -> tuple[str, int]:
         """Where rank 0 (this actor) listens for the process group: this node's address and a free port."""
-        from openrft.learner.sharded import free_port, node_address
-
         return node_address(), free_port()
 
     def setup(self, rank: int, world_size: int, address: str | None, port: int | None) -> int:
@@ -49,12 +44,7 @@ class ShardedWorker:
         spec = self.spec
         configure_threads(spec.runtime.threads or 1)
         device = sharded_device(spec.runtime.device)
-        if not dist.is_initialized():
-            backend = "nccl" if device.type == "cuda" else "gloo"
-            init = f"tcp://{address}:{port}" if address else "env://"
-            dist.init_process_group(
-                backend, init_method=init, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
-            )
+        join_process_group(rank, world_size, address, port, device)
         tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
         torch.manual_seed(spec.training.seed)  # as one learner: the same adapter initialisation on every rank
         model = load_causal_lm(

@@ -17,12 +17,8 @@ import torch.distributed as dist
 from openrft.engine.local_runtime import AdapterFilesWriter, LearnerParts, remote_replicas
 from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
-from openrft.runtime.sharded import (
-    COLLECTIVE_TIMEOUT,
-    ShardedEvalGenerator,
-    ShardedWorker,
-    merge_states,
-)
+from openrft.runtime.process_group import COLLECTIVE_TIMEOUT
+from openrft.runtime.sharded import ShardedEvalGenerator, ShardedWorker, merge_states
 from openrft.spec.job import JobSpec
 
 GATHERED = {"state_dict"}  # calls whose every rank's result rank 0 needs
