@@ -98,7 +98,16 @@ def load_causal_lm(name_or_path: str, device: torch.device, dtype: torch.dtype, 
     except OSError as exc:
         raise ModelNotFoundError(f"cannot load model {name_or_path!r}: {exc}") from None
     use_chunked_sdpa(model)  # long sequences without a [queries, keys] mask (attention.py)
+    without_hub_kernels(model)
     return model.to(device)
+
+
+def without_hub_kernels(model) -> None:
+    """Turn off transformers' Hub kernels (``use_kernels``, on by default since transformers 5 where the ``kernels``
+    package is installed): they would be fetched from the Hub at run time, and every ``train()``/``eval()`` of the
+    model re-kernelizes it, 5-7 ms on the demo model, twice a step. The model computes the same without them."""
+    if getattr(model, "use_kernels", False) and hasattr(model, "set_use_kernels"):
+        model.set_use_kernels(False)
 
 
 def eos_token_ids(tokenizer, model) -> list[int]:
