@@ -109,7 +109,8 @@ def job_spec(model_dir: Path, steps: int, threads: int, new_tokens: int, prompts
     spec = load_job(RECIPE)
     data = spec.model_dump()
     data["model"] |= {"name_or_path": str(model_dir)}
-    data["sampling"] |= {"samples_per_prompt": samples, "max_new_tokens": new_tokens, "max_length": 64 + new_tokens}
+    sampling = {"samples_per_prompt": samples, "max_new_tokens": new_tokens, "max_length": 64 + new_tokens}
+    data["sampling"] |= sampling | {"ignore_eos": True}  # every answer runs to max_new_tokens
     data["training"] |= {"prompts_per_step": prompts, "total_steps": steps, "seed": 0}
     data["lora"] |= {"rank": LORA_RANK}
     data["algorithm"] |= {"refit_freq": 0}
@@ -127,12 +128,20 @@ def learner_flops(samples, config) -> int:
     return learner_step_flops(DecoderShape.from_config(config), samples, LORA_RANK, reference=True)
 
 
-def run_openrft(spec, workdir: Path) -> dict:
-    """The engine's job loop; per step: its time, generation time and tokens, learner time and FLOPs."""
-    import openrft.engine.setup as setup
-    from openrft.engine import RFTJob
+def run_openrft(spec, workdir: Path, learners: int = 1) -> dict:
+    """The engine's job loop; per step: its time, generation time and tokens, learner time and FLOPs. ``learners``
+    > 1: that many data-parallel learners of one thread each on a Ray instance of this machine, each sampling and
+    training its share of the prompts (the learner's time is then the driver's wait for the step's one call)."""
+    from transformers import AutoConfig
 
-    setup.eos_token_ids = lambda tokenizer, model: []  # every answer runs to max_new_tokens
+    from openrft.engine import RFTJob
+    from openrft.runtime import runtime_for
+
+    config = AutoConfig.from_pretrained(spec.model.name_or_path)  # the learner's model may be in other processes
+    runtime = None
+    if learners > 1:
+        spec.rollout.runtime, spec.rollout.replicas, spec.runtime.threads = "ray", learners, 1
+        runtime = runtime_for(spec)
     rows: dict[int, dict] = {}
     learner_times: list[float] = []
     flops: list[int] = []
@@ -147,7 +156,7 @@ def run_openrft(spec, workdir: Path) -> dict:
                 start = time.perf_counter()
                 out = step(samples)
                 learner_times.append(time.perf_counter() - start)
-                flops.append(learner_flops(samples, self.model.config))
+                flops.append(learner_flops(samples, config))
                 return out
 
             self.learner.step = timed_step
@@ -158,7 +167,9 @@ def run_openrft(spec, workdir: Path) -> dict:
             step_cpu.append(time.process_time() - start)
             return metrics
 
-    job = TimedJob(spec, workdir / "openrft", show_progress=False, listeners=(lambda s, m: rows.setdefault(s, m),))
+    job = TimedJob(
+        spec, workdir / "openrft", show_progress=False, listeners=(lambda s, m: rows.setdefault(s, m),), runtime=runtime
+    )
     job.run()
     steps = [rows[s] for s in sorted(rows) if s > 0]
     tokens = spec.training.prompts_per_step * spec.sampling.samples_per_prompt * spec.sampling.max_new_tokens
@@ -278,13 +289,16 @@ def summarise(system: str, threads: int, record: dict, peak: float) -> dict:
 
 
 def worker(system: str, threads: int, steps: int, model_dir: Path, new_tokens: int, prompts: int, samples: int):
-    """One system at one thread count in this (fresh) process; prints its JSON line."""
-    torch.set_num_threads(threads)
+    """One system at one thread count in this (fresh) process; prints its JSON line. ``openrft-learners``: OpenRFT
+    as ``threads`` data-parallel Ray learners of one thread each, against ``threads`` times the 1-thread peak (what
+    that many single-threaded processes can reach together)."""
+    learners = threads if system == "openrft-learners" else 1
+    torch.set_num_threads(1 if learners > 1 else threads)
     peak, _ = matmul_peak(torch.device("cpu"), torch.float32)
     spec = job_spec(model_dir, steps, threads, new_tokens, prompts, samples)
     with tempfile.TemporaryDirectory(prefix=f"openrft-real-shape-{system}-") as workdir:
-        record = (run_openrft if system == "openrft" else run_trl)(spec, Path(workdir))
-    print(json.dumps(summarise(system, threads, record, peak)), flush=True)
+        record = run_trl(spec, Path(workdir)) if system == "trl" else run_openrft(spec, Path(workdir), learners)
+    print(json.dumps(summarise(system, threads, record, peak * learners)), flush=True)
 
 
 def decode_matmuls_seconds(model: torch.nn.Module, rows: int, repeats: int = 3) -> float:

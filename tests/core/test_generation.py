@@ -1,5 +1,7 @@
 """The generator's recorded log-probs are the learner's log-probs of the same tokens (on-policy)."""
 
+from dataclasses import replace
+
 import torch
 
 from openrft.learner.batch import TrainSample, collate
@@ -82,3 +84,22 @@ def test_max_length_caps_each_prompt_and_completion_not_the_longest_prompt():
             assert len(c.token_ids) == len(c.logprobs) == params.max_length - len(prompt)
             assert c.finish_reason == "length"
     assert params.completion_limit(short) == long - short + 3 and params.completion_limit(long) == 3
+
+
+def test_ignore_eos_runs_every_answer_to_its_limit_in_both_decoders():
+    """Every token made an end token: each answer ends at its first token, unless ``ignore_eos``."""
+    _tokenizer, model, gen, prompts = _setup()
+    gen.eos_token_ids = list(range(model.config.vocab_size))
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=5)
+    ended = [c for g in gen.generate(prompts, params, seed=3) for c in g]
+    assert all(len(c.token_ids) == 1 and c.finish_reason == "stop" for c in ended)
+    full = [c for g in gen.generate(prompts, replace(params, ignore_eos=True), seed=3) for c in g]
+    assert all(len(c.token_ids) == 5 and c.finish_reason == "length" for c in full)
+
+    for ignore_eos, length in ((False, 1), (True, 5)):
+        out = []
+        with gen.decoding(replace(params, ignore_eos=ignore_eos), seed=3) as session:
+            session.submit(prompts[0], [5, 5], [out.append, out.append])
+            while session.busy:
+                session.step()
+        assert [len(c.token_ids) for c in out] == [length, length]

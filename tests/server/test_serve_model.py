@@ -2,6 +2,7 @@
 remote generator (the vLLM subset of the API): adapters load by name and change the outputs, and the
 returned log-probs are the model's."""
 
+import dataclasses
 import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -193,6 +194,23 @@ def test_remote_generator_loads_versions_and_samples_with_exact_logprobs(
     with pytest.raises(GenerationServerError, match=r"cannot reach the generation server at http://127\.0\.0\.1:9/v1"):
         down.generate([prompt], params)
     shutil.rmtree(tmp_path / "served", ignore_errors=True)
+
+
+def test_ignore_eos_reaches_the_server_and_every_answer_runs_to_max_tokens(server, model_and_tokenizer, tmp_path):
+    """The client sends every token as a stop token: answers end at once; with ``ignore_eos`` it sends none and
+    ``ignore_eos: true``, and the server does not stop at its model's own end tokens either."""
+    model, tokenizer = model_and_tokenizer
+    every_token = list(range(model.config.vocab_size))
+    generator = RemoteGenerator(
+        server, adapter_dir=tmp_path, lora=LoraSpec(), base_model="openrft-demo", eos_token_ids=every_token
+    )
+    prompt = render_prompt(tokenizer, PROMPT)
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=6)
+    [stopped] = generator.generate([prompt], params)
+    assert all(len(c.token_ids) == 1 and c.finish_reason == "stop" for c in stopped)
+    [full] = generator.generate([prompt], dataclasses.replace(params, ignore_eos=True))
+    assert all(len(c.token_ids) == 6 and c.finish_reason == "length" for c in full)
+    generator.close()
 
 
 def test_cli_rejects_a_malformed_adapter_argument(capsys):

@@ -425,3 +425,10 @@ def test_ppo_mini_batches_in_the_openrft_block():
         "ppo_mini_batches" in p and "more than the prompts of a step" in p
         for p in problems(nova_recipe(openrft={"ppo_mini_batches": 9}))  # 32 samples / 4 = 8 prompts
     )
+
+
+def test_ignore_eos_in_the_openrft_block():
+    assert resolve(nova_recipe()).spec.sampling.ignore_eos is False
+    r = resolve(nova_recipe(openrft={"ignore_eos": True}))
+    assert r.spec.sampling.ignore_eos is True
+    assert r.provenance["sampling.ignore_eos"].field == "openrft.ignore_eos"

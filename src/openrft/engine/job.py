@@ -129,6 +129,7 @@ class RFTJob:
             min_p=spec.sampling.min_p,
             max_new_tokens=self.parts.max_new_tokens,
             max_length=spec.sampling.max_length,
+            ignore_eos=spec.sampling.ignore_eos,
         )
         self.eval_params = SamplingParams(
             n=spec.evaluation.samples_per_prompt,
@@ -140,6 +141,7 @@ class RFTJob:
             min_p=spec.sampling.min_p,
             max_new_tokens=self.parts.max_new_tokens,
             max_length=spec.sampling.max_length,
+            ignore_eos=spec.sampling.ignore_eos,
         )
         sampler = EpochSampler(
             len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle, spec.training.seed

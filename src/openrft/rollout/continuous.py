@@ -243,7 +243,7 @@ class DecodeSession:
             self.steps += 1
             p = self.params
             if self.is_end is None:
-                self.is_end = self.g._end_table(self.logits.shape[-1], self.device)
+                self.is_end = self.g._end_table(self.logits.shape[-1], self.device, p)
             token, logp = sample_tokens(self.logits, p.temperature, p.top_k, p.top_p, self.rng, p.min_p)
             self.logits = None
             ended = self.is_end[token].tolist()

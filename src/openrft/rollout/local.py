@@ -149,10 +149,10 @@ class TransformersGenerator(PolicyVersioned):
             torch.set_num_threads(threads)  # torch also keeps the count for threads it starts later
         return [group for part in parts for group in part]
 
-    def _end_table(self, vocab: int, device: torch.device) -> torch.Tensor:
-        """``table[token]`` is True for end tokens: one indexing op per step instead of ``isin``."""
+    def _end_table(self, vocab: int, device: torch.device, params: SamplingParams) -> torch.Tensor:
+        """``table[token]`` is True for end tokens (none with ``ignore_eos``): one indexing op a step, not ``isin``."""
         table = torch.zeros(vocab, dtype=torch.bool, device=device)
-        ids = [i for i in self.eos_token_ids if 0 <= i < vocab]
+        ids = [] if params.ignore_eos else [i for i in self.eos_token_ids if 0 <= i < vocab]
         if ids:
             table[torch.tensor(ids, device=device)] = True
         return table
@@ -171,7 +171,7 @@ class TransformersGenerator(PolicyVersioned):
             positions = positions.repeat_interleave(n, dim=0)
         rows = logits.shape[0]
         next_position = positions[:, -1] + 1
-        is_end = self._end_table(logits.shape[-1], device)
+        is_end = self._end_table(logits.shape[-1], device, params)
         limits = [params.completion_limit(len(p)) for p in prompts for _ in range(n)]
         limit = torch.tensor(limits, dtype=torch.long, device=device)  # per row: max_new_tokens within max_length
         steps = max(limits)

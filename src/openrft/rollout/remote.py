@@ -15,7 +15,8 @@ Only the part of vLLM's API that vLLM documents is used:
   directory's safetensors in checkpoint format and re-runs the kernels' weight processing) followed by
   ``POST /reset_prefix_cache`` (cached prompt KV of the old weights must not be reused).
 - ``POST /v1/completions`` with the prompts as token ids (``prompt: list[list[int]]``), ``n``,
-  ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``max_tokens``, ``stop_token_ids``, ``logprobs: 0`` (the
+  ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``max_tokens``, ``stop_token_ids`` (with ``sampling.ignore_eos``
+  none, and ``ignore_eos: true``), ``logprobs: 0`` (the
   sampled token's log-prob only) and ``return_tokens_as_token_ids: true`` (tokens come back as
   ``token_id:N``, so the completion's token ids are exact, not re-tokenized text). Choices come
   back prompt by prompt, ``n`` each, in ``index`` order.
@@ -263,10 +264,12 @@ class RemoteGenerator(PolicyVersioned):
             "top_k": params.top_k if params.top_k > 0 else -1,
             "min_p": params.min_p,
             "max_tokens": max_tokens,
-            "stop_token_ids": self.eos_token_ids,
+            "stop_token_ids": [] if params.ignore_eos else self.eos_token_ids,
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
         }
+        if params.ignore_eos:
+            body["ignore_eos"] = True
         if seed is not None:
             body["seed"] = seed
         choices = sorted(self._post("/completions", body).json()["choices"], key=lambda c: c["index"])

@@ -59,6 +59,7 @@ class _Request(BaseModel):
     stream: bool | None = False
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False  # vLLM's: the model's end tokens do not end a completion (stop_token_ids still do)
     best_of: int | None = None
 
 
@@ -232,10 +233,12 @@ class ModelServer:
                 if name != self.served_name and name not in self.adapters:  # unloaded meanwhile
                     raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
                 self.generator.model = self.model
-                self.generator.eos_token_ids = sorted(set(self.eos_token_ids) | set(stop_token_ids or []))
+                # the request's stop tokens end a completion, the model's own unless ignore_eos
+                ends = set(stop_token_ids or []) | (set() if params.ignore_eos else set(self.eos_token_ids))
+                self.generator.eos_token_ids = sorted(ends)
                 with self._select(name):
                     chunk = prompts[first : first + count]
-                    done = self.generator.generate_chunk(chunk, dataclasses.replace(params, n=n), rng)
+                    done = self.generator.generate_chunk(chunk, dataclasses.replace(params, n=n, ignore_eos=False), rng)
             for offset, group in enumerate(done):
                 groups[first + offset] += group
         return groups
@@ -307,6 +310,7 @@ def _params(request: CompletionRequest | ChatRequest, max_tokens: int) -> Sampli
         top_p=1.0 if request.top_p is None else request.top_p,
         min_p=request.min_p or 0.0,
         max_new_tokens=max_tokens,
+        ignore_eos=request.ignore_eos,
     )
 
 

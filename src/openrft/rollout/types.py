@@ -17,6 +17,7 @@ class SamplingParams:
     min_p: float = 0.0
     max_new_tokens: int = 256
     max_length: int | None = None  # prompt + completion tokens of each sample (Nova's max_length); None = no cap
+    ignore_eos: bool = False  # end tokens sampled like any other: every answer runs to its limit (vLLM's ignore_eos)
 
     @property
     def greedy(self) -> bool:

@@ -113,7 +113,8 @@ class VllmGenerator(PolicyVersioned):
                     top_p=params.top_p,
                     min_p=params.min_p,
                     max_tokens=params.completion_limit(len(prompt)),
-                    stop_token_ids=self.eos_token_ids,
+                    stop_token_ids=[] if params.ignore_eos else self.eos_token_ids,
+                    ignore_eos=params.ignore_eos,
                     logprobs=0,
                     seed=None if seed is None else seed + index,
                 )

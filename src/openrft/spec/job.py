@@ -104,6 +104,9 @@ class SamplingSpec(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     min_p: float = Field(0.0, ge=0, lt=1, description="0 = off; tokens below min_p x the top probability dropped")
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    ignore_eos: bool = Field(
+        False, description="sample end tokens like any other: every answer runs to max_new_tokens (benchmarks)"
+    )
 
 
 class RolloutCorrectionSpec(_Strict):

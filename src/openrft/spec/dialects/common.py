@@ -95,6 +95,7 @@ class OpenRFTExtensions(Strict):
     generation_engine: Literal["auto", "local", "server", "vllm"] = "auto"
     rollout_correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
     min_p: float = Field(0.0, ge=0, lt=1)
+    ignore_eos: bool = False
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
     tensorboard: bool = True
@@ -150,6 +151,7 @@ EXTENSION_TARGETS = {
     "generation_engine": "rollout.engine",
     "rollout_correction": "rollout.correction",
     "min_p": "sampling.min_p",
+    "ignore_eos": "sampling.ignore_eos",
     "device": "runtime.device",
     "threads": "runtime.threads",
     "tensorboard": "tracking.tensorboard",
