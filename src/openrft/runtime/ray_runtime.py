@@ -73,7 +73,10 @@ class LearnerActor:
         spec = JobSpec.model_validate_json(spec_json)
         model, tokenizer, eos = _load_model(spec)
         self.policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
-        self.learner = Learner(self.policy, learner_config(spec, tokenizer.pad_token_id))
+        # data-parallel learners on CPUs may share one machine's memory: each sizes its micro-batches for its part
+        on_cpu = model.device.type == "cpu"
+        sharers = spec.rollout.replicas if on_cpu else 1
+        self.learner = Learner(self.policy, learner_config(spec, tokenizer.pad_token_id), memory_sharers=sharers)
         seed = replica_seed(spec.training.seed, index)  # learners sampling shares of a batch draw independently
         self.generator = TransformersGenerator(self.policy.model, tokenizer, eos, tokenizer.pad_token_id, seed=seed)
 
