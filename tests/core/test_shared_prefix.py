@@ -1,6 +1,7 @@
 """Shared-prefix micro-batches: planned within the token budget, and the same log-probs and gradients as
 running every sample's whole sequence."""
 
+import pytest
 import torch
 
 from openrft.learner.batch import TrainSample, collate, padded_cost, plan_micro_batches
@@ -94,3 +95,23 @@ def test_the_hidden_path_runs_the_head_on_no_position():
     torch.testing.assert_close(hidden, expected)
     logits = forward_outputs(model, False, input_ids=ids)  # the logits path is left whole
     assert logits.shape == (2, 4, model.config.vocab_size) and seen[-1] == torch.Size([2, 4, model.config.hidden_size])
+
+
+def test_collate_pads_every_row_and_refuses_per_token_values_of_another_length():
+    samples = _samples()
+    samples[1] = TrainSample(samples[1].prompt_ids, [16], -1.0, loss_mask=[0])
+    samples[4] = TrainSample(samples[4].prompt_ids, [23, 24], 0.5, engine_logp=[-0.5, -1.5])
+    mb = collate(samples, 0, torch.device("cpu"))
+    assert mb.prompt_ids.tolist() == [[0, 0, 1, 2, 3, 4], [0, 0, 0, 0, 5, 6], [7, 8, 9, 10, 11, 12]]  # left-padded
+    assert mb.prompt_mask.tolist()[1] == [0, 0, 0, 0, 1, 1]
+    assert mb.response_ids.tolist()[3] == [19, 20, 21, 22, 0] and mb.response_ids.tolist()[5] == [25, 0, 0, 0, 0]
+    assert mb.response_mask.tolist()[0] == [1, 1, 1, 0, 0]
+    assert mb.loss_mask.tolist()[1] == [0, 0, 0, 0, 0] and mb.loss_mask.tolist()[0] == [1, 1, 1, 0, 0]
+    engine = mb.engine_logp.tolist()
+    assert engine[4][:2] == [-0.5, -1.5] and all(v != v for v in engine[4][2:] + engine[0])  # NaN where none
+    assert mb.response_positions.tolist()[3] == [2, 3, 4, 5, 6]  # right after its 2-token prompt
+
+    for field, name in (("loss_mask", "loss-mask values"), ("engine_logp", "engine log-probs")):
+        bad = TrainSample([1, 2], [3, 4, 5], 1.0, **{field: [0.0, 1.0]})
+        with pytest.raises(ValueError, match=f"a sample has 3 response tokens but 2 {name}"):
+            collate([bad], 0, torch.device("cpu"))

@@ -38,15 +38,14 @@ def build_train_batch(
         raise RewardError(f"{len(failed)} reward call(s) failed; first: {first.error_kind}: {first.error_message}")
 
     width = max(len(g.completions) for g in groups)
-    rewards = torch.zeros(len(groups), width)
-    valid = torch.zeros(len(groups), width, dtype=torch.bool)
-    for i, group in enumerate(groups):
-        for j, outcome in enumerate(group.outcomes):
-            if outcome.ok:
-                rewards[i, j], valid[i, j] = float(outcome.score), True
-            elif policy == "zero":
-                rewards[i, j], valid[i, j] = 0.0, True
+    # Python rows, one tensor each: element writes would cost ops per sample, every step
+    valid_rows = [[o.ok or policy == "zero" for o in g.outcomes] + [False] * (width - len(g.outcomes)) for g in groups]
+    score_rows = [
+        [float(o.score) if o.ok else 0.0 for o in g.outcomes] + [0.0] * (width - len(g.outcomes)) for g in groups
+    ]
+    rewards, valid = torch.tensor(score_rows), torch.tensor(valid_rows, dtype=torch.bool)
     advantages = group_advantages(rewards, valid, spec.algorithm.scale_advantages_by_std, spec.algorithm.advantage_eps)
+    advantage_rows = advantages.tolist()
 
     correct = spec.rollout.correction_mode != "off"  # fresh samples carry the engine's log-probs
     samples: list[TrainSample] = []
@@ -55,13 +54,13 @@ def build_train_batch(
         age = learner_version - group.policy_version
         ages.append(float(age))
         for j, completion in enumerate(group.completions):
-            if not valid[i, j] or not completion.token_ids:
+            if not valid_rows[i][j] or not completion.token_ids:
                 continue
             samples.append(
                 TrainSample(
                     prompt_ids=group.prompt_ids,
                     response_ids=completion.token_ids,
-                    advantage=float(advantages[i, j]),
+                    advantage=advantage_rows[i][j],
                     behaviour_logp=completion.logprobs if age > 0 else None,
                     loss_mask=completion.loss_mask,
                     engine_logp=completion.logprobs if age == 0 and correct else None,

@@ -159,24 +159,24 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
         index.append(prompt_of[key])
     prompt_ids, prompt_mask, prompt_positions = left_pad(prompts, pad_token_id)
 
-    width = max(len(s.response_ids) for s in samples)
-    rows = len(samples)
-    response_ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
-    response_mask = torch.zeros((rows, width), dtype=torch.float32)
-    loss_mask = torch.zeros((rows, width), dtype=torch.float32)
+    # each tensor built from padded Python rows in one call: per-row writes cost ops per sample, every step
+    lengths = [len(s.response_ids) for s in samples]
+    width = max(lengths)
+    response_ids = torch.tensor(
+        [list(s.response_ids) + [pad_token_id] * (width - r) for s, r in zip(samples, lengths)], dtype=torch.long
+    )
+    response_mask = torch.tensor([[1.0] * r + [0.0] * (width - r) for r in lengths])
+    loss_mask = torch.tensor(
+        [_checked(s.loss_mask, r, "loss-mask values", 1.0) + [0.0] * (width - r) for s, r in zip(samples, lengths)],
+        dtype=torch.float32,
+    )
     anchored = torch.tensor([s.anchor_logp is not None for s in samples])
     stale = torch.tensor([s.behaviour_logp is not None for s in samples])
-    old = torch.zeros((rows, width)) if bool(anchored.any()) else None
-    for i, s in enumerate(samples):
-        r = len(s.response_ids)
-        response_ids[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
-        response_mask[i, :r] = 1
-        loss_mask[i, :r] = torch.tensor(s.loss_mask, dtype=torch.float32) if s.loss_mask is not None else 1.0
-        anchor = s.anchor_logp
-        if anchor is not None:
-            if len(anchor) != r:
-                raise ValueError(f"a sample has {r} response tokens but {len(anchor)} old log-probs")
-            old[i, :r] = torch.tensor(anchor)
+    old = None
+    if bool(anchored.any()):
+        old = torch.tensor(
+            [_checked(s.anchor_logp, r, "old log-probs", 0.0) + [0.0] * (width - r) for s, r in zip(samples, lengths)]
+        )
     engine = _row_values(samples, width, lambda s: s.engine_logp, "engine log-probs")
     old_support = _row_values(samples, width, lambda s: s.old_support_logp, "old support log-probs")
     engine_rows = torch.tensor([s.engine_logp is not None for s in samples])
@@ -204,16 +204,22 @@ def collate(samples: list[TrainSample], pad_token_id: int, device: torch.device)
     )
 
 
+def _checked(values: list | None, tokens: int, name: str, default: float) -> list:
+    """A sample's per-token ``values`` (``default`` for each token when None), refused unless one per token."""
+    if values is None:
+        return [default] * tokens
+    if len(values) != tokens:
+        raise ValueError(f"a sample has {tokens} response tokens but {len(values)} {name}")
+    return list(values)
+
+
 def _row_values(samples: list[TrainSample], width: int, values, name: str) -> torch.Tensor | None:
     """``[rows, width]`` of an optional per-token list of each sample (NaN where a sample has none), or None
     when no sample has one."""
     if all(values(s) is None for s in samples):
         return None
-    out = torch.full((len(samples), width), float("nan"))
-    for i, s in enumerate(samples):
-        row = values(s)
-        if row is not None:
-            if len(row) != len(s.response_ids):
-                raise ValueError(f"a sample has {len(s.response_ids)} response tokens but {len(row)} {name}")
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
-    return out
+    nan = float("nan")
+    rows = [
+        _checked(values(s), len(s.response_ids), name, nan) + [nan] * (width - len(s.response_ids)) for s in samples
+    ]
+    return torch.tensor(rows, dtype=torch.float32)

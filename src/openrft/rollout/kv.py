@@ -26,11 +26,8 @@ def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tenso
     """Ids, attention mask and position ids ``[batch, width]``, left-padded so that every sequence
     ends at the last column (its next-token logits are then ``logits[:, -1]``)."""
     width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        mask[i, width - len(seq) :] = 1
+    ids = torch.tensor([[pad_token_id] * (width - len(s)) + list(s) for s in sequences], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 

@@ -209,21 +209,22 @@ class TransformersGenerator(PolicyVersioned):
             ).logits[:, -1, :]
             next_position = next_position + 1
 
-        tokens_cpu, logp_cpu, lengths_cpu = tokens_out.cpu(), logp_out.cpu(), lengths.cpu()
+        # as Python lists once: indexing the tensors row by row would cost several ops per sample
+        tokens_rows, logp_rows = tokens_out.tolist(), logp_out.tolist()
+        lengths_list, stopped_list = lengths.tolist(), stopped.tolist()
         results: list[list[Completion]] = []
         for p, prompt in enumerate(prompts):
             group = []
             for row in range(p * n, (p + 1) * n):
-                length = int(lengths_cpu[row])
-                token_ids = tokens_cpu[row, :length].tolist()
-                text_ids = token_ids[:-1] if stopped[row] else token_ids
+                length, stops = lengths_list[row], stopped_list[row]
+                token_ids = tokens_rows[row][:length]
                 group.append(
                     Completion(
                         prompt_ids=list(prompt),
                         token_ids=token_ids,
-                        logprobs=logp_cpu[row, :length].tolist(),
-                        text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
-                        finish_reason="stop" if bool(stopped[row]) else "length",
+                        logprobs=logp_rows[row][:length],
+                        text=self.tokenizer.decode(token_ids[:-1] if stops else token_ids, skip_special_tokens=True),
+                        finish_reason="stop" if stops else "length",
                         policy_version=self._version,
                     )
                 )
