@@ -836,7 +836,10 @@ def real_shape_suite(args: argparse.Namespace) -> None:
     load = {"before": load_average()}
     rows = []
     for threads_count in counts:
-        for system in SYSTEMS if threads_count % 2 else SYSTEMS[::-1]:
+        systems = SYSTEMS if threads_count % 2 else SYSTEMS[::-1]
+        if args.real_learners and threads_count > 1:
+            systems = (*systems, "openrft-learners")
+        for system in systems:
             row = run_configuration(system, threads_count, args.real_steps, model_dir, args, args.real_timeout)
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -847,7 +850,8 @@ def real_shape_suite(args: argparse.Namespace) -> None:
     load["after"] = load_average()
     by = {(r["system"], r["threads"]): r for r in rows if "error" not in r}
     for row in rows:
-        trl, one = by.get(("trl", row["threads"])), by.get((row["system"], 1))
+        trl = by.get(("trl", row["threads"]))
+        one = by.get(("openrft" if row["system"] == "openrft-learners" else row["system"], 1))
         if trl and "step_s" in row:
             row["step_vs_trl"] = round(row["step_s"] / trl["step_s"], 3)
         if one and "step_s" in row and row["threads"] != 1:
@@ -880,6 +884,7 @@ def real_shape_suite(args: argparse.Namespace) -> None:
     ]
     title = "At the size people train: OpenRFT, TRL and vLLM on a Qwen2.5-0.5B-shaped model"
     name = "real_shape" if counts == [1, 2] else "real_shape_threads" + "_".join(map(str, counts))
+    name += "_learners" if args.real_learners else ""
     write_results(name, title, body, {"rows": rows, "load": load}, args.out)
 
 
@@ -1041,6 +1046,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         nargs="+",
         default=[1, 2],
         help="real-shape: thread counts (default 1 2; others write their own results file, the full table stays)",
+    )
+    parser.add_argument(
+        "--real-learners",
+        action="store_true",
+        help="real-shape: at each thread count N > 1 also OpenRFT as N Ray learners of 1 thread (openrft-learners)",
     )
     parser.add_argument(
         "--vllm-models", nargs="+", choices=("demo", "wide"), default=["demo", "wide"], help="vllm: the models"

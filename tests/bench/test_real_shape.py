@@ -38,3 +38,13 @@ def test_a_configuration_row_leaves_the_warm_up_step_out():
     row = summarise("openrft", 2, record, peak=1e10)
     assert (row["step_s"], row["step_cpu_s"], row["generate_tokens_per_s"]) == (3.0, 2.0, 100.0)
     assert row["learner_flops_fraction"] == pytest.approx(8e9 / 2.0 / 1e10, abs=1e-3) and row["steps_timed"] == 2
+
+
+def test_the_job_runs_every_answer_to_its_length_and_the_suite_can_add_ray_learners(tmp_path):
+    from benchmarks.__main__ import parse_args
+    from benchmarks.real_shape import job_spec
+
+    spec = job_spec(tmp_path, steps=2, threads=2, new_tokens=128, prompts=8, samples=8)
+    assert spec.sampling.ignore_eos and spec.sampling.max_new_tokens == 128  # in every process, Ray's learners too
+    assert parse_args(["real-shape", "--real-learners"]).real_learners
+    assert not parse_args(["real-shape"]).real_learners
