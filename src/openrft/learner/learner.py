@@ -266,11 +266,6 @@ class Learner:
         """The accumulated gradient of each trainable parameter (zeros where none flowed)."""
         return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.policy.trainable_parameters()]
 
-    def set_gradients(self, grads: list[torch.Tensor]) -> None:
-        """Use ``grads`` as the accumulated gradient; copied, since clipping scales ``.grad`` in place."""
-        for param, grad in zip(self.policy.trainable_parameters(), grads, strict=True):
-            param.grad = grad.to(param.device, param.dtype, copy=True)
-
     def plan(self, samples: list[TrainSample]) -> list[list[int]]:
         """Shared-prefix micro-batches sorted and sized by padded tokens (``plan_micro_batches``)."""
         return plan_micro_batches(samples, min(self.config.micro_batch_tokens, self.micro_batch_cap))
