@@ -20,6 +20,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, causal_mask_function, sdpa_mask
 
+from openrft.prefix_attention import prefix_attention, prefix_layer
+
 ATTENTION = "openrft_chunked_sdpa"
 MASK_ELEMENTS = 2**25  # query rows x keys of one attention chunk (a 32 MiB boolean mask)
 
@@ -71,7 +73,11 @@ def chunked_sdpa(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature; output ``[batch, queries, heads, head_dim]``."""
+    """transformers' attention-function signature; output ``[batch, queries, heads, head_dim]``. Keys from a
+    shared-prefix cache go to ``prefix_attention``."""
+    shared = prefix_layer(key)
+    if shared is not None:
+        return prefix_attention(shared, query, key, value, scaling or query.shape[-1] ** -0.5, dropout), None
     if not isinstance(attention_mask, RowChunkedMask):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     groups = getattr(module, "num_key_value_groups", 1)
@@ -92,6 +98,11 @@ def register() -> None:
     if ATTENTION not in AttentionInterface._global_mapping:
         AttentionInterface.register(ATTENTION, chunked_sdpa)
         ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, chunked_mask)
+
+
+def runs_chunked_sdpa(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s attention function is ``chunked_sdpa`` (which also takes shared-prefix caches)."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION
 
 
 def use_chunked_sdpa(model: torch.nn.Module) -> bool:

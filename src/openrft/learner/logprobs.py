@@ -26,15 +26,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
+from functools import partial
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from openrft import onednn
+from openrft.attention import runs_chunked_sdpa
 from openrft.learner.batch import MicroBatch
 from openrft.learner.checkpointing import suspended
 from openrft.learner.packed import packed_forward, packed_requested
 from openrft.learner.vocab_parallel import VocabParallel
+from openrft.prefix_attention import PrefixGroups, share_prefix
 from openrft.rollout.kv import cache_keyword, continue_from, freeze, prefill
 
 # Configuration fields after which a causal LM's forward does more than ``lm_head(hidden)`` (soft-capping,
@@ -76,11 +79,19 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
             layer.keys, layer.values = _cut(layer.keys, boundary), _cut(layer.values, boundary)
     out = first.index_select(0, mb.prompt_index).unsqueeze(1)
     if mb.response_width > 1:
-        cache.batch_select_indices(mb.prompt_index)
-        mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), mb.response_mask[:, :-1].long()], dim=-1)
         ids, positions = mb.response_ids[:, :-1], mb.response_positions[:, :-1]
-        with nullcontext() if freeze(cache) else suspended(model):
+        own = mb.response_mask[:, :-1]
+        shared = None
+        if runs_chunked_sdpa(model):
+            groups = partial(PrefixGroups.build, mb.prompt_index, mb.prompt_mask, own)
+            shared = share_prefix(model.config, cache, groups, ids.shape[1], len(ids))
+        if shared is None:
+            cache.batch_select_indices(mb.prompt_index)
+        mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), own.long()], dim=-1)
+        with nullcontext() if shared is not None or freeze(cache) else suspended(model):
             rest = continue_from(model, cache, ids, mask, positions, kwarg, hidden)
+        if shared is not None:
+            shared.check()
         out = torch.cat([out, rest], dim=1)
     return out
 
