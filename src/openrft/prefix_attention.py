@@ -28,7 +28,9 @@ from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import DynamicLayer
 
 TAG = "_openrft_shared_prefix"
-SCORE_ELEMENTS = 2**24  # rows x heads x queries x keys of one layer's scores: above it, the gathered cache
+# Taken while the scores it keeps for backward (about two ``[rows, heads, queries, keys]`` tensors) take at most this
+# times the memory of the gathered keys and values (``2 x [rows, kv_heads, keys, head_dim]``): short responses.
+MEMORY_RATIO = 1.0
 
 
 @dataclass
@@ -99,20 +101,21 @@ class SharedPrefix:
 
 
 def share_prefix(
-    config: PretrainedConfig, cache: DynamicCache, groups_of: Callable[[], PrefixGroups], queries: int, rows: int
+    config: PretrainedConfig, cache: DynamicCache, groups_of: Callable[[], PrefixGroups], queries: int
 ) -> SharedPrefix | None:
     """Make ``cache`` (filled by the prompts of a model with ``config``, whose attention function is
-    ``attention.chunked_sdpa``) a shared-prefix cache for ``rows`` rows of ``queries`` new tokens, or return None
+    ``attention.chunked_sdpa``) a shared-prefix cache for rows of ``queries`` new tokens, or return None
     (the cache unchanged) where ``prefix_attention`` does not apply: a layer that is not a plain full-attention
-    ``DynamicLayer``, or scores above ``SCORE_ELEMENTS``. ``groups_of()`` builds the ``PrefixGroups`` (only
+    ``DynamicLayer``, or more queries than ``MEMORY_RATIO`` allows. ``groups_of()`` builds the ``PrefixGroups`` (only
     called when the cache is shared)."""
     if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
         return None
     if not cache.layers or not all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers):
         return None
-    heads = getattr(config, "num_attention_heads", None)
-    width = cache.layers[0].keys.shape[-2] + queries
-    if heads is None or rows * heads * queries * width > SCORE_ELEMENTS:
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if heads * queries > MEMORY_RATIO * kv_heads * head_dim:
         return None
     groups = groups_of()
     shared = []

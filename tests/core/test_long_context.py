@@ -48,7 +48,7 @@ def test_chunked_attention_matches_sdpa_with_padding_and_a_cached_prefix(monkeyp
     want_logp, want_grads = _logp_and_grads(model, mb)
 
     monkeypatch.setattr(attention, "MASK_ELEMENTS", 40)  # a few query rows per chunk
-    monkeypatch.setattr(prefix_attention, "SCORE_ELEMENTS", 0)  # the gathered cache, as for long responses
+    monkeypatch.setattr(prefix_attention, "MEMORY_RATIO", 0.0)  # the gathered cache, as for long responses
     assert attention.use_chunked_sdpa(model) and model.config._attn_implementation == attention.ATTENTION
     calls = []
     monkeypatch.setattr(attention, "_attend", lambda *a, _f=attention._attend: calls.append(a[1]) or _f(*a))
@@ -60,7 +60,7 @@ def test_chunked_attention_matches_sdpa_with_padding_and_a_cached_prefix(monkeyp
 
 
 def test_chunked_attention_is_sdpa_itself_for_short_sequences(monkeypatch):
-    monkeypatch.setattr(prefix_attention, "SCORE_ELEMENTS", 0)  # the gathered cache (test_prefix_attention.py)
+    monkeypatch.setattr(prefix_attention, "MEMORY_RATIO", 0.0)  # the gathered cache (test_prefix_attention.py)
     model = _model()
     mb = _batch()
     want = response_logits(model, mb, 1.0)

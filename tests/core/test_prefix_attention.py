@@ -3,13 +3,14 @@ prompt cache gathered onto every row, holding each prompt's keys once."""
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 import openrft.attention as attention
 import openrft.prefix_attention as prefix_attention
 from openrft.learner.batch import TrainSample, collate
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.learner import response_logits, token_logp
-from openrft.prefix_attention import PrefixGroups, SharedPrefix, SharedPrefixLayer
+from openrft.prefix_attention import PrefixGroups, SharedPrefix, SharedPrefixLayer, share_prefix
 from tests.tiny_models import tiny_qwen2
 
 
@@ -46,7 +47,9 @@ def _logp_and_grads(model, mb):
 
 
 def _shared_runs(monkeypatch) -> list[int]:
-    """Counts the shared-prefix attentions that run."""
+    """Counts the shared-prefix attentions that run; taken whatever the responses' length (head_dim 4 would
+    otherwise keep responses of more than 2 tokens on the gathered cache)."""
+    monkeypatch.setattr(prefix_attention, "MEMORY_RATIO", 100.0)
     runs = []
     monkeypatch.setattr(
         attention, "prefix_attention", lambda *a, _f=prefix_attention.prefix_attention: runs.append(1) or _f(*a)
@@ -56,7 +59,7 @@ def _shared_runs(monkeypatch) -> list[int]:
 
 def _gathered(model, mb, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(prefix_attention, "SCORE_ELEMENTS", 0)  # too big for the shared prefix: the gathered cache
+        m.setattr(prefix_attention, "MEMORY_RATIO", 0.0)  # the gathered cache
         return _logp_and_grads(model, mb)
 
 
@@ -93,6 +96,7 @@ def test_keys_changed_between_the_cache_and_the_attention_are_caught(monkeypatch
     """A model whose keys lose the cache's tag would have its responses attend only to themselves: SDPA refuses
     them against the mask of prompt and response, and where no mask stops it the layers' counts do."""
     model, mb = _model(), _batch(shuffled=False)
+    monkeypatch.setattr(prefix_attention, "MEMORY_RATIO", 100.0)
     update = SharedPrefixLayer.update
     monkeypatch.setattr(SharedPrefixLayer, "update", lambda self, k, v, *a, **kw: (update(self, k, v)[0].clone(), v))
     with pytest.raises(RuntimeError, match="size of tensor a"):
@@ -114,3 +118,17 @@ def test_rows_are_laid_out_by_prompt():
     assert slots.tolist() == [1, 3, 5, 2, 0, 0, 0, 4, 0] and torch.equal(uneven.to_rows(slots), rows)
     own = PrefixGroups.build(torch.tensor([0]), mask[:1], torch.tensor([[1, 1, 0]])).own_mask[0]
     assert own.tolist() == [[True, False, False], [True, True, False], [True, True, False]]
+
+
+def test_long_responses_keep_the_gathered_cache():
+    """The shared prefix keeps ``[rows, heads, queries, keys]`` scores for backward: taken only while they take no
+    more memory than the gathered keys and values would (heads x queries <= kv_heads x head_dim)."""
+    config = _model().config  # 4 heads, 2 key/value heads of width 4
+
+    def shared(queries: int) -> bool:
+        cache = DynamicCache()
+        for layer in range(config.num_hidden_layers):
+            cache.update(torch.zeros(3, 2, 5, 4), torch.zeros(3, 2, 5, 4), layer)
+        return share_prefix(config, cache, lambda: None, queries) is not None
+
+    assert shared(2) and not shared(3)

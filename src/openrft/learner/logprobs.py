@@ -84,7 +84,7 @@ def shared_prefix_forward(model: torch.nn.Module, mb: MicroBatch, hidden: bool =
         shared = None
         if runs_chunked_sdpa(model):
             groups = partial(PrefixGroups.build, mb.prompt_index, mb.prompt_mask, own)
-            shared = share_prefix(model.config, cache, groups, ids.shape[1], len(ids))
+            shared = share_prefix(model.config, cache, groups, ids.shape[1])
         if shared is None:
             cache.batch_select_indices(mb.prompt_index)
         mask = torch.cat([mb.prompt_mask.index_select(0, mb.prompt_index), own.long()], dim=-1)
