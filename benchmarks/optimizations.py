@@ -24,6 +24,7 @@ from benchmarks.variants import (
     CopiedReferenceLearner,
     FullHeadLearner,
     FullSequenceLearner,
+    GatheredPrefixLearner,
     SecondPassLearner,
     ShuffledFixedLearner,
 )
@@ -33,6 +34,10 @@ from openrft.learner.batch import collate
 LEARNER_VARIANTS: dict[str, tuple[type[Learner], str]] = {
     "engine": (Learner, "all optimisations"),
     "no shared prefix in training": (FullSequenceLearner, "every sample's prompt recomputed, policy and reference"),
+    "prompt cache gathered onto every row": (
+        GatheredPrefixLearner,
+        "each response attends to its own copy of its prompt's keys",
+    ),
     "second pass for old log-probs": (SecondPassLearner, "an extra no-grad policy forward per micro-batch"),
     "reference as a second model": (CopiedReferenceLearner, "a frozen copy loaded from the checkpoint"),
     "LM head on every position": (FullHeadLearner, "logits for prompt positions too"),

@@ -10,6 +10,7 @@ import random
 
 import torch
 
+from openrft import prefix_attention
 from openrft.learner import Learner
 from openrft.learner.batch import MicroBatch, TrainSample
 from openrft.learner.learner import token_logp
@@ -115,3 +116,16 @@ class ShuffledFixedLearner(Learner):
         random.Random(0).shuffle(order)
         k = self.samples_per_micro_batch
         return [order[i : i + k] for i in range(0, len(order), k)]
+
+
+class GatheredPrefixLearner(Learner):
+    """The shared prefix with the prompt's KV cache gathered onto every response row, which then attends to its
+    own copy through SDPA (``prefix_attention`` not taken)."""
+
+    def step(self, samples: list[TrainSample]) -> dict[str, float]:
+        taken = prefix_attention.MEMORY_RATIO
+        prefix_attention.MEMORY_RATIO = 0.0
+        try:
+            return super().step(samples)
+        finally:
+            prefix_attention.MEMORY_RATIO = taken
