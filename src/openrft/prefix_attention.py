@@ -118,14 +118,12 @@ def share_prefix(
     if heads * queries > MEMORY_RATIO * kv_heads * head_dim:
         return None
     groups = groups_of()
-    shared = []
     for i, layer in enumerate(cache.layers):
-        layer_ = SharedPrefixLayer.__new__(SharedPrefixLayer)
-        layer_.__dict__.update(layer.__dict__)
-        layer_.groups, layer_.tagged, layer_.attended = groups, 0, 0
-        cache.layers[i] = layer_
-        shared.append(layer_)
-    return SharedPrefix(shared)
+        shared = SharedPrefixLayer.__new__(SharedPrefixLayer)
+        shared.__dict__.update(layer.__dict__)
+        shared.groups, shared.tagged, shared.attended = groups, 0, 0
+        cache.layers[i] = shared
+    return SharedPrefix(list(cache.layers))
 
 
 def prefix_layer(key: torch.Tensor) -> SharedPrefixLayer | None:
