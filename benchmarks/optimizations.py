@@ -27,6 +27,7 @@ from benchmarks.variants import (
     GatheredPrefixLearner,
     SecondPassLearner,
     ShuffledFixedLearner,
+    gathered_prompt_cache,
 )
 from openrft.learner import Learner
 from openrft.learner.batch import collate
@@ -88,14 +89,16 @@ def learner_ablation(demo: Demo, prompts: int, n: int, repeats: int, log=print) 
 
 
 def generation_ablation(demo: Demo, prompts: int, n: int, repeats: int, log=print) -> list[dict]:
-    """Generation with inference_mode instead of no_grad, and with the adapter disabled (the LoRA layers' cost,
-    an upper bound on what merging the adapter into the weights for generation could buy)."""
+    """Generation with inference_mode instead of no_grad, with the adapter disabled (the LoRA layers' cost, an
+    upper bound on what merging the adapter into the weights for generation could buy), and with each prompt's
+    cache copied onto its samples instead of held once."""
     prompt_ids, params = demo.prompts(prompts), demo.params(n)
     model = demo.policy.model
     variants = {
         "engine": contextlib.nullcontext,
         "torch.inference_mode": torch.inference_mode,
         "adapter disabled (no LoRA layers)": model.disable_adapter,
+        "prompt cache copied onto every sample": gathered_prompt_cache,
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     for rep in range(repeats + 1):

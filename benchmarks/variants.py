@@ -6,7 +6,9 @@ none of these code paths.
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 
 import torch
 
@@ -118,14 +120,21 @@ class ShuffledFixedLearner(Learner):
         return [order[i : i + k] for i in range(0, len(order), k)]
 
 
+@contextlib.contextmanager
+def gathered_prompt_cache() -> Iterator[None]:
+    """Inside, the prompts' KV cache is copied onto every row that continues it (the learner's responses, the
+    generator's samples), which then attend to their own copy through SDPA (``prefix_attention`` not taken)."""
+    taken = prefix_attention.MEMORY_RATIO
+    prefix_attention.MEMORY_RATIO = 0.0
+    try:
+        yield
+    finally:
+        prefix_attention.MEMORY_RATIO = taken
+
+
 class GatheredPrefixLearner(Learner):
-    """The shared prefix with the prompt's KV cache gathered onto every response row, which then attends to its
-    own copy through SDPA (``prefix_attention`` not taken)."""
+    """The learner with ``gathered_prompt_cache``."""
 
     def step(self, samples: list[TrainSample]) -> dict[str, float]:
-        taken = prefix_attention.MEMORY_RATIO
-        prefix_attention.MEMORY_RATIO = 0.0
-        try:
+        with gathered_prompt_cache():
             return super().step(samples)
-        finally:
-            prefix_attention.MEMORY_RATIO = taken

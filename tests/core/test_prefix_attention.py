@@ -7,10 +7,15 @@ from transformers import DynamicCache
 
 import openrft.attention as attention
 import openrft.prefix_attention as prefix_attention
+import openrft.rollout.local as local
 from openrft.learner.batch import TrainSample, collate
 from openrft.learner.checkpointing import enable_activation_checkpointing
 from openrft.learner.learner import response_logits, token_logp
+from openrft.models import eos_token_ids, load_causal_lm, load_tokenizer
 from openrft.prefix_attention import PrefixGroups, SharedPrefix, SharedPrefixLayer, share_prefix
+from openrft.rollout.local import TransformersGenerator
+from openrft.rollout.prompts import render_prompt
+from openrft.rollout.types import SamplingParams
 from tests.tiny_models import tiny_qwen2
 
 
@@ -116,8 +121,12 @@ def test_rows_are_laid_out_by_prompt():
     rows = torch.arange(6.0)
     slots = uneven.to_slots(rows)
     assert slots.tolist() == [1, 3, 5, 2, 0, 0, 0, 4, 0] and torch.equal(uneven.to_rows(slots), rows)
-    own = PrefixGroups.build(torch.tensor([0]), mask[:1], torch.tensor([[1, 1, 0]])).own_mask[0]
+    own = PrefixGroups.build(torch.tensor([0]), mask[:1], torch.tensor([[1, 1, 0]])).own_visible(3, 3)[0]
     assert own.tolist() == [[True, False, False], [True, True, False], [True, True, False]]
+    decoding = PrefixGroups.build(torch.tensor([0]), mask[:1]).own_visible(1, 4)  # the last token sees all its own
+    assert decoding.tolist() == [[[True, True, True, True]]]
+    kept = uneven.rows_kept(torch.tensor([1, 2, 4]))  # prompts 0, 1, 2 keep one row each
+    assert kept.per_prompt == 1 and kept.slots is None and kept.prompt_index.tolist() == [0, 1, 2]
 
 
 def test_long_responses_keep_the_gathered_cache():
@@ -132,3 +141,27 @@ def test_long_responses_keep_the_gathered_cache():
         return share_prefix(config, cache, lambda: None, queries) is not None
 
     assert shared(2) and not shared(3)
+
+
+def test_the_generator_samples_the_same_from_prompts_held_once(monkeypatch):
+    """Decoding on the shared prompt cache (the rows' own keys growing, ended rows dropped on the way) draws the
+    same tokens with the same log-probs as decoding on copies of it."""
+    tokenizer = load_tokenizer("openrft-demo")
+    model = load_causal_lm("openrft-demo", torch.device("cpu"), torch.float32)
+    gen = TransformersGenerator(model, tokenizer, eos_token_ids(tokenizer, model), tokenizer.pad_token_id, seed=1)
+    questions = ("What is 12+7?", "What is 3+4?")
+    prompts = [render_prompt(tokenizer, [{"role": "user", "content": q}]) for q in questions]
+    params = SamplingParams(n=6, temperature=1.0, max_new_tokens=6)
+    monkeypatch.setattr(local, "COMPACT_FRACTION", 0.01)  # drop ended rows as soon as one ends
+    runs, kept = _shared_runs(monkeypatch), []
+    select = SharedPrefixLayer.batch_select_indices
+    monkeypatch.setattr(SharedPrefixLayer, "batch_select_indices", lambda self, i: kept.append(i) or select(self, i))
+    shared = gen.generate(prompts, params, seed=5)
+    assert runs and kept  # the shared cache decoded, and rows were dropped from it
+    with monkeypatch.context() as m:
+        m.setattr(prefix_attention, "MEMORY_RATIO", 0.0)
+        copied = gen.generate(prompts, params, seed=5)
+    for group, want_group in zip(shared, copied, strict=True):
+        for got, want in zip(group, want_group, strict=True):
+            assert got.token_ids == want.token_ids
+            assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5)

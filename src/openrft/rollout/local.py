@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
+from openrft.attention import runs_chunked_sdpa
+from openrft.prefix_attention import PrefixGroups, SharedPrefix, share_prefix
 from openrft.rollout.continuous import DecodeSession
 from openrft.rollout.kv import cache_keyword, left_pad, prefill
 from openrft.rollout.onednn import packed_linears
@@ -157,15 +160,24 @@ class TransformersGenerator(PolicyVersioned):
             table[torch.tensor(ids, device=device)] = True
         return table
 
+    def _share_prompts(self, cache: DynamicCache, prompt_mask: torch.Tensor, n: int) -> SharedPrefix | None:
+        """The prompts' cache held once for their ``n`` samples each (``prefix_attention.py``), or None."""
+        if not runs_chunked_sdpa(self.model):
+            return None
+        index = torch.arange(prompt_mask.shape[0], device=prompt_mask.device).repeat_interleave(n)
+        return share_prefix(self.model.config, cache, partial(PrefixGroups.build, index, prompt_mask), 1, grows=True)
+
     def _generate_chunk(
         self, prompts: list[list[int]], params: SamplingParams, rng: torch.Generator
     ) -> list[list[Completion]]:
         device = self.device
         ids, mask, positions = (t.to(device) for t in left_pad(prompts, self.pad_token_id))
         logits, cache = prefill(self.model, ids, mask, positions, self._cache_kwarg)
-        n = params.n
-        if n > 1:  # one prefill per prompt, shared by its n samples
-            cache.batch_repeat_interleave(n)
+        n, shared = params.n, None
+        if n > 1:  # one prefill per prompt, shared by its n samples: held once, or copied onto each
+            shared = self._share_prompts(cache, mask, n)
+            if shared is None:
+                cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
             mask = mask.repeat_interleave(n, dim=0)
             positions = positions.repeat_interleave(n, dim=0)
@@ -209,6 +221,8 @@ class TransformersGenerator(PolicyVersioned):
             ).logits[:, -1, :]
             next_position = next_position + 1
 
+        if shared is not None:
+            shared.check()
         # as Python lists once: indexing the tensors row by row would cost several ops per sample
         tokens_rows, logp_rows = tokens_out.tolist(), logp_out.tolist()
         lengths_list, stopped_list = lengths.tolist(), stopped.tolist()
