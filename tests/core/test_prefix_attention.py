@@ -10,12 +10,13 @@ import openrft.prefix_attention as prefix_attention
 import openrft.rollout.local as local
 from openrft.learner.batch import TrainSample, collate
 from openrft.learner.checkpointing import enable_activation_checkpointing
-from openrft.learner.learner import response_logits, token_logp
+from openrft.learner.learner import response_logits
 from openrft.models import eos_token_ids, load_causal_lm, load_tokenizer
 from openrft.prefix_attention import PrefixGroups, SharedPrefix, SharedPrefixLayer, share_prefix
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.types import SamplingParams
+from tests.core.test_long_context import _logp_and_grads
 from tests.tiny_models import tiny_qwen2
 
 
@@ -41,14 +42,6 @@ def _batch(shuffled: bool):
     if shuffled:
         assert mb.prompt_index.tolist() != sorted(mb.prompt_index.tolist())
     return mb
-
-
-def _logp_and_grads(model, mb):
-    weights = torch.randn(mb.response_ids.shape, generator=torch.Generator().manual_seed(3))
-    model.zero_grad()
-    logp = token_logp(response_logits(model, mb, 0.8), mb.targets)
-    (logp * weights * mb.response_mask).sum().backward()
-    return logp.detach(), [p.grad.clone() for p in model.parameters()]
 
 
 def _shared_runs(monkeypatch) -> list[int]:
