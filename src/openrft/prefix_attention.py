@@ -1,12 +1,11 @@
 """Attention of many responses over one shared prompt, with the prompt's keys and values held once.
 
 The learner scores the ``n`` responses of a prompt on one prefill of it (``learner/logprobs.py``), and the generator
-samples them from one (``rollout/local.py``). Gathering the
-prompt's KV cache onto every response row (``DynamicCache.batch_select_indices``) turns the responses' attention
-into a batched SDPA over ``n`` copies of the prompt's keys, whose backward on CPU zero-fills, fills and then sums
-a gradient for every copy: on the demo job (256 rows of 4 tokens over 33-token prompts, 4 layers) that attention
-took about a third of the learner's step. Decoding, each step also copied the whole gathered cache to append one
-token to it.
+samples them from one (``rollout/local.py``). Gathering the prompt's KV cache onto every response row
+(``DynamicCache.batch_select_indices``) turns the responses' attention into a batched SDPA over ``n`` copies of the
+prompt's keys, whose backward on CPU zero-fills, fills and then sums a gradient for every copy: on the demo job
+(256 rows of 4 tokens over 33-token prompts, 4 layers) that attention took about a third of the learner's step.
+Decoding, each step also copied the whole gathered cache to append one token to it.
 
 Here the cache keeps each prompt once (``SharedPrefixLayer``) and the attention is written out in two parts
 joined by one softmax: the scores over the prompt, the queries of all a prompt's rows in one matmul against its
