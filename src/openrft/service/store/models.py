@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Float, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a BIGINT identity.
@@ -122,7 +122,8 @@ class Checkpoint(Base):
     val_reward: Mapped[float | None] = mapped_column(Float, nullable=True)
     metrics: Mapped[Any] = mapped_column(JSON, nullable=True)
 
-    __table_args__ = (UniqueConstraint("job_id", "step"),)
+    # not unique: a Tinker client saves its state and its sampler weights at one step (migration 0004)
+    __table_args__ = (Index(None, "job_id", "step"),)
 
 
 class Sample(Base):
