@@ -41,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queued-jobs", type=int, default=100, help="jobs one API key may have queued (past it, 429)")
     p.add_argument("--max-stored-mb", type=int, default=4096, help="MB of files one API key may store (past it, 413)")
     p.add_argument(
+        "--mcp-servers",
+        metavar="FILE",
+        help="MCP servers tenants' jobs may use, by name (YAML: NAME: {command: [...], env, cwd} or {url}); a "
+        "tenant names one with tools.mcp_servers.X: {registered: NAME} and never runs a command of its own",
+    )
+    p.add_argument(
         "--grader-workers-per-key",
         type=int,
         default=4,
@@ -74,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     config.max_stored_mb_per_tenant = _at_least(args.max_stored_mb, 0, "--max-stored-mb")
     config.grader_workers_per_tenant = _at_least(args.grader_workers_per_key, 1, "--grader-workers-per-key")
     config.grader_calls_per_tenant = _at_least(args.grader_calls_per_key, 1, "--grader-calls-per-key")
+    if args.mcp_servers:
+        from openrft.service.mcp_registry import load_mcp_servers
+
+        config.mcp_servers = load_mcp_servers(args.mcp_servers)
     if args.host not in LOOPBACK_HOSTS and not store.any_keys():
         raise OpenRFTError(
             f"refusing to serve on {args.host} without an API key: create one with "

@@ -357,8 +357,7 @@ def generation_layout(spec) -> str:
     engine = rollout.generation_engine
     auto = " (rollout.engine auto)" if rollout.engine == "auto" else ""
     if engine == "server":
-        urls = [u.strip() for u in rollout.generator_base_url.split(",") if u.strip()]
-        where = f"server(s) {', '.join(urls)}"
+        where = f"server(s) {', '.join(rollout.generator_base_url)}"
         what = f"{rollout.strategy} rollouts from {where}{auto}, the policy's weights sent to it after each update"
     elif engine == "vllm":
         what = f"{rollout.strategy} rollouts from vLLM's LLM engine in the learner's process (rollout.engine vllm)"

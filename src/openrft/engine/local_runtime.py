@@ -97,11 +97,11 @@ def replica_seed(seed: int, index: int) -> int:
 
 
 def remote_replicas(spec: JobSpec, parts: JobParts, run_dir: Path) -> list[GenerationReplica]:
-    """Replicas that sample from OpenAI/vLLM-compatible servers (``rollout.generator_base_url``, a
-    comma-separated list: replica ``i`` uses server ``i mod len``)."""
+    """Replicas that sample from OpenAI/vLLM-compatible servers (``rollout.generator_base_url``, a list:
+    replica ``i`` uses server ``i mod len``)."""
     from openrft.rollout.remote import RemoteGenerator
 
-    urls = [u.strip() for u in (spec.rollout.generator_base_url or "").split(",") if u.strip()]
+    urls = spec.rollout.generator_base_url or []
     return [
         GeneratorReplica(
             RemoteGenerator(

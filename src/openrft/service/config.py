@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from openrft.spec.tools import McpServerSpec
+
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -44,6 +46,8 @@ class ServiceConfig:
     # object-store prefixes (s3://, gs://, hf://) each tenant may name, by key id or name ("*": every tenant)
     store_prefixes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     tenant_store_prefixes: tuple[str, ...] = ()  # those of the tenant a request is checked for (tenant_config)
+    # MCP servers the operator registered (--mcp-servers FILE), by name: tenants' jobs name them (mcp_registry)
+    mcp_servers: dict[str, McpServerSpec] = field(default_factory=dict)
 
     @classmethod
     def build(cls, data_dir: str | Path | None = None, database_url: str | None = None, **kwargs) -> ServiceConfig:

@@ -26,6 +26,8 @@ from openrft.service.metrics_events import checkpoint_metrics, event_data, event
 from openrft.service.store import CheckpointRecord, Store
 from openrft.service.store.base import new_id
 from openrft.service.store.models import Job
+from openrft.service.tenancy import is_operator
+from openrft.service.tenant_env import drop_operator_secrets
 from openrft.service.views import final_model_name
 from openrft.spec.errors import SpecError
 from openrft.spec.job import JobSpec
@@ -57,6 +59,10 @@ class JobRunner:
         self.store = store
         self.config = config
         self.job: Job = store.get_job(None, job_id)
+        if not is_operator(self.job.owner):  # before anything runs: no operator credential reaches a tenant's URL
+            dropped = drop_operator_secrets(os.environ)
+            if dropped:
+                print(f"operator credentials kept from this tenant's job: {', '.join(dropped)}", flush=True)
         self.attempt = attempt
         self.spec = JobSpec.model_validate(self.job.spec)
         self.run_dir = config.runs_dir / job_id

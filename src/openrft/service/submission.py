@@ -19,6 +19,7 @@ from openrft.service.dialect_fields import DATA_FIELDS, MODEL_FIELD, REWARD_FIEL
 from openrft.service.dialect_fields import get_field as _get
 from openrft.service.dialect_fields import set_field as _set
 from openrft.service.errors import ApiError, check_request_document, from_dataset_error, from_spec_error
+from openrft.service.mcp_registry import resolve_registered
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 from openrft.service.store.models import Job
@@ -91,6 +92,7 @@ class Submitter:
             tenant = tenant_config(self.config, owner, self.store)
             assert tenant is not None
             raise_problems(job_problems(spec, tenant, _user_fields(dialect), shown))
+        spec = resolve_registered(spec, self.config.mcp_servers)  # after the tenant checks: the operator's servers
         self._validate_data(spec, dialect, shown)
         return Prepared(spec, document)
 
@@ -192,6 +194,7 @@ def _user_fields(dialect: str) -> dict[str, str]:
         "data.train": ".".join(train),
         "data.validation": ".".join(validation),
         "rollout.generator_base_url": "openrft.generator_base_url",
+        "rollout.ray_address": "openrft.ray_address",
         "tracking.mlflow_tracking_uri": f"{MLFLOW_FIELD[dialect]}.mlflow_tracking_uri",
         "output_dir": OUTPUT_FIELD[dialect],
         "reward": REWARD_FIELD[dialect],

@@ -32,6 +32,7 @@ from openrft.service.store import NotFound, Store
 from openrft.spec.job import JobSpec
 from openrft.spec.rewards import RewardSpec
 from openrft.spec.tools import PythonToolSpec, ToolsSpec
+from openrft.spec.urls import url_values
 
 FORBIDDEN = 403
 INVALID = 400
@@ -114,31 +115,40 @@ def reward_problems(spec: RewardSpec, config: ServiceConfig, field: str, options
 
 def job_problems(spec: JobSpec, config: ServiceConfig, fields: dict[str, str], shown: dict[str, str]) -> list[Problem]:
     """Operator settings and URLs in a tenant's job. ``fields`` maps spec paths to the user's field
-    names (``data.train`` -> ``run.data_s3_path``); ``shown`` the stored files the request named by id."""
+    names (``data.train`` -> ``run.data_s3_path``); ``shown`` the stored files the request named by id.
+
+    Every address field is found by its declaration (``openrft.spec.urls``), so a new one cannot skip the
+    check; the reward's own endpoints are checked by its kind's needs (``reward_problems``)."""
     problems: list[Problem] = []
-    for path, location in (("data.train", spec.data.train), ("data.validation", spec.data.validation)):
-        if location and location not in shown and "://" in location:
-            problem = url_problem(location, fields[path], config)
+    for path, value, marker in url_values(spec):
+        if path.startswith("reward."):
+            continue
+        field = _user_field(path, fields)
+        if marker.role == "operator":
+            problems.append(_operator_only(field, value, "this address"))
+        elif marker.role == "outbound" or (marker.role == "location" and value not in shown and "://" in value):
+            problem = url_problem(value, field, config)
             if problem:
                 problems.append(problem)
-    if spec.rollout.ray_address:
-        problems.append(_operator_only("openrft.ray_address", spec.rollout.ray_address, "the Ray cluster"))
-    for url, path in (
-        (spec.rollout.generator_base_url, "rollout.generator_base_url"),
-        (spec.tracking.mlflow_tracking_uri, "tracking.mlflow_tracking_uri"),
-        (spec.output_dir if spec.output_dir and "://" in spec.output_dir else None, "output_dir"),
-    ):
-        problem = url_problem(url, fields.get(path, path), config)
-        if problem:
-            problems.append(problem)
     problems += reward_problems(spec.reward, config, fields["reward"], None)
     if spec.tools is not None:
-        problems += tool_problems(spec.tools, config)
+        problems += tool_problems(spec.tools)
     return problems
 
 
-def tool_problems(tools: ToolsSpec, config: ServiceConfig) -> list[Problem]:
-    """Tools run code of the server (Python tools, environments) or call URLs: a tenant may name URLs only."""
+def _user_field(path: str, fields: dict[str, str]) -> str:
+    """Where the user wrote the spec field at ``path`` (a list entry keeps its index)."""
+    base, dot, index = path.rpartition(".")
+    if dot and index.isdigit() and base in fields:
+        return f"{fields[base]}.{index}"
+    if path in fields:
+        return fields[path]
+    return f"openrft.{path}" if path.startswith("tools.") else path
+
+
+def tool_problems(tools: ToolsSpec) -> list[Problem]:
+    """Tools run code of the server (Python tools, environments, stdio MCP servers): a tenant names URLs (checked
+    with every other URL, ``job_problems``) and the MCP servers the operator registered."""
     problems: list[Problem] = []
     for name, runner in tools.functions.items():
         where = f"openrft.tools.functions.{name}"
@@ -148,12 +158,13 @@ def tool_problems(tools: ToolsSpec, config: ServiceConfig) -> list[Problem]:
             else:
                 message = "names Python code on the server; tenants' tools are http endpoints"
                 problems.append((INVALID, f"{where}.function", message, runner.function))
-        else:
-            problem = url_problem(runner.url, f"{where}.url", config)
-            if problem:
-                problems.append(problem)
-            if runner.remote.api_key_env:
-                problems.append(_operator_only(f"{where}.remote.api_key_env", runner.remote.api_key_env, "api_key_env"))
+        elif runner.remote.api_key_env:
+            problems.append(_operator_only(f"{where}.remote.api_key_env", runner.remote.api_key_env, "api_key_env"))
+    for name, server in tools.mcp_servers.items():
+        where = f"openrft.tools.mcp_servers.{name}"
+        if server.command is not None:
+            what = "an MCP stdio server (a command run on the service's machine; name a registered server instead)"
+            problems.append(_operator_only(f"{where}.command", server.command, what))
     if tools.environment is not None:
         what = "an environment class run by the service"
         problems.append(_operator_only("openrft.tools.environment.module", tools.environment.module, what))

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from openrft.spec.urls import OperatorUrl
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -50,7 +52,7 @@ class JudgeSpec(_Strict):
     """Where LLM judges (autoraterScorer, score_model, label_model) send chat completions: any
     OpenAI-compatible server. Unset fields fall back to the environment."""
 
-    base_url: str | None = Field(
+    base_url: OperatorUrl | None = Field(
         None, description="e.g. http://127.0.0.1:8000/v1; None = $OPENRFT_JUDGE_BASE_URL, else $OPENAI_BASE_URL"
     )
     api_key_env: str = Field(

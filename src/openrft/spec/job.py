@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from openrft.spec.rewards import RewardSpec
 from openrft.spec.tools import ToolsSpec
+from openrft.spec.urls import HttpUrl, Location, OperatorUrl, OutboundUrl
 
 # Upper bounds of the numeric settings (docs/hyperparameters.md, "Bounds"): the services' where they publish
 # them, else what one machine and a small model can run. A job outside them is refused at submission.
@@ -59,8 +60,8 @@ class DataSpec(_Strict):
     """Datasets, messages or Vertex format (detected per file). With no validation file, a part of the
     training file is held out (``held_out_count``)."""
 
-    train: str = Field(description="path or URI of the training JSONL")
-    validation: str | None = None
+    train: Location = Field(description="path or URI of the training JSONL")
+    validation: Location | None = None
     shuffle: bool = True
     validation_fraction: float = Field(0.25, ge=0, lt=1, description="held out of train when validation is None")
     validation_min_examples: int = Field(
@@ -142,9 +143,11 @@ class RolloutSpec(_Strict):
     )
     generation_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     runtime: Literal["local", "ray"] = "local"
-    ray_address: str | None = None
-    generator_base_url: str | None = Field(
-        None, description="OpenAI-compatible servers (vLLM, openrft serve-model) to sample from, comma-separated"
+    ray_address: OperatorUrl | None = None
+    generator_base_url: list[HttpUrl] | None = Field(
+        None,
+        description="OpenAI-compatible servers (vLLM, openrft serve-model) to sample from: one URL, or a list "
+        "(replica i samples from server i mod len)",
     )
     engine: Literal["auto", "local", "server", "vllm"] = Field(
         "auto",
@@ -153,6 +156,14 @@ class RolloutSpec(_Strict):
         "generator_base_url is set, else local",
     )
     correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
+
+    @field_validator("generator_base_url", mode="before")
+    @classmethod
+    def _url_list(cls, value: Any) -> Any:
+        """One URL is a list of one; an empty list is none."""
+        if isinstance(value, str):
+            return [value]
+        return value or None
 
     @property
     def generation_engine(self) -> Literal["local", "server", "vllm"]:
@@ -178,9 +189,10 @@ class RolloutSpec(_Strict):
         if self.engine == "server" and not self.generator_base_url:
             raise ValueError("rollout.engine 'server' needs rollout.generator_base_url (the server URLs)")
         if self.engine in ("local", "vllm") and self.generator_base_url:
+            urls = ", ".join(map(repr, self.generator_base_url))
             raise ValueError(
-                f"rollout.generator_base_url ({self.generator_base_url!r}) is set but rollout.engine is "
-                f"{self.engine!r}, which does not use it: set rollout.engine to 'server' (or 'auto'), or unset the URL"
+                f"rollout.generator_base_url ({urls}) is set but rollout.engine is {self.engine!r}, which does not "
+                "use it: set rollout.engine to 'server' (or 'auto'), or unset the URL"
             )
         if self.engine == "vllm" and self.runtime != "local":
             raise ValueError(
@@ -269,7 +281,7 @@ class TrackingSpec(_Strict):
     samples_max_mb: float = Field(
         256.0, gt=0, le=1e6, description="the run's recorded samples are kept under this size, oldest dropped first"
     )
-    mlflow_tracking_uri: str | None = None
+    mlflow_tracking_uri: OutboundUrl | None = None
     mlflow_experiment_name: str | None = None
     mlflow_run_name: str | None = None
 
@@ -298,7 +310,7 @@ class JobSpec(_Strict):
     tools: ToolsSpec | None = Field(None, description="multi-turn rollouts with tools (docs/tools.md)")
     tracking: TrackingSpec = TrackingSpec()
     runtime: RuntimeSpec = RuntimeSpec()
-    output_dir: str | None = None
+    output_dir: Location | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @property

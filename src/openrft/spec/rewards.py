@@ -24,6 +24,7 @@ from openrft.spec.call_options import MAX_CALL_CONCURRENCY as MAX_CALL_CONCURREN
 from openrft.spec.call_options import MAX_CALL_TIMEOUT_S as MAX_CALL_TIMEOUT_S
 from openrft.spec.call_options import JudgeSpec, RemoteCallSpec, SandboxSpec
 from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
+from openrft.spec.urls import RewardUrl
 
 # ------------------------------------------------------------------------------------------------
 # shared helpers
@@ -129,7 +130,7 @@ class CodeExecutionRewardScorer(_Strict):
 class CloudRunRewardScorer(_Strict):
     """An HTTP endpoint called once per sample with ``{example, response, metadata}``."""
 
-    cloudRunUri: str
+    cloudRunUri: RewardUrl
 
     @field_validator("cloudRunUri")
     @classmethod
@@ -466,7 +467,7 @@ class NovaLambdaReward(_Strict):
     The Nova and Bedrock dialects map their Lambda ARN fields here (``openrft.lambda_map``)."""
 
     type: Literal["nova_lambda"] = "nova_lambda"
-    endpoint: str
+    endpoint: RewardUrl
     batch_size: int = Field(128, ge=1, le=4096)  # the Nova recipe's lambda_batch_size bound
     concurrency_limit: int = Field(12, ge=1, le=1000)  # ... lambda_concurrency_limit's
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from openrft.spec.call_options import MAX_CALL_CONCURRENCY, MAX_CALL_TIMEOUT_S, RemoteCallSpec
+from openrft.spec.urls import HttpUrl
 
 MALFORMED_CALL_MESSAGE = (
     "error: the tool call could not be read ({error}); write each call in the format the instructions show"
@@ -29,7 +30,7 @@ class _Strict(BaseModel):
 
 class HttpToolSpec(_Strict):
     type: Literal["http"]
-    url: str = Field(description="POST {name, arguments, call_id, example_id, messages} -> {content} or {error}")
+    url: HttpUrl = Field(description="POST {name, arguments, call_id, example_id, messages} -> {content} or {error}")
     remote: RemoteCallSpec = Field(
         default_factory=lambda: RemoteCallSpec(timeout_s=30.0, max_retries=2),
         description="timeout per attempt, retries, backoff, circuit breaker (as for reward endpoints)",
@@ -54,11 +55,21 @@ class EnvironmentSpec(_Strict):
 
 
 class McpServerSpec(_Strict):
-    """An MCP server whose tools the rows may call: started as a subprocess (``command``, stdio) or reached at
-    ``url`` (streamable HTTP). Its tools' schemas are read from the server and added to every row."""
+    """An MCP server whose tools the rows may call: started as a subprocess (``command``, stdio), reached at
+    ``url`` (streamable HTTP), or one the service's operator registered (``registered``: its name; the service
+    puts the operator's definition in its place when the job is submitted). Its tools' schemas are read from
+    the server and added to every row. A stdio server runs a command on the machine: on a service, only the
+    operator defines one (docs/service.md, Security)."""
 
     command: list[str] | None = Field(None, min_length=1, description="stdio: the server's command and arguments")
-    url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint, e.g. http://host:8000/mcp")
+    url: HttpUrl | None = Field(
+        None, description="streamable HTTP: the server's MCP endpoint, e.g. http://host:8000/mcp"
+    )
+    registered: str | None = Field(
+        None,
+        min_length=1,
+        description="the name of an MCP server the service's operator registered (openrft serve --mcp-servers)",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="stdio: environment variables added for the server")
     cwd: str | None = Field(None, description="stdio: the working directory (relative to the job file)")
     session: Literal["shared", "episode"] = Field(
@@ -68,8 +79,14 @@ class McpServerSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSpec:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give exactly one of command (a stdio server) and url (streamable HTTP)")
+        given = [self.command, self.url, self.registered]
+        if sum(value is not None for value in given) != 1:
+            raise ValueError(
+                "give exactly one of command (a stdio server), url (streamable HTTP) and registered (a server the "
+                "service's operator registered)"
+            )
+        if self.command is None and (self.env or self.cwd is not None):
+            raise ValueError("env and cwd are settings of a stdio server (command)")
         return self
 
 

@@ -38,7 +38,12 @@ def _client_class():
     return Client
 
 
-def _target(spec: McpServerSpec) -> Any:
+def _target(name: str, spec: McpServerSpec) -> Any:
+    if spec.registered is not None:
+        raise ToolConfigError(
+            f"tools.mcp_servers.{name}.registered: {spec.registered!r} names a server an operator registered with "
+            "openrft serve --mcp-servers; only a job submitted to that service can use it: give a command or a url"
+        )
     if spec.url is not None:
         return spec.url
     from mcp import StdioServerParameters
@@ -56,15 +61,16 @@ class McpSession:
         self._task: asyncio.Task | None = None
 
     async def start(self) -> McpSession:
+        client_class = _client_class()
+        target = _target(self.name, self.spec)  # an unresolved registered name fails here, by name
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._serve(ready))
+        self._task = asyncio.create_task(self._serve(client_class, target, ready))
         await ready
         return self
 
-    async def _serve(self, ready: asyncio.Future) -> None:
-        Client = _client_class()
+    async def _serve(self, client_class: Any, target: Any, ready: asyncio.Future) -> None:
         try:
-            async with Client(_target(self.spec), read_timeout_seconds=self.spec.timeout_s) as client:
+            async with client_class(target, read_timeout_seconds=self.spec.timeout_s) as client:
                 ready.set_result(None)
                 while (item := await self._queue.get()) is not None:
                     method, args, answer = item

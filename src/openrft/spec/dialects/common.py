@@ -91,7 +91,7 @@ class OpenRFTExtensions(Strict):
     )
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
-    generator_base_url: str | None = None
+    generator_base_url: str | list[str] | None = None
     generation_engine: Literal["auto", "local", "server", "vllm"] = "auto"
     rollout_correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
     min_p: float = Field(0.0, ge=0, lt=1)
