@@ -1,19 +1,26 @@
-"""The engine on one NVIDIA GPU: a randomly initialised Qwen2-0.5B-shaped model (built from a config,
-nothing downloaded), in bf16. Reports generation tokens/s (the engine's generator and plain
+"""The engine on one NVIDIA GPU: a randomly initialised Qwen2-0.5B- or Qwen2-1.5B-shaped model (built from
+a config, nothing downloaded), in bf16. Reports generation tokens/s (the engine's generator and plain
 ``model.generate``), learner tokens/s, and the learner's achieved FLOP/s against the GPU's bf16
 peak, both the measured matmul peak and the vendor's dense figure where the GPU is known.
 
-    python -m benchmarks gpu [--prompts 32] [--samples 8] [--prompt-tokens 128] [--new-tokens 256]
+    python -m benchmarks gpu [--shape 0.5b|1.5b] [--prompts 32] [--samples 8] [--prompt-tokens 128]
+        [--new-tokens 256] [--json FILE]
 
 Without a CUDA device it says so and exits 0 (CI never needs it). ``--allow-cpu --tiny`` runs the
-same code on the CPU with a tiny model, to check the code path.
+same code on the CPU with a tiny model, to check the code path. ``--json FILE`` appends the result as
+one JSON line (``scripts/gpu_check.sh`` collects both shapes that way).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import random
+import sys
 import time
+from importlib import metadata
+from pathlib import Path
 
 import torch
 
@@ -38,9 +45,30 @@ BF16_PEAK = {
 SKIP_MESSAGE = "no CUDA device: the GPU benchmark needs an NVIDIA GPU (--allow-cpu --tiny checks the code path on CPU)"
 
 
-def qwen2_05b_config(tiny: bool = False):
-    """Qwen2-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocab 151,936, tied
-    embeddings); ``tiny`` keeps the structure at a size a CPU runs in seconds."""
+# The published Qwen2 shapes measured here (tied embeddings, rope theta 1e6, RMS eps 1e-6 for both).
+SHAPES = {
+    "0.5b": {
+        "label": "Qwen2-0.5B",
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+    },
+    "1.5b": {
+        "label": "Qwen2-1.5B",
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+    },
+}
+
+
+def qwen2_config(shape: str = "0.5b", tiny: bool = False):
+    """A Qwen2 shape of ``SHAPES`` (vocabulary 151,936, tied embeddings); ``tiny`` keeps the structure at a size a
+    CPU runs in seconds, whatever the shape."""
     from transformers import Qwen2Config
 
     if tiny:
@@ -57,13 +85,10 @@ def qwen2_05b_config(tiny: bool = False):
             bos_token_id=None,
             pad_token_id=0,
         )
+    dims = {k: v for k, v in SHAPES[shape].items() if k != "label"}
     return Qwen2Config(
         vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
+        **dims,
         max_position_embeddings=32768,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
@@ -72,6 +97,12 @@ def qwen2_05b_config(tiny: bool = False):
         bos_token_id=None,
         pad_token_id=0,
     )
+
+
+def qwen2_05b_config(tiny: bool = False):
+    """Qwen2-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocab 151,936, tied
+    embeddings); ``tiny`` keeps the structure at a size a CPU runs in seconds."""
+    return qwen2_config("0.5b", tiny)
 
 
 def nominal_peak(device_name: str) -> float | None:
@@ -84,6 +115,7 @@ def nominal_peak(device_name: str) -> float | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b", help="the Qwen2 shape (default 0.5b)")
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
     parser.add_argument("--samples", type=int, default=8, help="samples per prompt")
     parser.add_argument("--prompt-tokens", type=int, default=128)
@@ -94,6 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no GPU")
     parser.add_argument("--tiny", action="store_true", help="a tiny model of the same structure")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write benchmarks/results")
+    parser.add_argument("--json", metavar="FILE", help="also append the result to FILE as one JSON line")
     args = parser.parse_args(argv)
     for name in ("prompts", "samples", "prompt_tokens", "new_tokens", "micro_batch_tokens", "lora_rank", "steps"):
         if getattr(args, name) < 1:
@@ -116,7 +149,7 @@ def run(args: argparse.Namespace, device: torch.device) -> dict:
     from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    config = qwen2_05b_config(args.tiny)
+    config = qwen2_config(args.shape, args.tiny)
     torch.manual_seed(0)
     with torch.device(device):  # initialised where it runs: no 2 GB detour through host memory
         model = Qwen2ForCausalLM(config).to(dtype=dtype)
@@ -175,7 +208,10 @@ def run(args: argparse.Namespace, device: torch.device) -> dict:
     result = {
         "device": device_name,
         "dtype": str(dtype),
-        "model": "Qwen2-0.5B shape, random weights" if not args.tiny else "tiny Qwen2 (code-path check)",
+        "shape": args.shape,
+        "model": f"{SHAPES[args.shape]['label']} shape, random weights"
+        if not args.tiny
+        else f"tiny Qwen2 (code-path check of --shape {args.shape})",
         "parameters": params_count,
         "prompts": args.prompts,
         "samples_per_prompt": args.samples,
@@ -201,6 +237,24 @@ def run(args: argparse.Namespace, device: torch.device) -> dict:
     return result
 
 
+def json_line(result: dict, argv: list[str] | None) -> str:
+    """The result as one JSON line, with the command, the time and the versions it ran with."""
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    for name in ("transformers", "peft"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    args = sys.argv[1:] if argv is None else ["gpu", *argv]
+    header = {
+        "benchmark": "gpu",
+        "command": "python -m benchmarks " + " ".join(args),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "versions": versions,
+    }
+    return json.dumps({**header, **result}, default=str)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = pick_device(args.allow_cpu)
@@ -211,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in result.items():
         if key != "learner_step_times":
             print(f"  {key}: {value}")
+    if args.json:
+        with Path(args.json).open("a") as f:
+            f.write(json_line(result, argv) + "\n")
+        print(f"appended to {args.json}")
     if not args.no_write:
         r = result
         share = r["fraction_of_nominal_peak"]
@@ -226,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             f"- achieved {r['achieved_flops_per_s'] / 1e12:.1f} TFLOP/s: {r['fraction_of_measured_peak']:.1%} of the "
             f"measured bf16 matmul peak ({r['measured_matmul_peak_flops_per_s'] / 1e12:.0f} TFLOP/s){nominal}",
         ]
-        path = write_results("gpu", "GPU benchmark", lines, result)
+        name = "gpu" if args.shape == "0.5b" else f"gpu-{args.shape}"
+        path = write_results(name, f"GPU benchmark ({SHAPES[args.shape]['label']} shape)", lines, result)
         print(f"wrote {path}")
     return 0
 

@@ -22,6 +22,16 @@ def test_model_has_qwen2_05b_shape():
     assert sum(p.numel() for p in model.parameters()) == 494_032_768  # Qwen2-0.5B, tied embeddings
 
 
+def test_model_has_qwen2_15b_shape():
+    config = gpu.qwen2_config("1.5b")
+    assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (1536, 28, 8960)
+    assert (config.num_attention_heads, config.num_key_value_heads, config.vocab_size) == (12, 2, 151936)
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config)
+    assert sum(p.numel() for p in model.parameters()) == 1_543_714_304  # Qwen2-1.5B, tied embeddings
+    assert gpu.parse_args(["--shape", "1.5b"]).shape == "1.5b" and gpu.parse_args([]).shape == "0.5b"
+
+
 def test_nominal_peak_by_device_name():
     assert gpu.nominal_peak("NVIDIA H100 80GB HBM3") == 989e12
     assert gpu.nominal_peak("NVIDIA H100 PCIe") == 756e12
