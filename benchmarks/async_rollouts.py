@@ -24,6 +24,7 @@ from pathlib import Path
 
 from openrft.engine import RFTJob
 from openrft.engine.metrics import read_metrics
+from openrft.runtime import runtime_for
 from openrft.spec.dialects import load_job
 from openrft.spec.rewards import RewardSpec
 
@@ -54,7 +55,7 @@ def run_job(url: str, args: argparse.Namespace, strategy: str, run_dir: Path) ->
         spec.rollout.strategy, spec.rollout.age_tolerance = "off_policy_async", args.tolerance
         spec.rollout.generation_replicas = args.replicas
     started = time.perf_counter()
-    summary = RFTJob(spec, run_dir, show_progress=False).run()
+    summary = RFTJob(spec, run_dir, show_progress=False, runtime=runtime_for(spec)).run()
     wall = time.perf_counter() - started
     rows = read_metrics(run_dir / "metrics.jsonl")
     val = VAL.format(args.eval_samples)

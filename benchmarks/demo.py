@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from openrft.engine.local_runtime import LocalRuntime
 from openrft.engine.rollouts import RolloutGroup, score_groups
 from openrft.engine.setup import JobParts, build_parts
 from openrft.engine.train_batch import build_train_batch
@@ -13,6 +12,7 @@ from openrft.learner import Learner, Policy, TrainSample
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
+from openrft.runtime import runtime_for
 from openrft.spec.dialects import load_job
 from openrft.spec.job import JobSpec
 
@@ -41,9 +41,9 @@ class Demo:
 
     @classmethod
     def build(cls, spec: JobSpec) -> Demo:
-        """Built the way a local job builds it (``LocalRuntime``)."""
+        """Built the way a local job builds it (the runtime ``openrft.runtime.runtime_for`` gives a local spec)."""
         parts = build_parts(spec)
-        built = LocalRuntime().build_learner(spec, parts)
+        built = runtime_for(spec).build_learner(spec, parts)
         learner = built.learner
         return cls(spec, parts, learner.policy, learner, built.generator, RewardRunner(parts.reward))
 

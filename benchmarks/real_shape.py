@@ -138,10 +138,9 @@ def run_openrft(spec, workdir: Path, learners: int = 1) -> dict:
     from openrft.runtime import runtime_for
 
     config = AutoConfig.from_pretrained(spec.model.name_or_path)  # the learner's model may be in other processes
-    runtime = None
     if learners > 1:
         spec.rollout.runtime, spec.rollout.replicas, spec.runtime.threads = "ray", learners, 1
-        runtime = runtime_for(spec)
+    runtime = runtime_for(spec)  # the composition root, as every job's
     rows: dict[int, dict] = {}
     learner_times: list[float] = []
     flops: list[int] = []

@@ -101,11 +101,12 @@ def recipe(directory: Path, model: str, steps: int, prompts: int, samples: int, 
 
 def run_job(recipe_path: Path, run_dir: Path) -> dict:
     from openrft.engine.job import RFTJob
+    from openrft.runtime import runtime_for
     from openrft.spec.dialects import load_job
 
     spec = load_job(recipe_path)
     started = time.perf_counter()
-    RFTJob(spec, run_dir, show_progress=False).run()
+    RFTJob(spec, run_dir, show_progress=False, runtime=runtime_for(spec)).run()
     wall = time.perf_counter() - started
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in steps if "perf/time_per_step" in m][1:]  # the first step warms up
@@ -214,10 +215,12 @@ def demo_runs(
             path = work / "recipe.yaml"
             path.write_text(yaml.safe_dump(body))
             from openrft.engine.job import RFTJob
+            from openrft.runtime import runtime_for
             from openrft.spec.dialects import load_job
 
+            spec = load_job(path)
             started = time.perf_counter()
-            RFTJob(load_job(path), work / "run", show_progress=False).run()
+            RFTJob(spec, work / "run", show_progress=False, runtime=runtime_for(spec)).run()
             row = demo_row(engine, strategy, work / "run", time.perf_counter() - started)
             log(json.dumps(row))
             rows.append(row)

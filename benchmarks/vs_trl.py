@@ -139,10 +139,9 @@ def run_openrft(spec: JobSpec, workdir: Path, most_threads: int | None = None, l
     that many data-parallel learners on a Ray instance of this machine, one thread each, each sampling and
     learning on its share of the batch (the process's CPU seconds are then only the driver's)."""
     result = RunResult("OpenRFT", spec.training.seed)
-    runtime = None
     if learners > 1:
         spec.rollout.runtime, spec.rollout.replicas, spec.runtime.threads = "ray", learners, 1
-        runtime = runtime_for(spec)
+    runtime = runtime_for(spec)  # the composition root, as every job's
     ended: dict[int, tuple[float, float]] = {}
     rows: dict[int, dict] = {}
 

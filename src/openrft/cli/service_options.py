@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
+
+from openrft.errors import OpenRFTError
+
+RAY_ADDRESS = re.compile(r"(auto|(ray://)?(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5})")
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
@@ -11,6 +16,28 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         help="e.g. postgresql://user@host/db (default: $OPENRFT_DATABASE_URL, else SQLite in the data directory)",
     )
+
+
+def add_cluster_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="run every job on this Ray cluster (auto: the cluster this machine belongs to; HOST:PORT of the "
+        "head's GCS; ray://HOST:10001): its learners and generation replicas become Ray actors there "
+        "(docs/scaling.md, 'The service on a Ray cluster'); default: each job runs in its job process",
+    )
+
+
+def ray_address(value: str | None) -> str | None:
+    """``--ray-address`` checked: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``."""
+    if value is None:
+        return None
+    if not RAY_ADDRESS.fullmatch(value):
+        raise OpenRFTError(
+            f"--ray-address {value!r}: expected auto, HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379) or "
+            "ray://HOST:PORT (Ray Client, e.g. ray://head:10001)"
+        )
+    return value
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:

@@ -17,8 +17,10 @@
 - The job's own process keeps the loop, the rewards, the metrics and the checkpoints; it reads the
   adapter files from the learner for checkpoints, so no shared filesystem is needed.
 
-``rollout.ray_address`` connects to an existing cluster (``auto``, ``ray://host:10001``, ...); without
-it a Ray instance is started for the job and shut down after. Every node needs OpenRFT installed.
+``rollout.ray_address``, or the operator's cluster in the service (``openrft serve --ray-address``, passed by
+``runtime_for``), connects to an existing cluster (``auto``, ``ray://host:10001``, ...); without either a Ray
+instance is started for the job and shut down after. Every node needs OpenRFT installed. The bundles come
+from ``placement.bundles``, which the service also shows on the job before it starts.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
 from openrft.learner.learner import SUM_KEYS, add_sums, mini_batches, response_tokens, step_metrics, trained
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
+from openrft.runtime.placement import bundles
 from openrft.runtime.process_group import all_reduce_gradients, free_port, join_process_group, node_address
 from openrft.spec.job import JobSpec
 
@@ -327,19 +330,22 @@ class RayReplica:
         ray.kill(self.actor, no_restart=True)
 
 
-def generation_actors(spec: JobSpec) -> int:
-    """The generation actors a job starts: none where the learners sample (synchronous rollouts from the
-    local engine, ``RayLearnerGenerator``) or where servers do (``rollout.generator_base_url``)."""
-    learners_sample = spec.rollout.strategy == "sync" and spec.rollout.generation_engine == "local"
-    return 0 if learners_sample or spec.rollout.generator_base_url else spec.rollout.generation_replicas
-
-
 class RayRuntime:
     name = "ray"
     loads_model_locally = False
 
-    def __init__(self, spec: JobSpec, on_event: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        on_event: Callable[[str, str], None] | None = None,
+        address: str | None = None,
+        address_field: str = "rollout.ray_address",
+    ):
+        """``address``: the cluster to join (``auto``, ``HOST:PORT``, ``ray://HOST:10001``), else
+        ``rollout.ray_address``; neither: start Ray on this machine for the job. ``address_field`` names where
+        the address came from, for the error when it cannot be reached."""
         self.spec, self.on_event = spec, on_event or (lambda level, message: None)
+        self.address, self.address_field = address or spec.rollout.ray_address, address_field
         self.replicas: list[RayReplica] = []
         self._started_ray = False
         self._group = None
@@ -349,11 +355,13 @@ class RayRuntime:
         import ray
 
         if not ray.is_initialized():
-            address = self.spec.rollout.ray_address
+            address = self.address
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=True, logging_level="WARNING")
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise OpenRFTError(f"rollout.ray_address {address!r}: cannot connect to a Ray cluster: {exc}") from None
+                raise OpenRFTError(
+                    f"{self.address_field} {address!r}: cannot connect to a Ray cluster: {exc}"
+                ) from None
             self._started_ray = address is None
         return ray
 
@@ -363,11 +371,9 @@ class RayRuntime:
         from ray.util.placement_group import placement_group
 
         learners = self.spec.rollout.replicas
-        count = learners + generation_actors(self.spec)
-        cpus = float(self.spec.runtime.threads or 1)
-        gpus = 1.0 if self.spec.runtime.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= count else 0.0
-        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
-        group = placement_group([dict(bundle) for _ in range(count)], strategy="PACK")
+        group_bundles = bundles(self.spec, ray.cluster_resources().get("GPU", 0))
+        count, bundle = len(group_bundles), group_bundles[0]
+        group = placement_group(group_bundles, strategy="PACK")
         ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
         if not ready:
             ray.util.remove_placement_group(group)

@@ -46,6 +46,9 @@ class ServiceConfig:
     # object-store prefixes (s3://, gs://, hf://) each tenant may name, by key id or name ("*": every tenant)
     store_prefixes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     tenant_store_prefixes: tuple[str, ...] = ()  # those of the tenant a request is checked for (tenant_config)
+    # the Ray cluster every job runs on (openrft serve/worker --ray-address: auto, HOST:PORT, ray://HOST:10001);
+    # None: jobs run in their job process (runtime: ray ones on a Ray instance started for the job). Never a tenant's
+    ray_address: str | None = None
     # MCP servers the operator registered (--mcp-servers FILE), by name: tenants' jobs name them (mcp_registry)
     mcp_servers: dict[str, McpServerSpec] = field(default_factory=dict)
 

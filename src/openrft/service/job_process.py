@@ -21,6 +21,7 @@ from openrft.engine import JobControl, RFTJob
 from openrft.engine.checkpoints import CheckpointManager
 from openrft.engine.job import Command
 from openrft.errors import CheckpointError, ModelNotFoundError, OpenRFTError, RewardError
+from openrft.runtime import runtime_factory
 from openrft.service.config import ServiceConfig
 from openrft.service.metrics_events import checkpoint_metrics, event_data, event_message
 from openrft.service.store import CheckpointRecord, Store
@@ -106,16 +107,18 @@ class JobRunner:
             "sample_listeners": (self.on_samples,),
             "on_event": self.on_event,
         }
+        # the composition root places the job: its own runtime, or the operator's cluster (--ray-address)
+        runtime = runtime_factory(self.on_event, cluster=self.config.ray_address)
         latest = self.checkpoints.latest() if (self.run_dir / "spec.json").exists() else None
         if latest is not None:
             self.store.truncate_after(self.job.id, latest.step)
             self.step_metrics = {r.step: r.data for r in self.store.metrics(self.job.id)}
             self.on_event("info", f"Resuming from the checkpoint at step {latest.step}")
-            return RFTJob.from_run_dir(self.run_dir, **kwargs)
+            return RFTJob.from_run_dir(self.run_dir, runtime_factory=runtime, **kwargs)
         if self.run_dir.exists():
             shutil.rmtree(self.run_dir)
         self.store.truncate_after(self.job.id, -1)
-        return RFTJob(self.spec, self.run_dir, **kwargs)
+        return RFTJob(self.spec, self.run_dir, runtime=runtime(self.spec), **kwargs)
 
     def tenant_text(self, text: str) -> str:
         """``text`` with the server's paths made relative to the data directory (no server paths to tenants)."""
@@ -194,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--ray-address", default=None, help="the operator's Ray cluster the job runs on")
     args = parser.parse_args(argv)
     if args.parent_pid:
         watch_parent(args.parent_pid)
-    config = ServiceConfig.build(args.data_dir, args.database_url)
+    config = ServiceConfig.build(args.data_dir, args.database_url, ray_address=args.ray_address)
     store = Store.open(config.database_url, run_migrations=False)
     try:
         return JobRunner(store, config, args.job_id, args.attempt).run()

@@ -36,6 +36,8 @@ class JobHandle(Protocol):
 
 
 def job_args(job_id: str, attempt: int, config: ServiceConfig) -> list[str]:
+    """The job process's arguments: the operator's settings it needs travel here (the store holds only the job)."""
+    cluster = ["--ray-address", config.ray_address] if config.ray_address else []
     return [
         job_id,
         "--attempt",
@@ -46,6 +48,7 @@ def job_args(job_id: str, attempt: int, config: ServiceConfig) -> list[str]:
         str(config.data_dir),
         "--parent-pid",
         str(os.getpid()),
+        *cluster,
     ]
 
 
