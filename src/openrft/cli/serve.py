@@ -7,7 +7,7 @@ import importlib
 import logging
 import threading
 
-from openrft.cli.service_options import add_store_options, open_store
+from openrft.cli.service_options import add_cluster_option, add_store_options, open_store, ray_address
 from openrft.errors import OpenRFTError
 
 
@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="jobs the embedded worker runs at once (0: none; run `openrft worker` processes instead)",
     )
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
+    add_cluster_option(p)
     p.add_argument("--max-upload-mb", type=int, default=512)
     p.add_argument(
         "--allow-private-urls",
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     config, store = open_store(args)
     config.host = args.host
     config.heartbeat_timeout_s = args.heartbeat_timeout
+    config.ray_address = ray_address(args.ray_address)
     config.max_upload_bytes = args.max_upload_mb << 20
     config.allow_private_urls = args.allow_private_urls
     config.store_prefixes = store_prefixes(args.allow_store_prefix)

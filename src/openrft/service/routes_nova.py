@@ -43,4 +43,4 @@ async def create_nova_job(request: Request, owner: Owner) -> FineTuningJob:
     from starlette.concurrency import run_in_threadpool
 
     job = await run_in_threadpool(request.app.state.submitter.create, owner, document, "nova")
-    return openai_job(job)
+    return openai_job(job, request.app.state.config.ray_address)

@@ -29,11 +29,16 @@ router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"])
 Owner = Annotated[str, Depends(current_owner)]
 
 
+def _cluster(request: Request) -> str | None:
+    """The server's Ray cluster (``--ray-address``): the job objects' ``resources`` are where it places jobs."""
+    return request.app.state.config.ray_address
+
+
 @router.post("/jobs", response_model=FineTuningJob)
 def create_job(request: Request, owner: Owner, body: JobCreateRequest) -> FineTuningJob:
     document = body.model_dump(exclude_unset=True)
     job = request.app.state.submitter.create(owner, document, "openai")
-    return openai_job(job)
+    return openai_job(job, _cluster(request))
 
 
 @router.get("/jobs", response_model=Page[FineTuningJob])
@@ -41,7 +46,7 @@ def list_jobs(
     request: Request, owner: Owner, after: str | None = None, limit: Annotated[int, Query(ge=1, le=100)] = 20
 ) -> Page[FineTuningJob]:
     jobs, more = request.app.state.store.list_jobs(owner, limit, after)
-    data = [openai_job(j) for j in jobs]
+    data = [openai_job(j, _cluster(request)) for j in jobs]
     return Page[FineTuningJob](
         data=data, has_more=more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
     )
@@ -49,23 +54,23 @@ def list_jobs(
 
 @router.get("/jobs/{job_id}", response_model=FineTuningJob)
 def get_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
-    return openai_job(request.app.state.store.get_job(owner, job_id))
+    return openai_job(request.app.state.store.get_job(owner, job_id), _cluster(request))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=FineTuningJob)
 def cancel_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
-    return openai_job(request.app.state.store.request_cancel(owner, job_id))
+    return openai_job(request.app.state.store.request_cancel(owner, job_id), _cluster(request))
 
 
 @router.post("/jobs/{job_id}/pause", response_model=FineTuningJob)
 def pause_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
-    return openai_job(request.app.state.store.request_pause(owner, job_id))
+    return openai_job(request.app.state.store.request_pause(owner, job_id), _cluster(request))
 
 
 @router.post("/jobs/{job_id}/resume", response_model=FineTuningJob)
 def resume_job(request: Request, owner: Owner, job_id: str) -> FineTuningJob:
     max_queued = request.app.state.submitter.max_queued(owner)
-    return openai_job(request.app.state.store.request_resume(owner, job_id, max_queued))
+    return openai_job(request.app.state.store.request_resume(owner, job_id, max_queued), _cluster(request))
 
 
 @router.get("/jobs/{job_id}/events", response_model=Page[JobEvent])

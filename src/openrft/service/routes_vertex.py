@@ -26,7 +26,8 @@ def _parent(project: str, location: str) -> str:
 def _vertex(request: Request, owner: str, job_id: str, project: str, location: str) -> TuningJob:
     store = request.app.state.store
     job = store.get_job(owner, job_id)
-    return vertex_job(job, _parent(project, location), store.best_checkpoints(job.id, 3))
+    cluster = request.app.state.config.ray_address
+    return vertex_job(job, _parent(project, location), store.best_checkpoints(job.id, 3), cluster)
 
 
 def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
@@ -55,9 +56,9 @@ def build_router(version: str, include_in_schema: bool = True) -> APIRouter:
             raise ApiError(
                 400, f"pageToken: {pageToken!r} is not a page token of this list", "invalid_page_token", "pageToken"
             ) from None
-        checkpoints = request.app.state.store.best_checkpoints
+        checkpoints, cluster = request.app.state.store.best_checkpoints, request.app.state.config.ray_address
         return TuningJobList(
-            tuningJobs=[vertex_job(j, _parent(project, location), checkpoints(j.id, 3)) for j in jobs],
+            tuningJobs=[vertex_job(j, _parent(project, location), checkpoints(j.id, 3), cluster) for j in jobs],
             nextPageToken=jobs[-1].id if more and jobs else None,
         )
 

@@ -51,6 +51,32 @@ class FileDeleted(_Open):
     deleted: bool
 
 
+class JobResources(_Open):
+    """OpenRFT: what a job will ask for, computed from its spec and the server's settings before it starts."""
+
+    runtime: Literal["local", "ray"] = Field(
+        description="where its learners run: ray (Ray actors, on the server's cluster when ray_address_set) or "
+        "local (the job's own process on the worker)"
+    )
+    learners: int = Field(description="learner processes: rollout.replicas Ray actors, or 1 in the job's process")
+    generation_replicas: int = Field(
+        description="generation actors on Ray (0 where the learners sample or servers generate; a local job's "
+        "replica threads are not counted)"
+    )
+    cpu: float | None = Field(
+        description="CPUs reserved: the placement group's sum (runtime.threads per bundle, 1 when unset); "
+        "null: a local job uses the worker's cores"
+    )
+    gpu: float | None = Field(
+        description="GPUs reserved; null: decided when it starts (runtime.device auto takes one GPU per bundle "
+        "where the cluster has one for every bundle)"
+    )
+    ray_address_set: bool = Field(description="the server runs jobs on its Ray cluster (--ray-address)")
+    bundles: list[dict[str, float]] = Field(
+        default_factory=list, description="the Ray placement group, one bundle per learner then per generation actor"
+    )
+
+
 class FineTuningJob(_Open):
     id: str
     object: Literal["fine_tuning.job"] = "fine_tuning.job"
@@ -74,6 +100,9 @@ class FineTuningJob(_Open):
     integrations: list[dict[str, Any]] = Field(default_factory=list)
     step: int = Field(0, description="OpenRFT: the last step with recorded metrics")
     total_steps: int = Field(0, description="OpenRFT: steps the job runs in all")
+    resources: JobResources | None = Field(
+        None, description="OpenRFT: the resources the job will ask for (null: a Tinker session's job)"
+    )
 
 
 class JobEvent(_Open):
@@ -202,6 +231,9 @@ class TuningJob(_Open):
     reinforcementTuningSpec: dict[str, Any] | None = None
     tunedModel: TunedModel | None = None
     labels: dict[str, str] | None = None
+    resources: JobResources | None = Field(
+        None, description="OpenRFT: the resources the job will ask for, as on the OpenAI job object"
+    )
 
 
 class TuningJobList(_Open):

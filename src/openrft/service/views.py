@@ -6,6 +6,9 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
+from openrft.runtime.placement import job_resources
 from openrft.service.schemas import (
     ErrorObject,
     FileObject,
@@ -13,10 +16,12 @@ from openrft.service.schemas import (
     GoogleStatus,
     JobCheckpoint,
     JobEvent,
+    JobResources,
     TunedModel,
     TuningJob,
 )
 from openrft.service.store.models import Checkpoint, Event, Job, StoredFile
+from openrft.spec.job import JobSpec
 
 VERTEX_STATES = {
     "validating_files": "JOB_STATE_PENDING",
@@ -60,7 +65,20 @@ def _method(job: Job) -> dict[str, Any]:
     return {"type": "reinforcement", "reinforcement": {"grader": grader, "hyperparameters": hp}}
 
 
-def openai_job(job: Job) -> FineTuningJob:
+def resources(job: Job, cluster: str | None) -> JobResources | None:
+    """What ``job`` will ask for where the server places it (``cluster``: the server's --ray-address); None for a
+    Tinker session's row, whose spec is not a job's."""
+    if job.api == "tinker":
+        return None
+    try:
+        spec = JobSpec.model_validate(job.spec)
+    except ValidationError:
+        return None
+    return JobResources(**job_resources(spec, cluster).as_dict())
+
+
+def openai_job(job: Job, cluster: str | None = None) -> FineTuningJob:
+    """``cluster``: the server's Ray cluster (``ServiceConfig.ray_address``), for the job's ``resources``."""
     error = None
     if job.error_code or job.error_message:
         error = ErrorObject(code=job.error_code, message=job.error_message or "", param=job.error_param)
@@ -84,6 +102,7 @@ def openai_job(job: Job) -> FineTuningJob:
         result_files=job.result_files or [],
         step=job.last_step,
         total_steps=job.total_steps,
+        resources=resources(job, cluster),
     )
 
 
@@ -135,7 +154,12 @@ def rfc3339(seconds: float | None) -> str | None:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def vertex_job(job: Job, parent: str, checkpoints: list[Checkpoint] = ()) -> TuningJob:  # type: ignore[assignment]
+def vertex_job(
+    job: Job,
+    parent: str,
+    checkpoints: list[Checkpoint] = (),  # type: ignore[assignment]
+    cluster: str | None = None,
+) -> TuningJob:
     state = VERTEX_STATES[job.status]
     if job.control == "cancel" and job.status in ("running", "pausing"):
         state = "JOB_STATE_CANCELLING"
@@ -169,4 +193,5 @@ def vertex_job(job: Job, parent: str, checkpoints: list[Checkpoint] = ()) -> Tun
         reinforcementTuningSpec=spec,
         tunedModel=tuned,
         labels=job.user_metadata,
+        resources=resources(job, cluster),
     )

@@ -12,6 +12,7 @@ from openrft.engine.mlflow_tracking import flatten
 from openrft.rewards.types import ERROR_KINDS
 from openrft.service.store import Store
 from openrft.service.store.models import Checkpoint, Event, Job, StepMetrics
+from openrft.service.views import resources
 
 TRAIN_REWARD = "critic/rewards/mean"
 ACTIVE_STATUSES = ("validating_files", "queued", "running", "pausing")
@@ -42,8 +43,10 @@ def job_summary_name(job: Job) -> str | None:
     return job.display_name or job.suffix or (job.spec or {}).get("name")
 
 
-def job_summary(store: Store, job: Job) -> dict[str, Any]:
+def job_summary(store: Store, job: Job, cluster: str | None = None) -> dict[str, Any]:
+    """``cluster``: the server's Ray cluster (``--ray-address``), for what the job asks for (``resources``)."""
     train, validation = latest_rewards(store, job.id)
+    asked = resources(job, cluster)
     return {
         "id": job.id,
         "name": job_summary_name(job),
@@ -60,6 +63,7 @@ def job_summary(store: Store, job: Job) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "error": job.error_message,
         "active": job.status in ACTIVE_STATUSES,
+        "resources": asked.model_dump() if asked is not None else None,
     }
 
 
@@ -86,12 +90,13 @@ def checkpoints(store: Store, job_id: str) -> list[dict[str, Any]]:
         return [{"id": c.id, "step": c.step, "val_reward": c.val_reward, "created_at": c.created_at} for c in rows]
 
 
-def job_page(store: Store, job: Job, after_event: int) -> dict[str, Any]:
-    """Everything the job page draws: the summary, each chart's series (``openrft.charts``: the same
-    series ``openrft plot`` draws), checkpoints, and the events after ``after_event``."""
+def job_page(store: Store, job: Job, after_event: int, cluster: str | None = None) -> dict[str, Any]:
+    """Everything the job page draws: the summary (with the resources the job asks for where the server places
+    it), each chart's series (``openrft.charts``: the same series ``openrft plot`` draws), checkpoints, and the
+    events after ``after_event``."""
     rows = metric_rows(store, job.id)
     return {
-        "job": job_summary(store, job),
+        "job": job_summary(store, job, cluster),
         "charts": [c.to_json() for c in charts_data(rows, TINKER_CHARTS if job.api == "tinker" else CHARTS)],
         "checkpoints": checkpoints(store, job.id),
         "events": events_after(store, job.id, after_event),

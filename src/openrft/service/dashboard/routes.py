@@ -29,7 +29,8 @@ def jobs(request: Request, owner: Owner, limit: Annotated[int, Query(ge=1, le=10
     """The tenant's newest jobs with their status, dialect, model, steps and latest rewards."""
     store = request.app.state.store
     rows, more = store.list_jobs(owner, limit, tinker=True)
-    return {"data": [queries.job_summary(store, job) for job in rows], "has_more": more}
+    cluster = request.app.state.config.ray_address
+    return {"data": [queries.job_summary(store, job, cluster) for job in rows], "has_more": more}
 
 
 @router.get("/v1/dashboard/jobs/{job_id}")
@@ -39,9 +40,9 @@ def job(
     job_id: str,
     after_event: Annotated[int, Query(ge=0, le=2**63 - 1, description="events after this sequence number")] = 0,
 ) -> dict:
-    """One job's page: summary, chart series, checkpoints, new events."""
+    """One job's page: summary (with the resources it asks for), chart series, checkpoints, new events."""
     store = request.app.state.store
-    return queries.job_page(store, store.get_job(owner, job_id), after_event)
+    return queries.job_page(store, store.get_job(owner, job_id), after_event, request.app.state.config.ray_address)
 
 
 @router.get("/v1/dashboard/jobs/{job_id}/samples")

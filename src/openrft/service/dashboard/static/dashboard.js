@@ -162,6 +162,21 @@ function info(label, value) {
   return div;
 }
 
+/** What a job asks for (the API's `resources`): learners, generation actors, CPUs and GPUs, and where. */
+function describeResources(r) {
+  if (!r) return "—";
+  const count = (n, one) => `${n} ${one}${n === 1 ? "" : "s"}`;
+  const amount = (v, what) => (v === null ? `${what} decided at start` : `${v} ${what}`);
+  if (r.runtime === "local") {
+    return `1 learner in the job's process on the worker (${r.cpu === null ? "the worker's cores" : amount(r.cpu, "CPU")})`;
+  }
+  const where = r.ray_address_set ? "on the server's Ray cluster" : "on a Ray instance of the worker";
+  return (
+    `${count(r.learners, "learner")}, ${count(r.generation_replicas, "generation actor")} ${where}: ` +
+    `${amount(r.cpu, "CPU")}, ${amount(r.gpu, "GPU")}`
+  );
+}
+
 function renderSummary(job) {
   document.title = `${job.name || job.id} · OpenRFT`;
   $("where").textContent = job.id;
@@ -174,6 +189,7 @@ function renderSummary(job) {
     info("Dialect", job.dialect),
     info("Model", job.model),
     info("Steps", `${job.step} / ${job.total_steps}`),
+    info("Resources", describeResources(job.resources)),
     info("Train reward", fmtNumber(job.train_reward)),
     info("Validation reward", fmtNumber(job.validation_reward)),
     info("Created", fmtTime(job.created_at)),
