@@ -257,7 +257,7 @@ def test_bad_inputs_get_the_apis_errors_and_leave_nothing_behind(client, tokeniz
         return [j["id"] for j in httpx.get(client._base_url + "/v1/dashboard/jobs", headers=bearer).json()["data"]]
 
     before = jobs()
-    with pytest.raises(tinker.RequestFailedError, match="no-such-model"):
+    with pytest.raises(tinker.BadRequestError, match=r"no-such-model.*is not a model this server publishes"):
         client.create_lora_training_client(base_model="no-such-org/no-such-model", rank=4).result()
     assert jobs() == before  # no training client, no job row
 

@@ -8,6 +8,7 @@ import logging
 import threading
 
 from openrft.cli.service_options import add_cluster_option, add_store_options, open_store, ray_address
+from openrft.cli.tinker_options import add_tinker_options, tinker_settings
 from openrft.errors import OpenRFTError
 
 
@@ -59,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=16,
         help="graders/run calls of one API key running or waiting (past it, 429)",
     )
+    add_tinker_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     config.max_stored_mb_per_tenant = _at_least(args.max_stored_mb, 0, "--max-stored-mb")
     config.grader_workers_per_tenant = _at_least(args.grader_workers_per_key, 1, "--grader-workers-per-key")
     config.grader_calls_per_tenant = _at_least(args.grader_calls_per_key, 1, "--grader-calls-per-key")
+    config.tinker = tinker_settings(args)
     if args.mcp_servers:
         from openrft.service.mcp_registry import load_mcp_servers
 

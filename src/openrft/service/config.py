@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from openrft.service.tinker.settings import TinkerSettings
 from openrft.spec.tools import McpServerSpec
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -46,6 +47,8 @@ class ServiceConfig:
     # object-store prefixes (s3://, gs://, hf://) each tenant may name, by key id or name ("*": every tenant)
     store_prefixes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     tenant_store_prefixes: tuple[str, ...] = ()  # those of the tenant a request is checked for (tenant_config)
+    # the Tinker API's bounds per request and the base models it publishes (openrft serve --tinker-*, --model)
+    tinker: TinkerSettings = field(default_factory=TinkerSettings)
     # the Ray cluster every job runs on (openrft serve/worker --ray-address: auto, HOST:PORT, ray://HOST:10001);
     # None: jobs run in their job process (runtime: ray ones on a Ray instance started for the job). Never a tenant's
     ray_address: str | None = None

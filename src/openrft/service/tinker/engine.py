@@ -8,6 +8,7 @@ order the requests arrived, which is the order the SDK sends a client's requests
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -60,11 +61,12 @@ class LoraSettings:
 class BaseModel:
     """One base model, loaded once; adapters are added to the one PEFT wrapper by name."""
 
-    def __init__(self, name: str):
-        self.name = name
-        self.path = resolve_model_path(name)
-        self.tokenizer = load_tokenizer(name)
-        self.base = load_causal_lm(name, torch.device("cpu"), torch.float32).eval()
+    def __init__(self, name: str, source: str | None = None):
+        self.name = name  # as the client named it (a published name); ``source`` is what loads (default: the name)
+        source = source or name
+        self.path = resolve_model_path(source)
+        self.tokenizer = load_tokenizer(source)
+        self.base = load_causal_lm(source, torch.device("cpu"), torch.float32).eval()
         self.peft = None
         self.eos = eos_token_ids(self.tokenizer, self.base)
         self.pad = self.tokenizer.pad_token_id
@@ -126,7 +128,8 @@ class Sampler:
 
 
 class Engine:
-    def __init__(self) -> None:
+    def __init__(self, sources: dict[str, str] | None = None) -> None:
+        self.sources = sources or {}  # published name -> the directory or Hub id it loads (checks.published)
         self.bases: dict[str, BaseModel] = {}
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
@@ -136,14 +139,15 @@ class Engine:
         self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
 
     def base(self, name: str) -> BaseModel:
-        key = resolve_model_path(name)  # a registered name and its directory are one model
+        source = self.sources.get(name, name)
+        key = resolve_model_path(source)  # a registered name and its directory are one model
         with self._lock:
             if not self.bases:
                 # as a job chooses them: at most the cores left idle, then sampling and learning each measured
                 # on their first calls (engine/phase_threads.py, docs/performance.md)
                 self.threads = PhaseThreads(configure_threads(None))
             if key not in self.bases:
-                self.bases[key] = BaseModel(name)
+                self.bases[key] = BaseModel(name, source)
             return self.bases[key]
 
     # training ------------------------------------------------------------------------------
@@ -186,6 +190,11 @@ class Engine:
             )
             losses = [LOSSES[loss_fn](lp, d.inputs, settings) for lp, d in zip(logps, data)]
             total = torch.stack(losses).sum()
+            if backward and not bool(torch.isfinite(total)):
+                raise LossInputError(
+                    f"the loss is {float(total.detach())}: not finite, so no gradient was accumulated "
+                    "(look for extreme weights, advantages or logprobs)"
+                )
             if backward:
                 total.backward()
                 model.pending_grads = True
@@ -199,15 +208,38 @@ class Engine:
             return self._optim_step(model, params)
 
     def _optim_step(self, model: TrainingModel, params) -> dict[str, float]:
+        """AdamW's step, refused (``UserError``) when it would leave the adapter or AdamW's moments NaN or
+        infinite: they are then restored as they were before the call."""
+        parameters = model.base.adapter_parameters(model.model_id)
+        if not all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in parameters):
+            model.optimizer.zero_grad(set_to_none=True)
+            model.pending_grads = False
+            raise UserError(
+                "optim_step refused: the accumulated gradients hold NaN or inf; they were dropped and the adapter "
+                "kept as it was"
+            )
+        weights = [p.detach().clone() for p in parameters]
+        moments = copy.deepcopy(model.optimizer.state_dict())
         for group in model.optimizer.param_groups:
             group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps)
             group["weight_decay"] = params.weight_decay
-        parameters = model.base.adapter_parameters(model.model_id)
         metrics: dict[str, float] = {}
         if params.grad_clip_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(parameters, params.grad_clip_norm)
             metrics["grad_norm"] = float(norm)
         model.optimizer.step()
+        if not _finite(parameters, model.optimizer):
+            with torch.no_grad():
+                for p, before in zip(parameters, weights):
+                    p.copy_(before)
+            model.optimizer.load_state_dict(moments)
+            model.optimizer.zero_grad(set_to_none=True)
+            model.pending_grads = False
+            raise UserError(
+                f"optim_step refused: this step (learning_rate {params.learning_rate:g}) would make the adapter or "
+                "AdamW's moments NaN or infinite (gradients too large for float32, or a learning_rate too large); "
+                "the adapter and AdamW's state were kept as they were and the gradients dropped"
+            )
         model.optimizer.zero_grad(set_to_none=True)
         model.steps += 1
         model.pending_grads = False
@@ -265,22 +297,15 @@ class Engine:
         base.activate(sampler.adapter)
         return base.peft
 
-    def check_sample(self, sampler: Sampler, prompt: list[int], num_samples: int, params) -> None:
-        """A sample request's problems, before it is queued (a bad one never fails a batch)."""
+    def check_sample(self, sampler: Sampler, prompt: list[int], params) -> None:
+        """A sample request's tokens outside the model's vocabulary, before it is queued (a bad one never fails
+        a batch); its numbers and sizes are checked before this (``checks.sample``)."""
         vocab = sampler.base.base.config.vocab_size
         bad = [t for t in prompt if not 0 <= t < vocab]
         if not prompt:
             raise UserError("prompt is empty")
         if bad:
             raise UserError(f"prompt holds token {bad[0]}, outside the vocabulary [0, {vocab})")
-        if num_samples < 1:
-            raise UserError(f"num_samples must be >= 1, got {num_samples}")
-        if params.max_tokens is not None and params.max_tokens < 1:
-            raise UserError(f"sampling_params.max_tokens must be >= 1, got {params.max_tokens}")
-        if params.temperature < 0 or not 0 < params.top_p <= 1:
-            raise UserError(
-                f"sampling_params needs temperature >= 0 and 0 < top_p <= 1, got {params.temperature}, {params.top_p}"
-            )
         if isinstance(params.stop, list | tuple) and any(
             isinstance(s, int) and not 0 <= s < vocab for s in params.stop
         ):
@@ -309,7 +334,7 @@ class Engine:
             sampling = SamplingParams(
                 n=num_samples,
                 temperature=params.temperature,
-                top_k=max(0, params.top_k),
+                top_k=min(max(0, params.top_k), base.base.config.vocab_size),
                 top_p=params.top_p,
                 max_new_tokens=max_tokens,
             )
@@ -355,6 +380,12 @@ class Engine:
                 else:
                     strings.append(s)
         return ids, strings
+
+
+def _finite(parameters: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> bool:
+    tensors = [p.detach() for p in parameters]
+    tensors += [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
 @contextmanager

@@ -5,6 +5,7 @@ Concurrent samples from one sampler run as one batch, which the ones still arriv
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -18,6 +19,8 @@ KEEP_RESULTS = 4096  # finished futures kept for (re)retrieval; the oldest are f
 LINGER_S, LINGER_MAX_S = 0.01, 0.2  # how long a batch waits for requests still arriving
 POLL_WAIT_S = 20.0  # a retrieve waits this long before try_again (the SDK's own timeout is 45 s)
 
+log = logging.getLogger("openrft.tinker")
+
 
 @dataclass
 class Failure:
@@ -25,6 +28,14 @@ class Failure:
 
     message: str
     category: str  # "user" | "server"
+
+
+def internal_error(exc: BaseException, what: str) -> str:
+    """An unexpected error (a library's, the database's): logged for the operator with its traceback under a
+    new error id; the client gets this stable message with the id, never the exception's text."""
+    error_id = "err_" + uuid.uuid4().hex[:16]
+    log.error("Tinker %s failed (error id %s)", what, error_id, exc_info=exc)
+    return f"internal error {error_id}: the server could not complete {what}; its operator's log has the details"
 
 
 @dataclass
@@ -65,7 +76,7 @@ class Futures:
             except user_errors as exc:
                 return Failure(str(exc), "user")
             except Exception as exc:  # the request fails, the server keeps serving
-                return Failure(f"{type(exc).__name__}: {exc}", "server")
+                return Failure(internal_error(exc, "this request"), "server")
 
         self._items[request_id] = Pending(owner, self.executor.submit(run))
         while len(self._items) > KEEP_RESULTS:
@@ -124,7 +135,7 @@ class Futures:
         except user_errors as exc:
             failure = Failure(str(exc), "user")
         except Exception as exc:
-            failure = Failure(f"{type(exc).__name__}: {exc}", "server")
+            failure = Failure(internal_error(exc, "this sample request"), "server")
         for future in taken:
             if not future.done():
                 future.set_result(failure)

@@ -4,12 +4,17 @@ response models (``tinker.types``) read and write every JSON body, its protobuf 
 Authentication: the SDK sends its api_key as ``X-API-Key``; the key is an OpenRFT key (``openrft keys
 create``), given to the SDK with the ``tml-`` prefix the SDK insists on (``tml-ork-...``), and each key is
 its own tenant: models, samplers, futures and checkpoints of another key read as not found.
-Errors: a request that cannot be read answers 400/404 ``{"detail": ...}``; one that fails while it runs
-resolves its future to ``{"error": ..., "category": "user" | "server"}`` (the SDK raises RequestFailedError).
+Errors: a request that cannot be read, or asks past the operator's bounds or for a model the operator did
+not publish (``checks.py``), answers 400/404/413 ``{"detail": ...}`` naming the field, before any work; one
+that fails while it runs resolves its future to ``{"error": ..., "category": "user" | "server"}`` (the SDK
+raises RequestFailedError). A server-side failure (the database's, a library's) is logged with an error id
+and answered with that id, never with the exception's text (``futures.internal_error``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -23,13 +28,21 @@ from tinker import types
 
 from openrft.algo.tinker_losses import LossInputError
 from openrft.errors import ModelNotFoundError, OpenRFTError
-from openrft.models import REGISTERED_MODELS
 from openrft.service.auth import RecentOwners
 from openrft.service.errors import ApiError
-from openrft.service.tinker.checkpoints import CheckpointError, CheckpointStore, Location, check_name, parse
-from openrft.service.tinker.engine import Engine, LoraSettings, UserError
-from openrft.service.tinker.futures import Failure, Futures, Queued
+from openrft.service.tinker import checks
+from openrft.service.tinker.checkpoints import (
+    MODEL_ID,
+    CheckpointError,
+    CheckpointStore,
+    Location,
+    check_name,
+    parse,
+)
+from openrft.service.tinker.engine import DEFAULT_MAX_TOKENS, Engine, LoraSettings, UserError
+from openrft.service.tinker.futures import Failure, Futures, Queued, internal_error
 from openrft.service.tinker.records import SessionRecords
+from openrft.service.tinker.settings import TinkerSettings
 from openrft.service.tinker.wire import WireError, forward_backward_output, read_forward_backward, sample_response
 
 log = logging.getLogger("openrft.tinker")
@@ -39,9 +52,10 @@ SDK_KEY_PREFIX = "tml-"
 
 
 class TinkerState:
-    def __init__(self, data_dir, store, auth) -> None:
+    def __init__(self, data_dir, store, auth, settings: TinkerSettings | None = None) -> None:
+        self.settings = settings or TinkerSettings()
         self.owners = RecentOwners(auth)
-        self.engine = Engine()
+        self.engine = Engine(checks.published(self.settings))
         self.futures = Futures()
         self.checkpoints = CheckpointStore(data_dir / "tinker")
         self.records = SessionRecords(store)
@@ -67,13 +81,32 @@ def state(request: Request) -> TinkerState:
     return request.app.state.tinker
 
 
+async def json_body(request: Request) -> Any:
+    """The request's JSON document; 400 when the body is not one (never the parser's traceback)."""
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer of over 4300 digits, nested too deep
+        raise HTTPException(400, f"body: not a JSON document ({len(raw)} bytes)") from None
+
+
 def read(model: type[BaseModel], body: Any) -> Any:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise HTTPException(400, f"{where}: {first['msg']} (got {first.get('input')!r})") from None
+        raise HTTPException(400, f"{where}: {first['msg']} (got {checks.shown(first.get('input'))})") from None
+    except (ValueError, TypeError, RecursionError, AssertionError):  # a validator of the SDK's types
+        raise HTTPException(400, f"body: not a valid {model.__name__}") from None
+
+
+async def read_body(request: Request, model: type[BaseModel]) -> Any:
+    return read(model, await json_body(request))
+
+
+def refused(exc: checks.Refused | WireError) -> HTTPException:
+    return HTTPException(exc.status, str(exc))
 
 
 def dump(value: BaseModel) -> dict:
@@ -90,7 +123,9 @@ def _future(st: TinkerState, who: str, work, **extra) -> dict:
 def _new_model_id(st: TinkerState, who: str, session_id: str, seq_id: int) -> str:
     """The id the SDK derives itself for a model created from a checkpoint: ``SESSION:train:SEQ``."""
     if st.sessions.get(session_id) != who:
-        raise HTTPException(404, f"no session {session_id!r}")
+        raise HTTPException(404, f"no session {checks.shown(session_id)}")
+    if not 0 <= seq_id < 2**31:
+        raise HTTPException(400, f"model_seq_id {checks.shown(seq_id)} must be in [0, 2**31)")
     model_id = f"{session_id}:train:{seq_id}"
     if model_id in st.engine.models:
         raise HTTPException(400, f"model {model_id!r} exists")
@@ -100,7 +135,8 @@ def _new_model_id(st: TinkerState, who: str, session_id: str, seq_id: int) -> st
 def _model(st: TinkerState, who: str, model_id: str):
     model = st.engine.models.get(model_id)
     if model is None or model.owner != who:
-        raise HTTPException(404, f"no training model {model_id!r} (create it with create_lora_training_client)")
+        shown = checks.shown(model_id)
+        raise HTTPException(404, f"no training model {shown} (create it with create_lora_training_client)")
     return model
 
 
@@ -132,14 +168,15 @@ async def healthz() -> dict:
 
 
 @router.get("/get_server_capabilities")
-async def capabilities() -> dict:
-    models = [types.SupportedModel(model_name=name, trainable=True, sampleable=True) for name in REGISTERED_MODELS]
+async def capabilities(request: Request) -> dict:
+    names = checks.published(state(request).settings)
+    models = [types.SupportedModel(model_name=name, trainable=True, sampleable=True) for name in sorted(names)]
     return dump(types.GetServerCapabilitiesResponse(supported_models=models))
 
 
 @router.post("/create_session")
 async def create_session(request: Request, who: str = Depends(owner)) -> dict:
-    read(types.CreateSessionRequest, await request.json())
+    await read_body(request, types.CreateSessionRequest)
     session_id = "sess_" + uuid.uuid4().hex
     state(request).sessions[session_id] = who
     return dump(types.CreateSessionResponse(session_id=session_id))
@@ -176,14 +213,20 @@ async def cancel_future() -> dict:
 
 @router.post("/create_model")
 async def create_model(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.CreateModelRequest, await request.json())
+    body = await read_body(request, types.CreateModelRequest)
     if body.lora_config is None:
         raise HTTPException(400, "lora_config: full fine-tuning is not served; create a LoRA training client")
     if not 1 <= body.lora_config.rank <= 256:
-        raise HTTPException(400, f"lora_config.rank must be in [1, 256], got {body.lora_config.rank}")
+        raise HTTPException(400, f"lora_config.rank must be in [1, 256], got {checks.shown(body.lora_config.rank)}")
     if getattr(body.optimizer_config, "type", "adamw") != "adamw":
-        raise HTTPException(400, f"optimizer_config.type {body.optimizer_config.type!r}: only 'adamw' is served")
+        shown = checks.shown(body.optimizer_config.type)
+        raise HTTPException(400, f"optimizer_config.type {shown}: only 'adamw' is served")
     st = state(request)
+    try:
+        checks.lora(body.lora_config)
+        checks.base_model(st.settings, who, body.base_model)
+    except checks.Refused as exc:
+        raise refused(exc) from None
     model_id = _new_model_id(st, who, body.session_id, body.model_seq_id)
     lora = LoraSettings(
         **body.lora_config.model_dump(include={"rank", "seed", "train_mlp", "train_attn", "train_unembed"})
@@ -199,7 +242,7 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/get_info")
 async def get_info(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.GetInfoRequest, await request.json())
+    body = await read_body(request, types.GetInfoRequest)
     model = _model(state(request), who, body.model_id)
     data = types.ModelData(
         # the model's directory: the SDK's get_tokenizer() loads from it (offline, docs/tinker.md)
@@ -220,11 +263,11 @@ async def get_info(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/forward_backward")
 async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
-    try:
-        msg = read_forward_backward(await request.body())
-    except WireError as exc:
-        raise HTTPException(400, str(exc)) from None
     st = state(request)
+    try:
+        msg = read_forward_backward(await request.body(), st.settings)
+    except WireError as exc:
+        raise refused(exc) from None
     model = _model(st, who, msg.model_id)
 
     def work() -> bytes:
@@ -238,9 +281,13 @@ async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/optim_step")
 async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.OptimStepRequest, await request.json())
+    body = await read_body(request, types.OptimStepRequest)
     if not isinstance(body.optim_params, types.AdamParams):
         raise HTTPException(400, f"optim_params: only AdamParams are served, got {type(body.optim_params).__name__}")
+    try:
+        checks.adam(body.optim_params)  # before the model is looked at: nothing changes on a refusal
+    except checks.Refused as exc:
+        raise refused(exc) from None
     st = state(request)
     model = _model(st, who, body.model_id)
 
@@ -256,7 +303,7 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/save_weights")
 async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.SaveWeightsRequest, await request.json())
+    body = await read_body(request, types.SaveWeightsRequest)
     st = state(request)
     model = _model(st, who, body.model_id)
     name = body.path or f"step-{model.steps:06d}"
@@ -287,14 +334,20 @@ def check_name_or_400(name: str) -> None:
 
 @router.post("/load_weights")
 async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.LoadWeightsRequest, await request.json())
+    body = await read_body(request, types.LoadWeightsRequest)
     st = state(request)
+    if body.base_model is not None:
+        try:
+            checks.base_model(st.settings, who, body.base_model)
+        except checks.Refused as exc:
+            raise refused(exc) from None
     try:
         loc = parse(body.path)
     except CheckpointError as exc:
         raise HTTPException(400, str(exc)) from None
     if loc.kind != "weights":
-        raise HTTPException(400, f"path {body.path!r} is sampler weights; load_state needs .../weights/NAME")
+        shown = checks.shown(body.path)
+        raise HTTPException(400, f"path {shown} is sampler weights; load_state needs tinker://MODEL_ID/weights/NAME")
     target = _model(st, who, body.model_id) if body.model_id is not None else None
     if target is None and (body.session_id is None or body.model_seq_id is None):
         raise HTTPException(400, "load_weights needs model_id, or session_id and model_seq_id for a new model")
@@ -324,7 +377,7 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/save_weights_for_sampler")
 async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.SaveWeightsForSamplerRequest, await request.json())
+    body = await read_body(request, types.SaveWeightsForSamplerRequest)
     st = state(request)
     model = _model(st, who, body.model_id)
     if body.path is not None:
@@ -345,6 +398,8 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
 
 @router.get("/training_runs/{model_id}/checkpoints")
 async def list_checkpoints(model_id: str, request: Request, who: str = Depends(owner)) -> dict:
+    if not MODEL_ID.match(model_id):
+        raise HTTPException(404, f"no training run {checks.shown(model_id)}")
     found = state(request).checkpoints.list(model_id, who)
     items = [
         types.Checkpoint(
@@ -364,11 +419,16 @@ async def list_checkpoints(model_id: str, request: Request, who: str = Depends(o
 
 @router.post("/create_sampling_session")
 async def create_sampling_session(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.CreateSamplingSessionRequest, await request.json())
+    body = await read_body(request, types.CreateSamplingSessionRequest)
     st = state(request)
     sampler_id = "smp_" + uuid.uuid4().hex
     if body.model_path is None and body.base_model is None:
         raise HTTPException(400, "create_sampling_session needs model_path or base_model")
+    if body.base_model is not None:
+        try:
+            checks.base_model(st.settings, who, body.base_model)
+        except checks.Refused as exc:
+            raise refused(exc) from None
     loc = None
     if body.model_path is not None:
         try:
@@ -393,19 +453,21 @@ async def create_sampling_session(request: Request, who: str = Depends(owner)) -
 
     # loading a model can take seconds: done on the worker, in order, and waited for here
     future = st.futures.executor.submit(work)
-    import asyncio
-
     try:
         await asyncio.wrap_future(future)
-    except (ModelNotFoundError, OpenRFTError) as exc:
-        raise HTTPException(404, f"base_model {base_name!r}: {exc}") from None
+    except (ModelNotFoundError, OpenRFTError) as exc:  # the operator's own path or Hub id: their own message
+        raise HTTPException(404, f"base_model {checks.shown(base_name)}: {exc}") from None
+    except CheckpointError as exc:
+        raise HTTPException(404, str(exc)) from None
+    except Exception as exc:
+        raise HTTPException(500, internal_error(exc, f"loading base_model {checks.shown(base_name)}")) from None
     return dump(types.CreateSamplingSessionResponse(sampling_session_id=sampler_id))
 
 
 def _sampler(st: TinkerState, who: str, sampler_id: str | None):
     sampler = st.engine.samplers.get(sampler_id or "")
     if sampler is None or sampler.owner != who:
-        raise HTTPException(404, f"no sampling session {sampler_id!r}")
+        raise HTTPException(404, f"no sampling session {checks.shown(sampler_id)}")
     return sampler
 
 
@@ -419,7 +481,7 @@ async def get_sampler(sampler_id: str, request: Request, who: str = Depends(owne
 
 @router.post("/asample")
 async def asample(request: Request, who: str = Depends(owner)) -> dict:
-    body = read(types.SampleRequest, await request.json())
+    body = await read_body(request, types.SampleRequest)
     st = state(request)
     sampler = _sampler(st, who, body.sampling_session_id)
     try:
@@ -433,7 +495,10 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
         raise HTTPException(400, f"{unsupported[0]} is not served by OpenRFT's Tinker API (docs/tinker.md)")
 
     try:
-        st.engine.check_sample(sampler, prompt, body.num_samples, body.sampling_params)
+        checks.sample(st.settings, body.num_samples, len(prompt), body.sampling_params, DEFAULT_MAX_TOKENS)
+        st.engine.check_sample(sampler, prompt, body.sampling_params)
+    except checks.Refused as exc:
+        raise refused(exc) from None
     except UserError as exc:
         raise HTTPException(400, str(exc)) from None
     params = body.sampling_params
@@ -459,11 +524,11 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/retrieve_future")
 async def retrieve_future(request: Request, who: str = Depends(owner)) -> Response:
-    body = read(types.FutureRetrieveRequest, await request.json())
+    body = await read_body(request, types.FutureRetrieveRequest)
     st = state(request)
     item = st.futures.get(body.request_id, who)
     if item is None:
-        raise HTTPException(404, f"no request {body.request_id!r}")
+        raise HTTPException(404, f"no request {checks.shown(body.request_id)}")
     if not await st.futures.wait(item):
         return JSONResponse({"type": "try_again", "request_id": body.request_id, "queue_state": "active"})
     result = item.future.result()
@@ -474,9 +539,18 @@ async def retrieve_future(request: Request, who: str = Depends(owner)) -> Respon
     return JSONResponse(result)
 
 
+@router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+async def not_served(path: str) -> None:
+    """Every other path under /api/v1: 404 (registered last, so it never hides a route above)."""
+    shown = path if len(path) <= 80 else path[:77] + "..."
+    raise HTTPException(404, f"/api/v1/{shown} is not a route of this server's Tinker API")
+
+
 def mount(app) -> None:
     """The Tinker routes on ``app``, next to the others (not in its OpenAPI document)."""
-    app.state.tinker = TinkerState(app.state.config.data_dir, app.state.store, app.state.auth)
+    config = app.state.config
+    settings = getattr(config, "tinker", None) or TinkerSettings()
+    app.state.tinker = TinkerState(config.data_dir, app.state.store, app.state.auth, settings)
     resumable = app.state.tinker.records.orphaned()
     if resumable:
         log.info("Tinker training clients left by a stopped server, marked paused: %s", ", ".join(resumable))

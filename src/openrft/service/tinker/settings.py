@@ -1,0 +1,30 @@
+"""The operator's settings of the Tinker API (docs/tinker.md, "Bounds" and "Published models"): how much one
+request may ask for, and which base models tenants may name. Set with ``openrft serve`` options
+(``cli/tinker_options.py``); kept free of the SDK's imports, so the service's config can hold them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OPTIONS = {  # the serve option that sets each bound, named in the refusals
+    "max_sequence_tokens": "--tinker-max-sequence-tokens",
+    "max_call_tokens": "--tinker-max-call-tokens",
+    "max_num_samples": "--tinker-max-num-samples",
+    "max_sample_tokens": "--tinker-max-sample-tokens",
+}
+
+
+@dataclass
+class TinkerSettings:
+    # tokens of one sequence: a forward_backward datum's model_input, a sample's prompt plus max_tokens
+    max_sequence_tokens: int = 8192
+    max_call_tokens: int = 65536  # tokens of one forward_backward / forward call, all its datums together
+    max_num_samples: int = 128  # num_samples of one sample request
+    max_sample_tokens: int = 131072  # one sample request's num_samples x (prompt + max_tokens)
+    # the base models tenants may name, besides the bundled openrft-demo: name -> a local directory or a Hub id
+    models: dict[str, str] = field(default_factory=dict)
+    allow_hub_models: bool = False  # tenants may also name any Hugging Face Hub id (downloaded by the server)
+
+    def bound(self, name: str) -> str:
+        """``8192 (--tinker-max-sequence-tokens)``: a bound and how the operator sets it, for a refusal."""
+        return f"{getattr(self, name)} ({OPTIONS[name]})"
