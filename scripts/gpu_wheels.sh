@@ -96,6 +96,9 @@ EOF
 )
 
 mkdir -p "$DEST"
+if [ "$DEST" = .whl ] && [ -d .git/info ] && ! grep -qx '/.whl/' .git/info/exclude 2>/dev/null; then
+    echo /.whl/ >>.git/info/exclude  # never committed; carried to the GPU machine by name
+fi
 rm -f "$DEST"/*.whl "$DEST"/*.tar.gz
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
