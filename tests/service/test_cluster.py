@@ -1,5 +1,7 @@
 """The service on a Ray cluster (docs/scaling.md, "The service on a Ray cluster"): ``openrft serve --ray-address``
-runs every job's learners as actors on that cluster, and each job shows what it asks for before it starts.
+runs every job's learners as actors on that cluster once their placement group is reserved (until then the job
+stays queued saying what it waits for), refuses a job larger than the cluster, and each job shows what it asks for
+before it starts.
 
 A real cluster of three nodes on this machine (``ray.cluster_utils.Cluster``: a head and two workers, one CPU
 each, a custom resource naming each), a real server process pointed at it, jobs submitted with the official
@@ -67,26 +69,38 @@ def _wait(get, timeout: float = 420):
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster(cluster, service, tmp_path):
+def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_resources_are_free(
+    cluster, service, tmp_path
+):
     service.serve(workers=2, extra=("--ray-address", cluster.address))
     client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
     with small_dataset(tmp_path / "train.jsonl", TRAIN, 8).open("rb") as f:
         train = client.files.create(file=f, purpose="fine-tune")
     with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 4).open("rb") as f:
         validation = client.files.create(file=f, purpose="fine-tune")
-    on_ray = client.fine_tuning.jobs.create(
-        model="openrft-demo",
-        training_file=train.id,
-        validation_file=validation.id,
-        method={
-            "type": "reinforcement",
-            "reinforcement": {
-                "grader": GRADER,
-                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 2, "eval_samples": 1},
+
+    def create(**openrft):
+        return client.fine_tuning.jobs.create(
+            model="openrft-demo",
+            training_file=train.id,
+            validation_file=validation.id,
+            method={
+                "type": "reinforcement",
+                "reinforcement": {
+                    "grader": GRADER,
+                    "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 2, "eval_samples": 1},
+                },
             },
-        },
-        extra_body={"openrft": {**SMALL, "runtime": "ray", "replicas": 2}},
-    )
+            extra_body={"openrft": {**SMALL, **openrft}},
+        )
+
+    # larger than the whole cluster (4 learners of 1 CPU, 3 nodes of 1 CPU): refused at submission, by name
+    with pytest.raises(openai.BadRequestError) as refused:
+        create(runtime="ray", replicas=4)
+    assert refused.value.body["code"] == "job_too_large" and refused.value.body["param"] == "openrft.replicas"
+    assert "4 bundles of 1 CPU" in refused.value.body["message"] and "at most 3" in refused.value.body["message"]
+
+    on_ray = create(runtime="ray", replicas=2)
     # what it will ask for, on the job object before it starts
     assert on_ray.status == "queued"
     assert on_ray.to_dict()["resources"] == {
@@ -100,31 +114,43 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster(cluster, servi
     }
 
     with httpx.Client(base_url=service.base_url, timeout=30) as http:  # a Vertex body naming no runtime
-        vertex_train = upload(
-            http, small_dataset(tmp_path / "vt.jsonl", ROOT / "examples/arithmetic/vertex_train.jsonl", 8)
-        )
+        vertex_file = small_dataset(tmp_path / "vt.jsonl", ROOT / "examples/arithmetic/vertex_train.jsonl", 8)
+        vertex_train = upload(http, vertex_file)
         body = vertex_request(vertex_train, vertex_train, 1)
-        body["openrft"] = {"eval_max_examples": 4, "tensorboard": False, "threads": 1, "device": "cpu"}
+        body["openrft"] = {"eval_max_examples": 4, "tensorboard": False, "threads": 1, "device": "cpu", "replicas": 2}
         created = http.post(f"{BASE}/tuningJobs", json=body)
         assert created.status_code == 200, created.text
         assert created.json()["state"] == "JOB_STATE_QUEUED"
-        assert created.json()["resources"]["runtime"] == "ray" and created.json()["resources"]["cpu"] == 1.0
+        asked = created.json()["resources"]
+        assert asked["runtime"] == "ray" and asked["cpu"] == 2.0 and asked["ray_address_set"]
         vertex_id = created.json()["name"].rsplit("/", 1)[-1]
-        dashboard = http.get(f"/v1/dashboard/jobs/{vertex_id}").json()["job"]["resources"]
-        assert dashboard == created.json()["resources"]
+        assert http.get(f"/v1/dashboard/jobs/{vertex_id}").json()["job"]["resources"] == asked
+
+        # 3 CPUs: while the first job holds 2, the second (2 CPUs) stays queued and says what it waits for
+        deadline = time.monotonic() + 240
+        while (waiting := http.get(f"/v1/fine_tuning/jobs/{vertex_id}").json())["queue_reason"] is None:
+            assert waiting["status"] == "queued" and time.monotonic() < deadline, waiting
+            time.sleep(0.5)
+        assert waiting["status"] == "queued"
+        assert waiting["queue_reason"] == "waiting for resources on the Ray cluster: 2 CPU, 1 free"
+        assert client.fine_tuning.jobs.retrieve(on_ray.id).status == "running"
+        assert http.get(f"{BASE}/tuningJobs/{vertex_id}").json()["queueReason"] == waiting["queue_reason"]
+        assert http.get(f"/v1/dashboard/jobs/{vertex_id}").json()["job"]["queue_reason"] == waiting["queue_reason"]
 
         ray_job = _wait(lambda: client.fine_tuning.jobs.retrieve(on_ray.id).to_dict())
         vertex_job = _wait(lambda: http.get(f"/v1/fine_tuning/jobs/{vertex_id}").json())
     assert ray_job["status"] == "succeeded", ray_job.get("error")
     assert vertex_job["status"] == "succeeded", vertex_job.get("error")
+    assert vertex_job["queue_reason"] is None
     steps = [e.data["step"] for e in client.fine_tuning.jobs.list_events(on_ray.id, limit=100) if e.type == "metrics"]
     assert sorted(steps) == [0, 1, 2]  # 8 prompts / 4 a step, one epoch: every step ran
+    messages = [e.message for e in client.fine_tuning.jobs.list_events(vertex_id, limit=100)]
+    assert "Queued: waiting for resources on the Ray cluster: 2 CPU, 1 free" in messages
 
-    # Ray's own record: two Ray jobs (the two job processes) made learner actors on this cluster's nodes
-    nodes = {n["NodeID"]: n["Resources"] for n in cluster.global_state.node_table()}
+    # Ray's own record: each job's process made its two learner actors on this cluster's nodes, on two nodes
+    nodes = {n["NodeID"] for n in cluster.global_state.node_table()}
     actors = _learner_actors(cluster)
-    assert sorted(len(a) for a in actors.values()) == [1, 2], actors
+    assert sorted(len(a) for a in actors.values()) == [2, 2], actors
     for group in actors.values():
-        assert all(a["Address"]["NodeID"] in nodes for a in group)
-    pair = next(group for group in actors.values() if len(group) == 2)
-    assert len({a["Address"]["NodeID"] for a in pair}) == 2  # one CPU a node: the two learners on two nodes
+        assert {a["Address"]["NodeID"] for a in group} <= nodes
+        assert len({a["Address"]["NodeID"] for a in group}) == 2  # one CPU a node: the two learners on two nodes

@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        launcher = SpawnLauncher(config) if args.spawn else ForkLauncher(config, store.engine)
+        # a worker on a Ray cluster is a Ray driver (admission): a process holding Ray's connection must not fork
+        spawn = args.spawn or config.ray_address is not None
+        launcher = SpawnLauncher(config) if spawn else ForkLauncher(config, store.engine)
         Worker(store, config, concurrency=args.concurrency, launcher=launcher).run(stop)
     finally:
         store.close()

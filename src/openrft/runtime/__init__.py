@@ -24,14 +24,19 @@ if TYPE_CHECKING:
 
 
 def runtime_for(
-    spec: JobSpec, on_event: Callable[[str, str], None] | None = None, *, cluster: str | None = None
+    spec: JobSpec,
+    on_event: Callable[[str, str], None] | None = None,
+    *,
+    cluster: str | None = None,
+    placement_group: str | None = None,
 ) -> Runtime:
     """The runtime of ``spec``; Ray and torch are imported only when asked for.
 
     ``cluster`` is an operator's Ray cluster (``openrft serve --ray-address``, never a tenant's): the job
     runs there, whatever runtime it named (``placement.placed_runtime``). Its ``rollout.runtime`` is then set
     to ``ray`` on ``spec`` itself, so the run directory's ``spec.json`` records where it ran and the engine
-    sees the runtime it was given. The cluster's address replaces ``rollout.ray_address``."""
+    sees the runtime it was given. The cluster's address replaces ``rollout.ray_address``. ``placement_group``
+    names the group the service's admission already reserved for the job there (``openrft`` namespace)."""
     from openrft.runtime.torchrun import torchrun_world
 
     runtime = placed_runtime(spec, cluster)
@@ -65,15 +70,20 @@ def runtime_for(
     if spec.rollout.runtime != runtime:
         spec.rollout.runtime = runtime
     if cluster:
-        return RayRuntime(spec, on_event, address=cluster, address_field="the server's --ray-address")
+        return RayRuntime(
+            spec, on_event, address=cluster, address_field="the server's --ray-address", reserved=placement_group
+        )
     return RayRuntime(spec, on_event)
 
 
 def runtime_factory(
-    on_event: Callable[[str, str], None] | None = None, *, cluster: str | None = None
+    on_event: Callable[[str, str], None] | None = None,
+    *,
+    cluster: str | None = None,
+    placement_group: str | None = None,
 ) -> Callable[[JobSpec], Runtime]:
     """``runtime_for`` with these arguments, for ``RFTJob.from_run_dir`` (a resumed run's spec is read there)."""
-    return lambda spec: runtime_for(spec, on_event, cluster=cluster)
+    return lambda spec: runtime_for(spec, on_event, cluster=cluster, placement_group=placement_group)
 
 
 def __getattr__(name: str) -> Any:  # the engine (torch) is imported only when these are asked for

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from openrft.spec.job import JobSpec
 
 RuntimeName = Literal["local", "ray"]
+RAY_NAMESPACE = "openrft"  # where the service's admission names the placement groups it reserves for jobs
 
 
 def placed_runtime(spec: JobSpec, cluster: str | None = None) -> RuntimeName:

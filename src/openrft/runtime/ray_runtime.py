@@ -47,7 +47,7 @@ from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
 from openrft.learner.learner import SUM_KEYS, add_sums, mini_batches, response_tokens, step_metrics, trained
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
-from openrft.runtime.placement import bundles
+from openrft.runtime.placement import RAY_NAMESPACE, bundles
 from openrft.runtime.process_group import all_reduce_gradients, free_port, join_process_group, node_address
 from openrft.spec.job import JobSpec
 
@@ -340,12 +340,16 @@ class RayRuntime:
         on_event: Callable[[str, str], None] | None = None,
         address: str | None = None,
         address_field: str = "rollout.ray_address",
+        reserved: str | None = None,
     ):
         """``address``: the cluster to join (``auto``, ``HOST:PORT``, ``ray://HOST:10001``), else
         ``rollout.ray_address``; neither: start Ray on this machine for the job. ``address_field`` names where
-        the address came from, for the error when it cannot be reached."""
+        the address came from, for the error when it cannot be reached. ``reserved``: the name of a placement
+        group already reserved for the job (the service's admission, namespace ``openrft``), used instead of
+        reserving one."""
         self.spec, self.on_event = spec, on_event or (lambda level, message: None)
         self.address, self.address_field = address or spec.rollout.ray_address, address_field
+        self.reserved = reserved
         self.replicas: list[RayReplica] = []
         self._started_ray = False
         self._group = None
@@ -357,7 +361,14 @@ class RayRuntime:
         if not ray.is_initialized():
             address = self.address
             try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=True, logging_level="WARNING")
+                namespace = RAY_NAMESPACE if self.reserved else None
+                ray.init(
+                    address=address,
+                    namespace=namespace,
+                    include_dashboard=False,
+                    log_to_driver=True,
+                    logging_level="WARNING",
+                )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise OpenRFTError(
                     f"{self.address_field} {address!r}: cannot connect to a Ray cluster: {exc}"
@@ -371,6 +382,11 @@ class RayRuntime:
         from ray.util.placement_group import placement_group
 
         learners = self.spec.rollout.replicas
+        if self.reserved:  # the service's admission reserved it before the job was claimed
+            group = ray.util.get_placement_group(self.reserved)
+            ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+            self._group, self._bundle = group, dict(group.bundle_specs[0])
+            return ray
         group_bundles = bundles(self.spec, ray.cluster_resources().get("GPU", 0))
         count, bundle = len(group_bundles), group_bundles[0]
         group = placement_group(group_bundles, strategy="PACK")

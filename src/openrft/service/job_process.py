@@ -56,7 +56,10 @@ class StoreControl(JobControl):
 
 
 class JobRunner:
-    def __init__(self, store: Store, config: ServiceConfig, job_id: str, attempt: int):
+    def __init__(
+        self, store: Store, config: ServiceConfig, job_id: str, attempt: int, placement_group: str | None = None
+    ):
+        self.placement_group = placement_group  # reserved for this attempt on the server's cluster (admission.py)
         self.store = store
         self.config = config
         self.job: Job = store.get_job(None, job_id)
@@ -108,7 +111,7 @@ class JobRunner:
             "on_event": self.on_event,
         }
         # the composition root places the job: its own runtime, or the operator's cluster (--ray-address)
-        runtime = runtime_factory(self.on_event, cluster=self.config.ray_address)
+        runtime = runtime_factory(self.on_event, cluster=self.config.ray_address, placement_group=self.placement_group)
         latest = self.checkpoints.latest() if (self.run_dir / "spec.json").exists() else None
         if latest is not None:
             self.store.truncate_after(self.job.id, latest.step)
@@ -198,13 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--ray-address", default=None, help="the operator's Ray cluster the job runs on")
+    parser.add_argument("--placement-group", default=None, help="the placement group its worker reserved for it")
     args = parser.parse_args(argv)
     if args.parent_pid:
         watch_parent(args.parent_pid)
     config = ServiceConfig.build(args.data_dir, args.database_url, ray_address=args.ray_address)
     store = Store.open(config.database_url, run_migrations=False)
     try:
-        return JobRunner(store, config, args.job_id, args.attempt).run()
+        return JobRunner(store, config, args.job_id, args.attempt, args.placement_group).run()
     finally:
         store.close()
 

@@ -35,9 +35,12 @@ class JobHandle(Protocol):
     def wait(self, timeout: float) -> int: ...
 
 
-def job_args(job_id: str, attempt: int, config: ServiceConfig) -> list[str]:
-    """The job process's arguments: the operator's settings it needs travel here (the store holds only the job)."""
+def job_args(job_id: str, attempt: int, config: ServiceConfig, placement_group: str | None = None) -> list[str]:
+    """The job process's arguments: the operator's settings it needs travel here (the store holds only the job),
+    and the placement group admission reserved for it on the server's cluster."""
     cluster = ["--ray-address", config.ray_address] if config.ray_address else []
+    if placement_group:
+        cluster += ["--placement-group", placement_group]
     return [
         job_id,
         "--attempt",
@@ -56,10 +59,11 @@ class SpawnLauncher:
     def __init__(self, config: ServiceConfig):
         self.config = config
 
-    def start(self, job_id: str, attempt: int, log_path: Path) -> JobHandle:
+    def start(self, job_id: str, attempt: int, log_path: Path, placement_group: str | None = None) -> JobHandle:
+        args = job_args(job_id, attempt, self.config, placement_group)
         with log_path.open("ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "openrft.service.job_process", *job_args(job_id, attempt, self.config)],
+                [sys.executable, "-m", "openrft.service.job_process", *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -113,14 +117,14 @@ class ForkLauncher:
         self.engine = engine
         self.context = multiprocessing.get_context("fork")
 
-    def start(self, job_id: str, attempt: int, log_path: Path) -> JobHandle:
+    def start(self, job_id: str, attempt: int, log_path: Path, placement_group: str | None = None) -> JobHandle:
         sys.stdout.flush()
         sys.stderr.flush()
         process = self.context.Process(
             target=_forked_main,
             name=f"openrft-job-{job_id}",
             daemon=False,
-            args=(job_args(job_id, attempt, self.config), str(log_path), self.engine),
+            args=(job_args(job_id, attempt, self.config, placement_group), str(log_path), self.engine),
         )
         process.start()
         return _ForkedJob(process)

@@ -103,6 +103,11 @@ class FineTuningJob(_Open):
     resources: JobResources | None = Field(
         None, description="OpenRFT: the resources the job will ask for (null: a Tinker session's job)"
     )
+    queue_reason: str | None = Field(
+        None,
+        description="OpenRFT: what a queued job waits for on the server's Ray cluster (e.g. 'waiting for resources on "
+        "the Ray cluster: 2 CPU, 1 free'); null when it is not waiting for resources",
+    )
 
 
 class JobEvent(_Open):
@@ -234,6 +239,7 @@ class TuningJob(_Open):
     resources: JobResources | None = Field(
         None, description="OpenRFT: the resources the job will ask for, as on the OpenAI job object"
     )
+    queueReason: str | None = Field(None, description="OpenRFT: what a queued job waits for, as queue_reason")
 
 
 class TuningJobList(_Open):

@@ -14,6 +14,7 @@ from typing import Any
 
 from openrft.data.loader import DatasetError
 from openrft.errors import OpenRFTError, RewardError
+from openrft.service.admission import refuse_if_never_fits
 from openrft.service.config import ServiceConfig
 from openrft.service.dialect_fields import DATA_FIELDS, MODEL_FIELD, REWARD_FIELD
 from openrft.service.dialect_fields import get_field as _get
@@ -157,6 +158,8 @@ class Submitter:
         self.store.check_queue_room(owner, self.max_queued(owner))  # before the (costly) validation
         prepared = self.prepare(owner, document, dialect)
         spec, body = prepared.spec, document
+        # on the server's Ray cluster: a job larger than the whole cluster would wait forever
+        refuse_if_never_fits(self.config.ray_address, spec, "run.replicas" if dialect == "nova" else "openrft.replicas")
         train_field, validation_field = DATA_FIELDS[dialect]
         job = Job(
             id=new_id("ftjob-"),

@@ -103,7 +103,13 @@ def openai_job(job: Job, cluster: str | None = None) -> FineTuningJob:
         step=job.last_step,
         total_steps=job.total_steps,
         resources=resources(job, cluster),
+        queue_reason=queue_reason(job),
     )
+
+
+def queue_reason(job: Job) -> str | None:
+    """What a queued job waits for (admission on the server's cluster); None once it is not queued."""
+    return job.queue_reason if job.status == "queued" else None
 
 
 def openai_event(event: Event) -> JobEvent:
@@ -194,4 +200,5 @@ def vertex_job(
         tunedModel=tuned,
         labels=job.user_metadata,
         resources=resources(job, cluster),
+        queueReason=queue_reason(job),
     )

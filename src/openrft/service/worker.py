@@ -29,6 +29,7 @@ class RunningJob:
     attempt: int
     process: JobHandle
     cancel_seen_at: float | None = None
+    placement_group: str | None = None  # reserved on the server's Ray cluster for this job (admission.py)
 
 
 class Worker:
@@ -47,6 +48,11 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('')[:6]}"
         self.running: dict[str, RunningJob] = {}
         self._last_beat = 0.0
+        self.admission = None  # with a cluster: jobs start only once their placement group is reserved
+        if config.ray_address:
+            from openrft.service.admission import for_address
+
+            self.admission = for_address(config.ray_address)
 
     # one turn of the loop --------------------------------------------------------------------------------
 
@@ -60,16 +66,42 @@ class Worker:
         self._collect_finished()
         self._enforce_cancels()
         while len(self.running) < self.concurrency:
+            if self.admission is not None:
+                if not self._admit_next():
+                    break
+                continue
             job = self.store.claim_job(self.worker_id)
             if job is None:
                 break
             self._start(job.id, job.attempts)
 
-    def _start(self, job_id: str, attempt: int) -> None:
+    def _admit_next(self) -> bool:
+        """On the server's cluster: reserve the next queued job's placement group, then claim that job; if its
+        resources are not free, it stays queued with the reason and the jobs behind it wait (no overtaking).
+        False when nothing was started."""
+        from openrft.spec.job import JobSpec
+
+        job = self.store.next_queued()
+        if job is None:
+            return False
+        attempt = job.attempts + 1
+        decision = self.admission.reserve(job.id, attempt, JobSpec.model_validate(job.spec))
+        if decision.reason is not None:
+            self.store.set_queue_reason(job.id, decision.reason)
+            return False
+        claimed = self.store.claim_job(self.worker_id, job.id)
+        if claimed is None:  # another worker took it, or it was cancelled or paused meanwhile
+            self.admission.release(job.id)
+            return True
+        self._start(claimed.id, claimed.attempts, decision.group)
+        return True
+
+    def _start(self, job_id: str, attempt: int, placement_group: str | None = None) -> None:
         logs = self.config.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        process = self.launcher.start(job_id, attempt, logs / f"{job_id}.log")
-        self.running[job_id] = RunningJob(job_id, attempt, process)
+        reserved = {"placement_group": placement_group} if placement_group else {}
+        process = self.launcher.start(job_id, attempt, logs / f"{job_id}.log", **reserved)
+        self.running[job_id] = RunningJob(job_id, attempt, process, placement_group=placement_group)
         log.info("worker %s started job %s (attempt %d, pid %d)", self.worker_id, job_id, attempt, process.pid)
 
     def _collect_finished(self) -> None:
@@ -81,6 +113,8 @@ class Worker:
                 continue
             self._process_ended(running, code)
             del self.running[job_id]
+            if self.admission is not None:  # its placement group goes back to the cluster
+                self.admission.release(job_id)
 
     def _process_ended(self, running: RunningJob, code: int) -> None:
         """The job process ended; if it recorded no outcome (killed, out of memory, a crash, a full disk)."""
@@ -147,6 +181,8 @@ class Worker:
                 running.process.kill()
                 running.process.wait(30)
             self.store.requeue(running.job_id, self.worker_id, "Worker shut down")
+            if self.admission is not None:
+                self.admission.release(running.job_id)
         self.running.clear()
 
 

@@ -12,7 +12,7 @@ from openrft.engine.mlflow_tracking import flatten
 from openrft.rewards.types import ERROR_KINDS
 from openrft.service.store import Store
 from openrft.service.store.models import Checkpoint, Event, Job, StepMetrics
-from openrft.service.views import resources
+from openrft.service.views import queue_reason, resources
 
 TRAIN_REWARD = "critic/rewards/mean"
 ACTIVE_STATUSES = ("validating_files", "queued", "running", "pausing")
@@ -64,6 +64,7 @@ def job_summary(store: Store, job: Job, cluster: str | None = None) -> dict[str,
         "error": job.error_message,
         "active": job.status in ACTIVE_STATUSES,
         "resources": asked.model_dump() if asked is not None else None,
+        "queue_reason": queue_reason(job),
     }
 
 

@@ -155,20 +155,45 @@ class JobsRepo(Repo):
 
     # workers ---------------------------------------------------------------------------------------------
 
-    def claim_job(self, worker_id: str) -> Job | None:
-        """Take the next queued job, atomically: one UPDATE; PostgreSQL skips rows another worker locked.
-        The next job is the oldest of the tenant claimed least recently (round-robin across tenants)."""
-        t = now()
+    def _next_queued(self, column):
+        """The next queued job's ``column``: the oldest of the tenant claimed least recently (round-robin)."""
         candidate, other = aliased(Job), aliased(Job)
         last_claim = (
             select(func.max(other.claimed_at)).where(other.owner == candidate.owner).correlate(candidate)
         ).scalar_subquery()
-        nxt = (
-            select(candidate.seq)
+        return (
+            select(getattr(candidate, column))
             .where(candidate.status == "queued")
             .order_by(func.coalesce(last_claim, -1.0), candidate.seq)
             .limit(1)
-        )
+        ), candidate
+
+    def next_queued(self) -> Job | None:
+        """The job ``claim_job`` would take next (not claimed: admission looks at it first)."""
+        query, _ = self._next_queued("id")
+        with self.session() as s:
+            job_id = s.execute(query).scalar()
+        return None if job_id is None else self.get_job(None, job_id)
+
+    def set_queue_reason(self, job_id: str, reason: str | None) -> None:
+        """What a queued job waits for (None: nothing); a new reason is also an event of the job."""
+        with self.session() as s:
+            changed = s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status == "queued", func.coalesce(Job.queue_reason, "") != (reason or ""))
+                .values(queue_reason=reason)
+            ).rowcount
+            if changed and reason:
+                s.add(_event(job_id, f"Queued: {reason}"))
+
+    def claim_job(self, worker_id: str, job_id: str | None = None) -> Job | None:
+        """Take the next queued job (or ``job_id``, if it is still queued), atomically: one UPDATE; PostgreSQL skips
+        rows another worker locked. The next job is the oldest of the tenant claimed least recently (round-robin
+        across tenants)."""
+        t = now()
+        nxt, candidate = self._next_queued("seq")
+        if job_id is not None:
+            nxt = select(candidate.seq).where(candidate.id == job_id, candidate.status == "queued")
         if self.engine.dialect.name == "postgresql":
             nxt = nxt.with_for_update(of=candidate, skip_locked=True)
         with self.session() as s:
@@ -183,6 +208,7 @@ class JobsRepo(Repo):
                     claimed_at=t,
                     attempts=Job.attempts + 1,
                     control=None,
+                    queue_reason=None,
                 )
                 .returning(Job.id)
             ).scalar()

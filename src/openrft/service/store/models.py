@@ -81,6 +81,8 @@ class Job(Base):
     error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     error_param: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # what a queued job waits for on the server's Ray cluster ("2 CPU, 1 free"; migration 0005); None: its turn
+    queue_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (Index(None, "owner", "seq"), Index(None, "status", "seq"), Index(None, "owner", "claimed_at"))
 

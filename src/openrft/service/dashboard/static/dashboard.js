@@ -190,6 +190,7 @@ function renderSummary(job) {
     info("Model", job.model),
     info("Steps", `${job.step} / ${job.total_steps}`),
     info("Resources", describeResources(job.resources)),
+    ...(job.queue_reason ? [info("Waiting for", job.queue_reason)] : []),
     info("Train reward", fmtNumber(job.train_reward)),
     info("Validation reward", fmtNumber(job.validation_reward)),
     info("Created", fmtTime(job.created_at)),

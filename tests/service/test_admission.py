@@ -1,0 +1,80 @@
+"""Admission's arithmetic without a cluster: which jobs could never fit, and the reasons a queued job shows.
+(tests/service/test_cluster.py runs the same on a real 3-node Ray cluster through the server.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openrft.service.admission import ClusterAdmission, refuse_if_never_fits
+from openrft.service.errors import ApiError
+from openrft.spec.dialects import load_job
+
+RECIPE = Path(__file__).resolve().parents[2] / "examples" / "arithmetic" / "recipe.yaml"
+
+
+class FakeNodes(ClusterAdmission):
+    def __init__(self, nodes: list[dict[str, float]]):
+        super().__init__("head:6379")
+        self._nodes = nodes
+
+    def nodes(self) -> list[dict[str, float]]:
+        return self._nodes
+
+
+def _spec(replicas=1, threads=1, device="cpu", strategy="sync", generation_replicas=1):
+    spec = load_job(RECIPE)
+    spec.rollout.replicas, spec.rollout.strategy = replicas, strategy
+    spec.rollout.generation_replicas = generation_replicas
+    spec.runtime.threads, spec.runtime.device = threads, device
+    return spec
+
+
+def test_a_job_fits_when_each_of_its_bundles_finds_a_node():
+    three = FakeNodes([{"CPU": 1.0}] * 3)
+    assert three.never_fits(_spec(replicas=3)) is None
+    assert three.never_fits(_spec(replicas=2, strategy="off_policy_async", generation_replicas=1)) is None
+    why = three.never_fits(_spec(replicas=4))
+    assert why == (
+        "the job asks for 4 bundles of 1 CPU (rollout.replicas 4 learner(s) + 0 generation actor(s), "
+        "runtime.threads 1 CPU each) but the Ray cluster can place at most 3: its nodes have 1, 1, 1 CPU "
+        "(3 CPU in all)"
+    )
+    # 4 CPUs in all, but a bundle of 2 CPUs finds no node: never placed either
+    assert "at most 0" in FakeNodes([{"CPU": 1.0}] * 4).never_fits(_spec(threads=2))
+    assert FakeNodes([{"CPU": 4.0}]).never_fits(_spec(replicas=2, threads=2)) is None
+
+
+def test_gpus_asked_for_count_like_cpus():
+    no_gpu = FakeNodes([{"CPU": 8.0}] * 2)
+    assert "bundles of 1 GPU" in no_gpu.never_fits(_spec(replicas=2, device="cuda"))
+    assert no_gpu.never_fits(_spec(replicas=2, device="auto")) is None  # auto: no GPU asked where there is none
+    gpus = FakeNodes([{"CPU": 8.0, "GPU": 1.0}] * 2)
+    assert gpus.never_fits(_spec(replicas=2, device="cuda")) is None
+    assert "at most 2" in gpus.never_fits(_spec(replicas=3, device="cuda"))
+
+
+def test_the_waiting_reason_names_what_is_missing():
+    assert ClusterAdmission.waiting({"CPU": 2.0}, {"CPU": 1.0, "memory": 9e9}, ["CPU"]) == (
+        "waiting for resources on the Ray cluster: 2 CPU, 1 free"
+    )
+    both = ClusterAdmission.waiting({"CPU": 2.0, "GPU": 2.0}, {"CPU": 0.0}, ["CPU", "GPU"])
+    assert both.endswith("2 CPU, 0 free; 2 GPU, 0 free")
+
+
+def test_no_cluster_no_check_and_a_colocated_vllm_job_is_not_placed():
+    refuse_if_never_fits(None, _spec(replicas=64))  # without --ray-address: nothing to check against
+    spec = _spec()
+    spec.rollout.engine = "vllm"  # stays in its job process: no placement group
+    refuse_if_never_fits("head:6379", spec)
+
+
+def test_refusal_is_a_400_naming_the_field(monkeypatch):
+    import openrft.service.admission as admission
+
+    monkeypatch.setitem(admission._admissions, "head:6379", FakeNodes([{"CPU": 1.0}]))
+    with pytest.raises(ApiError) as refused:
+        refuse_if_never_fits("head:6379", _spec(replicas=2), "run.replicas")
+    assert (refused.value.status, refused.value.code, refused.value.param) == (400, "job_too_large", "run.replicas")
+    assert refused.value.message.startswith("run.replicas: the job asks for 2 bundles of 1 CPU")
