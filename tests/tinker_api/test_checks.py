@@ -4,6 +4,7 @@ the operator's bounds as ``openrft serve`` options, and how the wire reader boun
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 import numpy as np
@@ -121,5 +122,31 @@ def test_the_local_operator_may_train_a_model_directory(tmp_path):
             request_id = created.json()["request_id"]
             answer = http.post("/api/v1/retrieve_future", json={"request_id": request_id}, headers=headers).json()
             assert answer["model_id"] == created.json()["model_id"] and "error" not in answer
+    finally:
+        store.close()
+
+
+def test_a_database_error_on_a_tinker_route_is_an_error_id_without_sql(tmp_path, caplog):
+    from sqlalchemy.exc import OperationalError
+
+    from openrft.service.app import create_app
+    from openrft.service.config import ServiceConfig
+    from openrft.service.store import Store
+
+    config = ServiceConfig.build(tmp_path, f"sqlite:///{tmp_path / 'openrft.db'}")
+    store = Store.open(config.database_url)
+    try:
+        app = create_app(config, store)
+
+        def down(credential):
+            raise OperationalError("SELECT api_keys.id FROM api_keys WHERE key_hash = ?", {}, Exception("locked"))
+
+        app.state.tinker.owners.owner = down
+        with TestClient(app, raise_server_exceptions=False) as http:
+            answer = http.post("/api/v1/get_info", json={"model_id": "m"}, headers={"X-API-Key": "tml-x"})
+        assert answer.status_code == 500
+        error_id = re.search(r"internal server error (err_\w+)", answer.json()["detail"]).group(1)
+        assert "SELECT" not in answer.text and "OperationalError" not in answer.text
+        assert error_id in caplog.text and "OperationalError" in caplog.text
     finally:
         store.close()

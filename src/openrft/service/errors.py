@@ -5,6 +5,7 @@ come back as 400 naming every field path."""
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -178,9 +179,11 @@ def install_handlers(app: FastAPI) -> None:
 
 def unexpected_error(exc: Exception, method: str | None, path: str | None) -> ApiError:
     """An error no route handled: 507 for a full disk (the database's or the data directory's: nothing
-    was stored), else 500; logged either way, never shown to the client."""
+    was stored), else 500 with an error id; logged either way (the traceback under that id), never shown to
+    the client."""
     if is_disk_full(exc):
         log.error("disk full on %s %s: %s", method, path, exc)
         return ApiError(507, f"{DISK_FULL_MESSAGE}: nothing was stored; try again later", "insufficient_storage")
-    log.exception("unhandled error on %s %s", method, path)
-    return ApiError(500, "internal server error", "server_error")
+    error_id = "err_" + uuid.uuid4().hex[:16]  # the answer names it, the log holds the traceback under it
+    log.exception("unhandled error on %s %s (error id %s)", method, path, error_id)
+    return ApiError(500, f"internal server error {error_id}: logged for the server's operator", "server_error")
