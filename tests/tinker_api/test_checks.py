@@ -150,3 +150,29 @@ def test_a_database_error_on_a_tinker_route_is_an_error_id_without_sql(tmp_path,
         assert error_id in caplog.text and "OperationalError" in caplog.text
     finally:
         store.close()
+
+
+def test_stop_strings_cut_where_one_token_at_a_time_would():
+    from types import SimpleNamespace
+
+    from openrft.models import load_tokenizer
+    from openrft.service.tinker.engine import _cut_at_stop_strings
+
+    tokenizer = load_tokenizer("openrft-demo")
+    rng = np.random.default_rng(0)
+
+    def one_at_a_time(tokens, stops):
+        for end in range(1, len(tokens) + 1):
+            if any(s in tokenizer.decode(tokens[:end]) for s in stops):
+                return end
+        return None
+
+    for _ in range(200):
+        tokens = rng.integers(0, tokenizer.vocab_size, int(rng.integers(1, 40))).tolist()
+        text = tokenizer.decode(tokens)
+        start = int(rng.integers(0, max(1, len(text))))
+        stops = [text[start : start + int(rng.integers(1, 4))] or "x", "never-there"]
+        completion = SimpleNamespace(token_ids=tokens, logprobs=[0.0] * len(tokens), finish_reason="length")
+        cut = _cut_at_stop_strings(completion, stops, tokenizer)
+        expected = one_at_a_time(tokens, stops)
+        assert len(cut.tokens) == (expected or len(tokens)) and cut.stopped == (expected is not None)

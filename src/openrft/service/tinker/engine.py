@@ -437,14 +437,22 @@ class _adapter_disabled:
 
 
 def _cut_at_stop_strings(completion, stop_strings: list[str], tokenizer):
-    """(tokens, logprobs, stopped): a completion ends at the token that completes a stop string."""
+    """(tokens, logprobs, stopped): a completion ends at the token that completes a stop string. Found by
+    bisection over the prefixes (a prefix's text holds a stop string from the first one that does on), so a
+    long completion costs a few decodes, not one per token."""
     from openrft.service.tinker.wire import WireSequence
 
     tokens, logprobs = list(completion.token_ids), list(completion.logprobs)
     stopped = completion.finish_reason == "stop"
-    if stop_strings:
-        for end in range(1, len(tokens) + 1):
-            text = tokenizer.decode(tokens[:end])
-            if any(s in text for s in stop_strings):
-                return WireSequence(tokens[:end], logprobs[:end], True)
+
+    def holds(end: int) -> bool:
+        text = tokenizer.decode(tokens[:end])
+        return any(s in text for s in stop_strings)
+
+    if stop_strings and tokens and holds(len(tokens)):
+        low, high = 1, len(tokens)  # holds(high)
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if holds(middle) else (middle + 1, high)
+        return WireSequence(tokens[:low], logprobs[:low], True)
     return WireSequence(tokens, logprobs, stopped)
