@@ -5,12 +5,13 @@ before it starts.
 
 A real cluster of three nodes on this machine (``ray.cluster_utils.Cluster``: a head and two workers, one CPU
 each, a custom resource naming each), a real server process pointed at it, jobs submitted with the official
-``openai`` client and as a Vertex body. Where their actors ran is read from Ray's own state (the GCS actor and
-node tables), not from our logs: with the service building the local runtime again, the OpenAI job fails (its
-spec says ``runtime: ray``) and the Vertex job creates no actor, and the test fails either way."""
+``openai`` client, as a Nova recipe and as a Vertex body. Where their actors ran is read from Ray's own state (the
+GCS actor and node tables), not from our logs: with the service building the local runtime again, the OpenAI and
+Nova jobs fail (their specs say ``runtime: ray``) and the Vertex job creates no actor: the test fails."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 
@@ -18,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.service.svc_helpers import ROOT, TRAIN, VALIDATION, small_dataset, upload
+from tests.service.svc_helpers import ROOT, TRAIN, VALIDATION, small_dataset, tiny_recipe, upload
 from tests.service.test_vertex import BASE, vertex_request
 
 ray = pytest.importorskip("ray")
@@ -72,7 +73,7 @@ def _wait(get, timeout: float = 420):
 def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_resources_are_free(
     cluster, service, tmp_path
 ):
-    service.serve(workers=2, extra=("--ray-address", cluster.address))
+    service.serve(workers=3, extra=("--ray-address", cluster.address))
     client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
     with small_dataset(tmp_path / "train.jsonl", TRAIN, 8).open("rb") as f:
         train = client.files.create(file=f, purpose="fine-tune")
@@ -113,7 +114,15 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
         "bundles": [{"CPU": 1.0}, {"CPU": 1.0}],
     }
 
-    with httpx.Client(base_url=service.base_url, timeout=30) as http:  # a Vertex body naming no runtime
+    with httpx.Client(base_url=service.base_url, timeout=30) as http:
+        recipe = tiny_recipe(train.id, validation.id, steps=1)  # a Nova recipe with runtime: ray, one learner
+        recipe["openrft"].update(runtime="ray", device="cpu")
+        nova = http.post("/v1/nova/jobs", json=recipe)
+        assert nova.status_code == 200, nova.text
+        assert nova.json()["resources"]["cpu"] == 1.0 and nova.json()["resources"]["bundles"] == [{"CPU": 1.0}]
+        nova_id = nova.json()["id"]
+
+        # a Vertex body naming no runtime, 2 learners
         vertex_file = small_dataset(tmp_path / "vt.jsonl", ROOT / "examples/arithmetic/vertex_train.jsonl", 8)
         vertex_train = upload(http, vertex_file)
         body = vertex_request(vertex_train, vertex_train, 1)
@@ -126,31 +135,34 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
         vertex_id = created.json()["name"].rsplit("/", 1)[-1]
         assert http.get(f"/v1/dashboard/jobs/{vertex_id}").json()["job"]["resources"] == asked
 
-        # 3 CPUs: while the first job holds 2, the second (2 CPUs) stays queued and says what it waits for
+        # 3 CPUs: while the first job holds 2 (and the Nova job 1), the Vertex job (2 CPUs) stays queued, saying
+        # what it waits for
         deadline = time.monotonic() + 240
         while (waiting := http.get(f"/v1/fine_tuning/jobs/{vertex_id}").json())["queue_reason"] is None:
             assert waiting["status"] == "queued" and time.monotonic() < deadline, waiting
             time.sleep(0.5)
         assert waiting["status"] == "queued"
-        assert waiting["queue_reason"] == "waiting for resources on the Ray cluster: 2 CPU, 1 free"
+        assert re.fullmatch(r"waiting for resources on the Ray cluster: 2 CPU, [01] free", waiting["queue_reason"])
         assert client.fine_tuning.jobs.retrieve(on_ray.id).status == "running"
         assert http.get(f"{BASE}/tuningJobs/{vertex_id}").json()["queueReason"] == waiting["queue_reason"]
         assert http.get(f"/v1/dashboard/jobs/{vertex_id}").json()["job"]["queue_reason"] == waiting["queue_reason"]
 
         ray_job = _wait(lambda: client.fine_tuning.jobs.retrieve(on_ray.id).to_dict())
+        nova_job = _wait(lambda: http.get(f"/v1/fine_tuning/jobs/{nova_id}").json())
         vertex_job = _wait(lambda: http.get(f"/v1/fine_tuning/jobs/{vertex_id}").json())
     assert ray_job["status"] == "succeeded", ray_job.get("error")
+    assert nova_job["status"] == "succeeded", nova_job.get("error")
     assert vertex_job["status"] == "succeeded", vertex_job.get("error")
     assert vertex_job["queue_reason"] is None
     steps = [e.data["step"] for e in client.fine_tuning.jobs.list_events(on_ray.id, limit=100) if e.type == "metrics"]
     assert sorted(steps) == [0, 1, 2]  # 8 prompts / 4 a step, one epoch: every step ran
     messages = [e.message for e in client.fine_tuning.jobs.list_events(vertex_id, limit=100)]
-    assert "Queued: waiting for resources on the Ray cluster: 2 CPU, 1 free" in messages
+    assert any(re.fullmatch(r"Queued: waiting for resources on the Ray cluster: 2 CPU, [01] free", m) for m in messages)
 
-    # Ray's own record: each job's process made its two learner actors on this cluster's nodes, on two nodes
+    # Ray's own record: each job's process made its learner actors on this cluster's nodes, two learners on two
     nodes = {n["NodeID"] for n in cluster.global_state.node_table()}
     actors = _learner_actors(cluster)
-    assert sorted(len(a) for a in actors.values()) == [2, 2], actors
+    assert sorted(len(a) for a in actors.values()) == [1, 2, 2], actors
     for group in actors.values():
         assert {a["Address"]["NodeID"] for a in group} <= nodes
-        assert len({a["Address"]["NodeID"] for a in group}) == 2  # one CPU a node: the two learners on two nodes
+        assert len({a["Address"]["NodeID"] for a in group}) == len(group)  # one CPU a node: one learner a node
