@@ -245,8 +245,8 @@ def test_bad_inputs_get_the_apis_errors_and_leave_nothing_behind(client, tokeniz
     with pytest.raises(tinker.RequestFailedError, match=rf"weights has shape \[{n - 2}\]; it must be \[{n}\]"):
         tc.forward_backward([short], "cross_entropy").result()
     good = datum(tokens, target_tokens=tokens[1:], weights=np.ones(n, np.float32))
-    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'gspo' is not supported"):
-        tc.forward_backward([good], "gspo").result()
+    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'dppo' is not supported"):
+        tc.forward_backward([good], "dppo").result()
     with pytest.raises(tinker.RequestFailedError, match="clip_lo"):
         tc.forward_backward([good], "ppo", loss_fn_config={"clip_lo": 0.5}).result()
     tc.optim_step(types.AdamParams(learning_rate=0.1)).result()  # no gradient was left behind to step on

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from openrft.algo.losses import DEFAULT_LOSS, LossBatch, grpo, per_token
+
 
 def clipped_surrogate(
     logp: torch.Tensor,
@@ -22,18 +24,9 @@ def clipped_surrogate(
     ``c`` then counts as ``c`` and gives no gradient, so a stale token the policy now prefers cannot weigh
     without bound. A token counts as clipped when the term chosen has no gradient.
     """
-    ratio = torch.exp(logp - old_logp)
-    adv = advantages.unsqueeze(-1)
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    loss = -torch.minimum(unclipped, clipped)
-    is_clipped = clipped < unclipped
-    if dual_clip is not None:
-        bound = -dual_clip * adv
-        dual = (adv < 0) & (loss > bound)
-        loss = torch.where(dual, bound, loss)
-        is_clipped = is_clipped | dual
-    return loss, is_clipped
+    batch = LossBatch(logp, old_logp, advantages.unsqueeze(-1), torch.ones_like(logp))
+    config = {"clip_ratio_low": clip_low, "clip_ratio_high": clip_high, "dual_clip": dual_clip or 0.0}
+    return grpo(batch, config)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -80,6 +73,8 @@ def policy_loss_terms(
     ent_coeff: float = 0.0,
     loss_scale: float = 1.0,
     token_weights: torch.Tensor | None = None,
+    loss_fn: str = DEFAULT_LOSS,
+    loss_config: dict[str, float] | None = None,
 ) -> LossTerms:
     """The per-token objective summed over ``mask``: token-level aggregation (DAPO) happens in the caller,
     which divides by the number of response tokens in the whole (mini-)batch of the update.
@@ -88,10 +83,16 @@ def policy_loss_terms(
     stale sample, else the policy before the step's first update. ``loss_scale`` scales the policy loss
     only (Nova: "scaling factor for the policy loss"), not the KL or entropy terms. ``token_weights``
     (detached, ``[batch, tokens]``) multiply the policy loss per token: the rollout correction
-    (``algo.rollout_correction``), 0 on the tokens it masks.
+    (``algo.rollout_correction``), 0 on the tokens it masks. ``loss_fn`` names the policy loss
+    (``algo.losses``): the default ``grpo`` takes ``clip_low``, ``clip_high`` and ``dual_clip``; another
+    loss takes its resolved settings in ``loss_config``.
     """
     mask = mask.to(logp.dtype)
-    pg, is_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, dual_clip)
+    if loss_fn == DEFAULT_LOSS:
+        pg, is_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, dual_clip)
+    else:
+        batch = LossBatch(logp, old_logp, advantages.unsqueeze(-1).expand_as(logp), mask)
+        pg, is_clipped = per_token(loss_fn, batch, loss_config or {})
     if token_weights is not None:
         pg = pg * token_weights.detach()
     total = loss_scale * pg

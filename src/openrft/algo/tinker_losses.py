@@ -1,81 +1,58 @@
-"""The Tinker API's built-in losses, as its documentation defines them: per datum, summed over tokens.
+"""The Tinker API's losses: the registry's (``algo/losses.py``) as Tinker documents them, per datum,
+summed over its tokens.
 
 Every tensor of a datum is aligned with its ``model_input``: position ``i`` holds what the input's
 position ``i`` predicts (token ``i + 1`` of the full sequence). ``target_logprobs`` are the learner's
-log-probabilities of ``target_tokens`` (temperature 1). Each function returns the datum's loss, a
-scalar that is the sum over its tokens (no mean: the caller scales the advantages or weights).
-
-  cross_entropy        -(logp * weights).sum()
-  importance_sampling  -(exp(logp - q) * A).sum()
-  ppo                  -min(r * A, clip(r, low, high) * A).sum()           low, high = 0.8, 1.2
-  cispo                -(sg(clip(r, low, high)) * logp * A).sum()          low, high = 0.0, 4.0
-  dro                  -(logp * A - beta / 2 * (logp - q) ** 2).sum()      beta = 0.1
-
-with ``q`` the sampler's log-probs (``logprobs``), ``A`` the ``advantages`` and ``r = exp(logp - q)``.
+log-probabilities of ``target_tokens`` (temperature 1). A datum's loss is the sum over its tokens of the
+registry's per-token loss (no mean: the caller scales the advantages or weights), with ``q`` the datum's
+``logprobs``, or for a ``recorded`` loss (``stable_reinforce``) the log-probs the server recorded when
+it sampled the tokens (``recorded_logprobs``, resolved from the datum's provenance by the server).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 
 import torch
+
+from openrft.algo import losses
+from openrft.algo.losses import LossBatch, LossConfigError
 
 
 class LossInputError(ValueError):
     """A datum or loss configuration the loss cannot take; the message names the field and the value."""
 
 
-INPUTS = {
-    "cross_entropy": ("target_tokens", "weights"),
-    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
-    "ppo": ("target_tokens", "logprobs", "advantages"),
-    "cispo": ("target_tokens", "logprobs", "advantages"),
-    "dro": ("target_tokens", "logprobs", "advantages"),
-}
-CONFIG_DEFAULTS: dict[str, dict[str, float]] = {
-    "cross_entropy": {},
-    "importance_sampling": {},
-    "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
-    "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
-    "dro": {"beta": 0.1},
-}
+RECORDED = "recorded_logprobs"
+"""The inputs key under which the server passes a recorded loss its recorded sampling log-probs."""
 
 
 def resolve_config(loss_fn: str, config: Mapping[str, float] | None) -> dict[str, float]:
     """The loss's configuration: its defaults overridden by ``config``; unknown keys and bad values refused."""
-    if loss_fn not in CONFIG_DEFAULTS:
-        raise LossInputError(f"loss_fn {loss_fn!r} is not supported; supported: {', '.join(CONFIG_DEFAULTS)}")
-    resolved = dict(CONFIG_DEFAULTS[loss_fn])
-    for key, value in (config or {}).items():
-        if key not in resolved:
-            allowed = ", ".join(resolved) or "none"
-            raise LossInputError(f"loss_fn_config.{key} is not a setting of {loss_fn} (allowed: {allowed})")
-        if isinstance(value, str) or not math.isfinite(float(value)):
-            raise LossInputError(f"loss_fn_config.{key} must be a finite number, got {value!r}")
-        resolved[key] = float(value)
-    if "clip_low_threshold" in resolved:
-        low, high = resolved["clip_low_threshold"], resolved["clip_high_threshold"]
-        if not 0 <= low <= high:
-            raise LossInputError(
-                f"loss_fn_config needs 0 <= clip_low_threshold <= clip_high_threshold, got {low}, {high}"
-            )
-    if resolved.get("beta", 0.0) < 0:
-        raise LossInputError(f"loss_fn_config.beta must be >= 0, got {resolved['beta']}")
-    return resolved
+    try:
+        return losses.resolve_config(loss_fn, config, tinker=True)
+    except LossConfigError as exc:
+        raise LossInputError(str(exc)) from None
+
+
+def needs_recording(loss_fn: str) -> bool:
+    """Whether the loss reads the log-probs the server recorded at sampling time (the datum's provenance)."""
+    return losses.LOSSES[loss_fn].recorded
 
 
 def check_inputs(loss_fn: str, inputs: Mapping[str, torch.Tensor], length: int, datum: int) -> None:
-    """Every input the loss needs, each of shape ``(length,)``, nothing else."""
-    needed = INPUTS[loss_fn]
+    """Every input the loss needs, each of shape ``(length,)``; optional ones allowed; nothing else."""
+    entry = losses.LOSSES[loss_fn]
+    needed, optional = entry.inputs, entry.optional
     where = f"data[{datum}].loss_fn_inputs"
     missing = [k for k in needed if k not in inputs]
     if missing:
         raise LossInputError(f"{where} lacks {', '.join(missing)}: {loss_fn} needs {', '.join(needed)}")
-    extra = [k for k in inputs if k not in needed]
+    extra = [k for k in inputs if k not in needed and k not in optional]
     if extra:
-        raise LossInputError(f"{where}.{extra[0]} is not an input of {loss_fn} (it takes {', '.join(needed)})")
-    for key in needed:
+        takes = ", ".join(needed) + (f" (optional: {', '.join(optional)})" if optional else "")
+        raise LossInputError(f"{where}.{extra[0]} is not an input of {loss_fn} (it takes {takes})")
+    for key in [k for k in (*needed, *optional) if k in inputs]:
         shape = tuple(inputs[key].shape)
         if shape != (length,):
             raise LossInputError(
@@ -85,37 +62,45 @@ def check_inputs(loss_fn: str, inputs: Mapping[str, torch.Tensor], length: int, 
             raise LossInputError(f"{where}.{key} holds a non-finite value")
 
 
-def cross_entropy(logp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _: Mapping[str, float]) -> torch.Tensor:
-    return -(logp * inputs["weights"]).sum()
+def datum_loss(loss_fn: str) -> Callable[[torch.Tensor, Mapping[str, torch.Tensor], Mapping[str, float]], torch.Tensor]:
+    """The datum's loss (a scalar, the sum over its tokens) of the registry's ``loss_fn``."""
+    entry = losses.LOSSES[loss_fn]
+
+    def compute(logp: torch.Tensor, inputs: Mapping[str, torch.Tensor], config: Mapping[str, float]) -> torch.Tensor:
+        if entry.recorded and RECORDED not in inputs:
+            raise LossInputError(
+                f"{loss_fn} takes the log-probs recorded when the tokens were sampled: sample with "
+                "record_stability_info=True and give each datum its provenance (Datum.with_provenance)"
+            )
+        q = inputs[RECORDED] if entry.recorded else inputs.get("logprobs")
+        advantages = inputs.get("advantages")
+        extra = {k: v[None] for k, v in inputs.items() if k in ("weights", "sequence_ratio_mask")}
+        batch = LossBatch(
+            logp[None],
+            None if q is None else q[None].to(logp.dtype),
+            None if advantages is None else advantages[None].to(logp.dtype),
+            torch.ones_like(logp[None]),
+            extra,
+        )
+        per_token, _ = entry.fn(batch, config)
+        return per_token.sum()
+
+    return compute
 
 
-def importance_sampling(logp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _: Mapping[str, float]) -> torch.Tensor:
-    ratio = torch.exp(logp - inputs["logprobs"])
-    return -(ratio * inputs["advantages"]).sum()
+class _Losses(Mapping):
+    """``LOSSES[name](logp, inputs, config)``: the datum's loss, for every loss the Tinker API serves."""
+
+    def __getitem__(self, name: str):
+        if name not in losses.names(tinker=True):
+            raise KeyError(name)
+        return datum_loss(name)
+
+    def __iter__(self):
+        return iter(losses.names(tinker=True))
+
+    def __len__(self) -> int:
+        return len(losses.names(tinker=True))
 
 
-def ppo(logp: torch.Tensor, inputs: Mapping[str, torch.Tensor], config: Mapping[str, float]) -> torch.Tensor:
-    advantages = inputs["advantages"]
-    ratio = torch.exp(logp - inputs["logprobs"])
-    clipped = ratio.clamp(config["clip_low_threshold"], config["clip_high_threshold"])
-    return -torch.minimum(ratio * advantages, clipped * advantages).sum()
-
-
-def cispo(logp: torch.Tensor, inputs: Mapping[str, torch.Tensor], config: Mapping[str, float]) -> torch.Tensor:
-    ratio = torch.exp(logp - inputs["logprobs"])
-    coefficient = ratio.clamp(config["clip_low_threshold"], config["clip_high_threshold"]).detach()
-    return -(coefficient * logp * inputs["advantages"]).sum()
-
-
-def dro(logp: torch.Tensor, inputs: Mapping[str, torch.Tensor], config: Mapping[str, float]) -> torch.Tensor:
-    penalty = (logp - inputs["logprobs"]) ** 2
-    return -(logp * inputs["advantages"] - 0.5 * config["beta"] * penalty).sum()
-
-
-LOSSES: dict[str, Callable[[torch.Tensor, Mapping[str, torch.Tensor], Mapping[str, float]], torch.Tensor]] = {
-    "cross_entropy": cross_entropy,
-    "importance_sampling": importance_sampling,
-    "ppo": ppo,
-    "cispo": cispo,
-    "dro": dro,
-}
+LOSSES = _Losses()
