@@ -71,9 +71,10 @@ def _print_job(job, as_json: bool) -> None:
         print(job.model_dump_json(indent=2))
         return
     error = f"  error: {job.error.code}: {job.error.message}" if job.error else ""
+    waiting = f"  ({job.queue_reason})" if job.queue_reason else ""  # on the server's Ray cluster: what it waits for
     print(
         f"{job.id}  {job.status:<10}  step {job.step}/{job.total_steps}  {job.model}  created {_when(job.created_at)}"
-        f"{'  model ' + job.fine_tuned_model if job.fine_tuned_model else ''}{error}"
+        f"{'  model ' + job.fine_tuned_model if job.fine_tuned_model else ''}{error}{waiting}"
     )
 
 
