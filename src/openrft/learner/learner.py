@@ -10,6 +10,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from openrft.algo.loss import entropy_from_logits, kl_k3, policy_loss_terms
+from openrft.algo.losses import DEFAULT_LOSS, resolve_config
 from openrft.algo.rollout_correction import (
     CORRECTION_SUM_KEYS,
     correction_metrics,
@@ -134,6 +135,13 @@ class Learner:
         self.device = next(self.model.parameters()).device
         if config.activation_checkpointing:
             enable_activation_checkpointing(self.model)
+        algorithm = config.algorithm
+        self.loss_fn = algorithm.loss_fn
+        self.loss_config = (
+            None
+            if self.loss_fn == DEFAULT_LOSS
+            else resolve_config(self.loss_fn, algorithm.loss_fn_config, where="algorithm.loss_fn_config", jobs=True)
+        )
         self.optimizer = build_optimizer(self.model, config.optimizer, config.lora)
         self.scheduler = build_scheduler(self.optimizer, config.optimizer.warmup_steps)
         self.version = 0
@@ -228,6 +236,8 @@ class Learner:
                     ent_coeff=algo.ent_coeff,
                     loss_scale=algo.loss_scale,
                     token_weights=weights,
+                    loss_fn=self.loss_fn,
+                    loss_config=self.loss_config,
                 )
                 self.backward(terms.loss / total_tokens)
                 sums["pg_loss"] += terms.pg_loss

@@ -244,6 +244,40 @@ class AlgorithmSpec(_Strict):
     )
     scale_advantages_by_std: bool = Field(True, description="False = Dr. GRPO")
     advantage_eps: float = Field(1e-6, gt=0, le=1)
+    loss_fn: str = Field(
+        "grpo", description="the policy loss by name (algo/losses.py; docs/algorithm.md, 'Losses by name')"
+    )
+    loss_fn_config: dict[str, float] = Field(
+        default_factory=dict, description="the loss's settings over its defaults (not for grpo: see clip_ratio_*)"
+    )
+
+    @field_validator("loss_fn")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        from openrft.algo import losses  # the registry (torch), only for a job that names another loss
+
+        if name != losses.DEFAULT_LOSS:
+            losses.get(name, where="loss", jobs=True)
+        return name
+
+    @field_validator("loss_fn_config")
+    @classmethod
+    def _loss_settings(cls, config: dict[str, float], info) -> dict[str, float]:
+        name = info.data.get("loss_fn")
+        if name is None or not config:
+            return config
+        if name == "grpo":
+            raise ValueError(
+                "grpo takes no loss_fn_config: its settings are algorithm.clip_ratio_low, clip_ratio_high and "
+                "rollout.importance_weight_cap (the dual clip)"
+            )
+        from openrft.algo import losses
+
+        try:
+            losses.resolve_config(name, config, where="loss_fn_config", jobs=True)
+        except losses.LossConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return config
 
 
 class TrainingSpec(_Strict):

@@ -89,6 +89,8 @@ class OpenRFTExtensions(Strict):
     ppo_mini_batches: Annotated[int, closed(1, MAX_PPO_MINI_BATCHES)] = Field(
         1, description="optimizer updates per step (verl's ppo_mini_batch_size)"
     )
+    loss_fn: str = Field("grpo", description="the policy loss by name (docs/algorithm.md, 'Losses by name')")
+    loss_fn_config: dict[str, float] = Field(default_factory=dict, description="the loss's settings over its defaults")
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     generator_base_url: str | list[str] | None = None
@@ -145,6 +147,8 @@ EXTENSION_TARGETS = {
     "max_train_examples": "data.max_train_examples",
     "importance_weight_cap": "rollout.importance_weight_cap",
     "ppo_mini_batches": "algorithm.ppo_mini_batches",
+    "loss_fn": "algorithm.loss_fn",
+    "loss_fn_config": "algorithm.loss_fn_config",
     "runtime": "rollout.runtime",
     "ray_address": "rollout.ray_address",
     "generator_base_url": "rollout.generator_base_url",
