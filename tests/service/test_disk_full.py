@@ -183,3 +183,49 @@ def test_samples_lines_are_whole_trimmed_on_resume_and_carry_any_text(tmp_path):
     log.truncate_after(2)
     assert [(r["step"], r["prompt"]) for r in read_samples(tmp_path)] == [(1, "a\ud800b"), (2, "日本")]
     assert "日本" in log.path.read_text(encoding="utf-8")  # UTF-8 kept where it can be
+
+
+def test_a_job_whose_disk_fills_mid_run_fails_within_seconds_and_resumes_once_there_is_space(tmp_path, files):
+    """Before: a job whose disk filled after its second step stayed `running` for minutes, its log growing a
+    traceback every half second. Now it fails with insufficient_storage within seconds, its last checkpoint and
+    its metrics whole, and once there is space it resumes from that checkpoint and succeeds."""
+    with small_disk(tmp_path / "disk", "40m") as disk:
+        service = Service(disk / "data", f"sqlite:///{disk / 'data' / 'openrft.db'}")  # all on the one disk
+        try:
+            service.serve(workers=1)
+            with httpx.Client(base_url=service.base_url, timeout=60) as client:
+                train, valid = upload(client, files[0]), upload(client, files[1])
+                recipe = tiny_recipe(train, valid, steps=12)
+                recipe["openrft"]["tensorboard"] = True  # its writer thread too
+                created = client.post("/v1/nova/jobs", json=recipe)
+                assert created.status_code == 200, created.text
+                job_id = created.json()["id"]
+                deadline = time.monotonic() + 180
+                while time.monotonic() < deadline:
+                    steps = client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints").json()["data"]
+                    if len(steps) >= 2:
+                        break
+                    time.sleep(0.2)
+                fill(disk)
+                filled = time.monotonic()
+                job = wait_status(client, job_id, ("failed", "succeeded"), timeout=120)
+                failed_after = time.monotonic() - filled
+                assert job["status"] == "failed", job
+                assert job["error"]["code"] == "insufficient_storage", job
+                assert failed_after < 30, failed_after
+                run_dir = disk / "data" / "runs" / job_id
+                read_metrics(run_dir / "metrics.jsonl")  # parseable: no torn line
+                checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
+                assert checkpoints, list(run_dir.iterdir())
+                (disk / "filler").unlink()
+                resumed = client.post(f"/v1/fine_tuning/jobs/{job_id}/resume")
+                assert resumed.status_code == 200, resumed.text
+                job = wait_status(client, job_id, ("failed", "succeeded"), timeout=300)
+                assert job["status"] == "succeeded", job
+                listed = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 200}).json()["data"]
+                assert any("Resuming from the checkpoint" in e["message"] for e in listed), listed
+                steps = [record["step"] for record in read_metrics(run_dir / "metrics.jsonl")]
+                assert steps == sorted(set(steps)) and steps[-1] == 12, steps  # one line a step, none lost
+        finally:
+            service.stop_all()
+            time.sleep(0.2)

@@ -140,15 +140,17 @@ class JobRunner:
             if code == "internal_error":
                 traceback.print_exc()
             param = "training_file" if code == "invalid_training_file" else None
-            self.store.finish(
-                self.job.id,
-                self.attempt,
-                "failed",
-                f"Job failed: {message}",
-                "error",
-                error_code=code,
-                error_message=message,
-                error_param=param,
+            self.store.with_room(  # on a full disk too: the database's reserve makes room for the outcome
+                lambda: self.store.finish(
+                    self.job.id,
+                    self.attempt,
+                    "failed",
+                    f"Job failed: {message}",
+                    "error",
+                    error_code=code,
+                    error_message=message,
+                    error_param=param,
+                )
             )
             return 0
         self.sync_checkpoints()

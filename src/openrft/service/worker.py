@@ -15,12 +15,14 @@ import threading
 import time
 from dataclasses import dataclass
 
+from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.service.config import ServiceConfig
 from openrft.service.launchers import ForkLauncher, JobHandle, SpawnLauncher
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 
 log = logging.getLogger("openrft.worker")
+DISK_FULL_LOG_INTERVAL_S = 60.0
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('')[:6]}"
         self.running: dict[str, RunningJob] = {}
         self._last_beat = 0.0
+        self._disk_full_logged_at = -DISK_FULL_LOG_INTERVAL_S
         self.admission = None  # with a cluster: jobs start only once their placement group is reserved
         if config.ray_address:
             from openrft.service.admission import for_address
@@ -60,6 +63,8 @@ class Worker:
         now = time.monotonic()
         if now - self._last_beat >= self.config.heartbeat_interval_s:
             self._last_beat = now
+            if self.store.reserve is not None:
+                self.store.reserve.ensure()  # laid again once a full disk has room
             self.store.heartbeat(self.worker_id, list(self.running))
             for job_id in self.store.reap_expired(self.config.heartbeat_timeout_s, self.config.max_attempts):
                 log.warning("requeued job %s: its worker stopped heartbeating", job_id)
@@ -125,20 +130,26 @@ class Worker:
         if code == 0:
             how = "exit code 0 without recording an outcome"
         if job.control == "cancel":
-            self.store.finish(job.id, running.attempt, "cancelled", f"Job cancelled (job process stopped: {how})")
+            self.store.with_room(
+                lambda: self.store.finish(
+                    job.id, running.attempt, "cancelled", f"Job cancelled (job process stopped: {how})"
+                )
+            )
         elif job.attempts >= self.config.max_attempts:
-            self.store.finish(
-                job.id,
-                running.attempt,
-                "failed",
-                f"Job process ended with {how}",
-                "error",
-                error_code="job_process_died",
-                error_message=f"the job process ended with {how} on {job.attempts} attempts; "
-                f"its output is in the worker's logs/{job.id}.log",
+            self.store.with_room(
+                lambda: self.store.finish(
+                    job.id,
+                    running.attempt,
+                    "failed",
+                    f"Job process ended with {how}",
+                    "error",
+                    error_code="job_process_died",
+                    error_message=f"the job process ended with {how} on {job.attempts} attempts; "
+                    f"its output is in the worker's logs/{job.id}.log",
+                )
             )
         else:
-            self.store.requeue(job.id, self.worker_id, f"Job process ended with {how}")
+            self.store.with_room(lambda: self.store.requeue(job.id, self.worker_id, f"Job process ended with {how}"))
 
     def _enforce_cancels(self) -> None:
         if not self.running:
@@ -162,11 +173,22 @@ class Worker:
             while not stop.is_set():
                 try:
                     self.tick()
-                except Exception:  # a database hiccup must not kill the worker; the next turn retries
-                    log.exception("worker turn failed")
+                except Exception as exc:  # a database hiccup must not kill the worker; the next turn retries
+                    self._log_failed_turn(exc)
                 stop.wait(self.config.poll_interval_s)
         finally:
             self.shutdown()
+
+    def _log_failed_turn(self, exc: Exception) -> None:
+        """A failed turn, with its traceback; a full disk in one line, at most once a minute (it fails every
+        turn until there is room)."""
+        if not is_disk_full(exc):
+            log.exception("worker turn failed")
+            return
+        now = time.monotonic()
+        if now - self._disk_full_logged_at >= DISK_FULL_LOG_INTERVAL_S:
+            self._disk_full_logged_at = now
+            log.error("worker turn failed: %s (%s); retrying every turn", DISK_FULL_MESSAGE, type(exc).__name__)
 
     def shutdown(self) -> None:
         """Stop the job processes and hand their jobs back (they resume from their last checkpoint)."""

@@ -22,6 +22,7 @@ from openrft.service.store.models import Event, Job
 WAITING = ("validating_files", "queued")
 ACTIVE = ("running", "pausing")
 TERMINAL = ("succeeded", "failed", "cancelled")
+RESUMABLE_ERRORS = ("insufficient_storage",)  # a failed job that continues from its last checkpoint when resumed
 STATUSES = ("validating_files", "queued", "running", "pausing", "paused", "succeeded", "failed", "cancelled")
 
 
@@ -137,16 +138,29 @@ class JobsRepo(Repo):
         raise Conflict(f"job {job_id} changed state while being paused; try again", "concurrent_update")
 
     def request_resume(self, owner: str, job_id: str, max_queued: int | None = None) -> Job:
-        """A paused job queued again; with ``max_queued``, counted against its owner's queued jobs."""
+        """A paused job, or one that failed on a full disk, queued again (it continues from its last
+        checkpoint); with ``max_queued``, counted against its owner's queued jobs."""
         job = self.get_job(owner, job_id)
-        if job.status != "paused":
-            raise Conflict(f"job {job_id} is {job.status}: only a paused job can be resumed", "job_not_resumable")
+        resumable = job.status == "paused" or (job.status == "failed" and job.error_code in RESUMABLE_ERRORS)
+        if not resumable:
+            raise Conflict(
+                f"job {job_id} is {job.status}: only a paused job, or one that failed on a full disk, can be resumed",
+                "job_not_resumable",
+            )
         with self.owner_session(owner) as s:
             _check_queued(s, owner, max_queued)
             resumed = s.execute(
                 update(Job)
-                .where(Job.id == job_id, Job.status == "paused")
-                .values(status="queued", control=None, updated_at=now())
+                .where(Job.id == job_id, Job.status == job.status, Job.error_code.is_not_distinct_from(job.error_code))
+                .values(
+                    status="queued",
+                    control=None,
+                    updated_at=now(),
+                    finished_at=None,
+                    error_code=None,
+                    error_message=None,
+                    error_param=None,
+                )
             )
             if resumed.rowcount != 1:
                 raise Conflict(f"job {job_id} changed state while being resumed; try again", "concurrent_update")
