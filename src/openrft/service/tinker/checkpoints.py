@@ -50,9 +50,35 @@ def check_name(name: str) -> None:
         raise CheckpointError(f"checkpoint name {name!r} must match {NAME.pattern}")
 
 
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-\d+$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class CheckpointStore:
     def __init__(self, root: Path):
         self.root = root
+        self.sweep()
+
+    def sweep(self) -> list[Path]:
+        """Remove the temporary directories of saves whose process is gone (killed mid-save): a save is
+        renamed into place whole, so what is left under a temporary name is never a checkpoint."""
+        removed = []
+        for folder in self.root.glob("*/*") if self.root.is_dir() else []:
+            for entry in folder.iterdir() if folder.is_dir() else []:
+                match = TEMPORARY.match(entry.name)
+                if match and entry.is_dir() and not _alive(int(match["pid"])):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(entry)
+        return removed
 
     def _dir(self, loc: Location) -> Path:
         return self.root / loc.model_id / loc.kind / loc.name
