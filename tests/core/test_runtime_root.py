@@ -112,3 +112,21 @@ def test_only_the_composition_root_builds_runtimes():
                     if name in RUNTIMES:
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}(...)")
     assert found == []
+
+
+def test_an_address_nothing_answers_at_is_named_before_ray_would_retry_it_for_minutes():
+    import socket
+
+    from openrft.runtime.cluster_address import unreachable
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert unreachable(f"127.0.0.1:{port}") is None
+    assert unreachable(f"127.0.0.1:{port}", timeout_s=2).startswith(f"nothing answers at 127.0.0.1:{port}")
+    assert unreachable("auto") is None and unreachable("ray://head:10001") is None and unreachable(None) is None
+    pytest.importorskip("ray")
+    runtime = runtime_for(_spec(), cluster=f"127.0.0.1:{port}")
+    with pytest.raises(OpenRFTError, match=r"the server's --ray-address '127\.0\.0\.1:\d+': cannot connect .*nothing"):
+        runtime._connect()

@@ -78,3 +78,87 @@ def test_refusal_is_a_400_naming_the_field(monkeypatch):
         refuse_if_never_fits("head:6379", _spec(replicas=2), "run.replicas")
     assert (refused.value.status, refused.value.code, refused.value.param) == (400, "job_too_large", "run.replicas")
     assert refused.value.message.startswith("run.replicas: the job asks for 2 bundles of 1 CPU")
+
+
+# the worker's side, with admission answered by a stand-in for the cluster ------------------------------------
+
+
+class Running:
+    pid = 1
+
+    def poll(self):
+        return None
+
+
+class Launcher:
+    def __init__(self):
+        self.started: list[tuple[str, str | None]] = []
+
+    def start(self, job_id, attempt, log, placement_group=None):
+        self.started.append((job_id, placement_group))
+        return Running()
+
+
+class Answers:
+    """``reserve`` answers from a list: a Decision, or an exception to raise."""
+
+    def __init__(self, *answers):
+        self.answers, self.released = list(answers), []
+
+    def reserve(self, job_id, attempt, spec):
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def release(self, job_id):
+        self.released.append(job_id)
+
+
+def _queued(store, spec: dict):
+    from openrft.service.store.base import new_id
+    from openrft.service.store.models import Job
+
+    job = Job(id=new_id("ftjob-"), owner="alice", api="openai", status="queued", request={}, spec=spec, model="m")
+    job.total_steps = 2
+    return store.create_job(job)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_worker_starts_the_head_of_the_queue_only_with_its_placement_group(store, tmp_path):
+    from openrft.service.admission import Decision
+    from openrft.service.config import ServiceConfig
+    from openrft.service.worker import Worker
+
+    config = ServiceConfig.build(tmp_path, store.engine.url.render_as_string(hide_password=False))
+    config.ray_address = "head:6379"
+    launcher = Launcher()
+    worker = Worker(store, config, concurrency=2, launcher=launcher)
+    spec = _spec(replicas=2).model_dump(mode="json")
+    first, second = _queued(store, spec), _queued(store, spec)
+    waiting = "waiting for resources on the Ray cluster: 2 CPU, 1 free"
+    worker.admission = Answers(Decision(reason=waiting), Decision(reason=waiting))
+    worker.tick()
+    worker.tick()  # the same reason again: recorded once
+    assert launcher.started == []  # the head of the queue waits, and the job behind it waits its turn
+    assert (store.get_job(None, first.id).status, store.get_job(None, first.id).queue_reason) == ("queued", waiting)
+    assert store.get_job(None, second.id).queue_reason is None
+    events = [e.message for e in store.list_events(first.id, limit=50)[0]]
+    assert events.count(f"Queued: {waiting}") == 1
+
+    worker.admission = Answers(ConnectionError("nothing answers at head:6379"))
+    worker.tick()
+    assert store.get_job(None, first.id).queue_reason == "cannot reach the Ray cluster: nothing answers at head:6379"
+
+    worker.admission = Answers(Decision(group="openrft-a"), Decision(reason=waiting))
+    worker.tick()  # reserved: claimed and started with its group; the next one waits, saying why
+    assert launcher.started == [(first.id, "openrft-a")]
+    assert (store.get_job(None, first.id).status, store.get_job(None, first.id).queue_reason) == ("running", None)
+    assert store.get_job(None, second.id).queue_reason == waiting
+
+    unreadable = _queued(store, {"not": "a job spec"})  # its job process fails it by name; the queue goes on
+    worker.running.clear()
+    worker.admission = Answers(Decision(group="openrft-b"))
+    worker.tick()
+    worker.tick()
+    assert launcher.started[1:] == [(second.id, "openrft-b"), (unreadable.id, None)]

@@ -47,6 +47,7 @@ from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
 from openrft.learner.learner import SUM_KEYS, add_sums, mini_batches, response_tokens, step_metrics, trained
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
+from openrft.runtime.cluster_address import unreachable
 from openrft.runtime.placement import RAY_NAMESPACE, bundles
 from openrft.runtime.process_group import all_reduce_gradients, free_port, join_process_group, node_address
 from openrft.spec.job import JobSpec
@@ -360,6 +361,9 @@ class RayRuntime:
 
         if not ray.is_initialized():
             address = self.address
+            problem = unreachable(address)
+            if problem:
+                raise OpenRFTError(f"{self.address_field} {address!r}: cannot connect to a Ray cluster: {problem}")
             try:
                 namespace = RAY_NAMESPACE if self.reserved else None
                 ray.init(

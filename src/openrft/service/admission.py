@@ -21,6 +21,7 @@ import math
 import threading
 from dataclasses import dataclass
 
+from openrft.runtime.cluster_address import unreachable
 from openrft.runtime.placement import RAY_NAMESPACE, bundles, generation_actors, placed_runtime
 from openrft.service.errors import ApiError
 from openrft.spec.job import JobSpec
@@ -37,6 +38,9 @@ def connect(address: str):
 
     with _connect_lock:
         if not ray.is_initialized():
+            problem = unreachable(address)
+            if problem:
+                raise ConnectionError(f"the server's --ray-address {address!r}: {problem}")
             ray.init(
                 address=address,
                 namespace=RAY_NAMESPACE,
@@ -163,6 +167,10 @@ def refuse_if_never_fits(address: str | None, spec: JobSpec, field: str = "rollo
         return
     if placed_runtime(spec, address) != "ray":
         return
-    why = for_address(address).never_fits(spec)
+    try:
+        why = for_address(address).never_fits(spec)
+    except Exception as exc:  # the cluster is down: the job queues, and the worker says why it waits
+        log.warning("could not check the job against the Ray cluster at %s: %s", address, exc)
+        return
     if why is not None:
         raise ApiError(400, f"{field}: {why}", "job_too_large", field)

@@ -84,13 +84,22 @@ class Worker:
         """On the server's cluster: reserve the next queued job's placement group, then claim that job; if its
         resources are not free, it stays queued with the reason and the jobs behind it wait (no overtaking).
         False when nothing was started."""
+        from openrft.service.admission import Decision
         from openrft.spec.job import JobSpec
 
         job = self.store.next_queued()
         if job is None:
             return False
         attempt = job.attempts + 1
-        decision = self.admission.reserve(job.id, attempt, JobSpec.model_validate(job.spec))
+        try:
+            spec = JobSpec.model_validate(job.spec)
+        except ValueError:  # a spec this version cannot read: its job process fails it by name, not the queue
+            spec = None
+        try:
+            decision = self.admission.reserve(job.id, attempt, spec) if spec is not None else Decision()
+        except Exception as exc:  # the cluster is unreachable: the job waits, saying so
+            log.warning("admission of job %s failed: %s", job.id, exc)
+            decision = Decision(reason=f"cannot reach the Ray cluster: {exc}")
         if decision.reason is not None:
             self.store.set_queue_reason(job.id, decision.reason)
             return False
