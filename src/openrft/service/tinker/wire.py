@@ -11,6 +11,7 @@ import torch
 from tinker.proto import tinker_public_pb2 as pb
 
 from openrft.service.tinker.settings import TinkerSettings
+from openrft.service.tinker.stability import Span, spans_of
 
 
 class WireError(ValueError):
@@ -28,6 +29,7 @@ _NUMPY = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32
 class WireDatum:
     tokens: list[int]
     inputs: dict[str, torch.Tensor]
+    spans: list[Span] | None = None  # loss_fn_input_spans: the sampled sequence behind each target (stability.py)
 
 
 @dataclass
@@ -144,7 +146,7 @@ def read_forward_backward(body: bytes, settings: TinkerSettings) -> WireForwardB
             name: _tensor(t, f"data[{i}].loss_fn_inputs.{name}", most, settings)
             for name, t in datum.loss_fn_inputs.items()
         }
-        data.append(WireDatum(tokens, inputs))
+        data.append(WireDatum(tokens, inputs, spans_of(datum)))
     return WireForwardBackward(msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, data)
 
 
