@@ -37,6 +37,7 @@ from tests.tinker_api.test_sdk import MODEL, datum, learner_logprobs  # noqa: E4
 
 MEMORY_LIMIT = 3 << 30  # the server's address space: its imports and the demo model take about 1.3 GB
 EXTRA = "demo-copy"  # published by the operator with --model, besides openrft-demo
+BROKEN = "broken"  # published too, a directory that holds no model
 DEMO_DIR = str(REGISTERED_MODELS[MODEL])
 BOUNDS = {"sequence": 256, "call": 1024, "num_samples": 8, "sample": 1024}
 
@@ -72,8 +73,10 @@ def server(tmp_path_factory):
     store = Store.open(service.database_url)
     keys = tuple("tml-" + store.create_key(name)[1] for name in ("a", "b"))
     store.close()
+    (root / "broken").mkdir()
     extra = (
         *("--model", f"{EXTRA}={DEMO_DIR}"),
+        *("--model", f"{BROKEN}={root / 'broken'}"),
         *("--tinker-max-sequence-tokens", str(BOUNDS["sequence"])),
         *("--tinker-max-call-tokens", str(BOUNDS["call"])),
         *("--tinker-max-num-samples", str(BOUNDS["num_samples"])),
@@ -250,7 +253,7 @@ def test_tenants_name_only_published_models(server, client, training, tokens):
     session = client.holder.get_session_id()
     rest = tinker.RestClient(base_url=server[0].base_url, api_key=server[1][0])
     names = [m.model_name for m in rest.get_server_capabilities().result().supported_models]
-    assert sorted(names) == sorted([MODEL, EXTRA])
+    assert sorted(names) == sorted([MODEL, EXTRA, BROKEN])
     for name in (
         DEMO_DIR,
         "src/openrft/assets/demo_model",
@@ -271,6 +274,17 @@ def test_tenants_name_only_published_models(server, client, training, tokens):
     other = client.create_lora_training_client(base_model=EXTRA, rank=4, seed=0).result()
     assert other.get_info().model_name in (EXTRA, MODEL)  # one directory under two names: loaded once
     np.testing.assert_allclose(learner_logprobs(other, tokens), learner_logprobs(training, tokens), atol=1e-5)
+    # load_weights' override: the checkpoint's own model under another published name, not another model
+    body["base_model"] = EXTRA
+    loaded = call(server, "retrieve_future", {"request_id": call(server, "load_weights", body).json()["request_id"]})
+    assert clean(server, loaded) and loaded.json()["model_id"] == f"{session}:train:901"
+    body |= {"base_model": BROKEN, "model_seq_id": 904}
+    failed = call(server, "retrieve_future", {"request_id": call(server, "load_weights", body).json()["request_id"]})
+    assert "is not the base model of" in clean(server, failed) and failed.json()["category"] == "user"
+    # a published model that fails to load: the operator's problem, an error id for the tenant
+    with pytest.raises(tinker.RequestFailedError, match=r"internal error err_\w+") as failure:
+        client.create_lora_training_client(base_model=BROKEN, rank=4).result()
+    assert str(server[0].data_dir.parent) not in str(failure.value)
 
 
 # 4: numbers that cannot be trained with --------------------------------------------------------------------

@@ -356,6 +356,11 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
     def work() -> dict:
         meta, tensors = st.checkpoints.load(loc, who)
         model = target
+        if body.base_model is not None and st.engine.path_of(body.base_model) != st.engine.path_of(meta["base_model"]):
+            raise UserError(
+                f"base_model {checks.shown(body.base_model)} is not the base model of {body.path} "
+                f"({meta['base_model']}): an override must name the same model"
+            )
         if model is None:
             model = st.engine.create_model(
                 new_id, who, body.base_model or meta["base_model"], LoraSettings(**meta["lora"])
@@ -516,18 +521,7 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
 
     request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS)
     ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
-    if body.record_stability_info:  # stable_reinforce: the sequences recorded under their ids (stability.py)
-        record_when_done(st, who, request_id, ids)
     return {"request_id": request_id, "sample_sequence_ids": ids}
-
-
-def record_when_done(st: TinkerState, who: str, request_id: str, ids: list[str]) -> None:
-    def done(future) -> None:
-        result = None if future.cancelled() or future.exception() else future.result()
-        if isinstance(result, bytes):
-            st.engine.stability.record(who, ids, result)
-
-    st.futures.get(request_id, who).future.add_done_callback(done)
 
 
 # futures -----------------------------------------------------------------------------------------
