@@ -19,13 +19,21 @@ from dataclasses import dataclass, field
 import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
-from openrft.algo.tinker_losses import LOSSES, LossInputError, check_inputs, resolve_config
+from openrft.algo.tinker_losses import (
+    LOSSES,
+    RECORDED,
+    LossInputError,
+    check_inputs,
+    needs_recording,
+    resolve_config,
+)
 from openrft.engine.phase_threads import PhaseThreads
 from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
 from openrft.service.tinker.prefix import logprobs as shared_prefix_logprobs
 from openrft.service.tinker.prefix import whole_logprobs
+from openrft.service.tinker.stability import StabilityRecords
 
 LORA_ALPHA = 32  # Tinker's fixed LoRA alpha: the effective scale alpha / rank
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -137,6 +145,7 @@ class Engine:
         self.threads = PhaseThreads(1, enabled=False)  # set when the first model loads
         # the random stream of requests without a seed: one for the server, so calls draw different samples
         self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+        self.stability = StabilityRecords()  # sequences sampled with record_stability_info (stable_reinforce)
 
     def path_of(self, name: str) -> str:
         """What a model name loads: a published name's directory (or Hub id), else the name resolved."""
@@ -173,6 +182,10 @@ class Engine:
             if not datum.tokens:
                 raise LossInputError(f"data[{i}].model_input is empty")
             check_inputs(loss_fn, datum.inputs, len(datum.tokens), i)
+            if needs_recording(loss_fn):
+                datum.inputs[RECORDED] = self.stability.resolve(
+                    model.owner, i, datum.spans, datum.inputs["target_tokens"], datum.inputs["advantages"]
+                )
             for name, values in (
                 ("model_input", torch.tensor(datum.tokens)),
                 ("target_tokens", datum.inputs["target_tokens"]),

@@ -521,7 +521,18 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
 
     request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS)
     ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
+    if body.record_stability_info:  # stable_reinforce: the sequences recorded under their ids (stability.py)
+        record_when_done(st, who, request_id, ids)
     return {"request_id": request_id, "sample_sequence_ids": ids}
+
+
+def record_when_done(st: TinkerState, who: str, request_id: str, ids: list[str]) -> None:
+    def done(future) -> None:
+        result = None if future.cancelled() or future.exception() else future.result()
+        if isinstance(result, bytes):
+            st.engine.stability.record(who, ids, result)
+
+    st.futures.get(request_id, who).future.add_done_callback(done)
 
 
 # futures -----------------------------------------------------------------------------------------
