@@ -6,6 +6,7 @@ half-written one; its ``meta.json`` names the owner, so another tenant's path re
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -63,6 +64,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _out_of_space(folder: Path, least: int = 1 << 20) -> bool:
+    """Whether ``folder``'s disk has (almost) no room left."""
+    try:
+        return shutil.disk_usage(folder).free < least
+    except OSError:
+        return False
+
+
 class CheckpointStore:
     def __init__(self, root: Path):
         self.root = root
@@ -96,8 +105,11 @@ class CheckpointStore:
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
-        except BaseException:
+        except BaseException as exc:
+            full = isinstance(exc, Exception) and _out_of_space(final.parent)  # torch's own error does not say so
             shutil.rmtree(tmp, ignore_errors=True)
+            if full:
+                raise OSError(errno.ENOSPC, f"No space left on device (saving {loc.tinker_path})") from exc
             raise
 
     def meta(self, loc: Location, owner: str) -> dict:

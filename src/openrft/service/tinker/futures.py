@@ -15,6 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
+
 KEEP_RESULTS = 4096  # finished futures kept for (re)retrieval; the oldest are forgotten first
 LINGER_S, LINGER_MAX_S = 0.01, 0.2  # how long a batch waits for requests still arriving
 POLL_WAIT_S = 20.0  # a retrieve waits this long before try_again (the SDK's own timeout is 45 s)
@@ -33,6 +35,9 @@ class Failure:
 def internal_error(exc: BaseException, what: str) -> str:
     """An unexpected error (a library's, the database's): logged for the operator with its traceback under a
     new error id; the client gets this stable message with the id, never the exception's text."""
+    if is_disk_full(exc):  # the operator's to fix, and nothing half-written was kept (checkpoints.save)
+        log.error("Tinker %s failed: %s", what, DISK_FULL_MESSAGE)
+        return f"{DISK_FULL_MESSAGE}: the server could not complete {what} and kept nothing of it; try again later"
     error_id = "err_" + uuid.uuid4().hex[:16]
     log.error("Tinker %s failed (error id %s)", what, error_id, exc_info=exc)
     return f"internal error {error_id}: the server could not complete {what}; its operator's log has the details"
