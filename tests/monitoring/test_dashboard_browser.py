@@ -101,6 +101,9 @@ def test_dashboard_follows_a_running_job_and_cancels_it(tmp_path, browser):
         assert page.locator("#job-status").inner_text().startswith("running")
         assert page.locator("#checkpoints tbody tr").count() >= 1  # saved every 4 steps
         assert "Step" in page.locator("#events").inner_text()
+        # what the job asks for (the API's resources): no cluster, so one learner in the job's process
+        info = page.locator("#job-info").inner_text()
+        assert "Resources" in info and "1 learner in the job's process on the worker" in info
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
 
