@@ -131,7 +131,7 @@ def test_streamable_http_keeps_state_per_episode(tokenizer, http_server, session
 
 def test_a_server_that_cannot_start_is_a_clear_error(tokenizer):
     tools = {"mcp_servers": {"gone": {"command": [sys.executable, "-c", "raise SystemExit(3)"]}}}
-    with pytest.raises(Exception, match=r"tools\.mcp_servers\.gone: cannot connect"):
+    with pytest.raises(Exception, match=r"tools\.mcp_servers\.gone \(command .*SystemExit\(3\)\): cannot connect: "):
         add_mcp_tools(ToolsSpec.model_validate(tools), [row()])
 
 

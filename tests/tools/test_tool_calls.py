@@ -52,6 +52,13 @@ def calls(text: str, names=NAMES) -> list[tuple[str, dict]]:
         # Mistral, old and new
         '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
         '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        # DeepSeek-V3 / R1 (a fenced body after the type and the name), DeepSeek-V3.1 (NAME<sep>ARGS)
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+        '{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>'
+        "<｜tool▁calls▁end｜>",
+        # Phi-4-mini
+        'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     ],
 )
 def test_one_call_in_every_format(text):
@@ -78,6 +85,37 @@ def test_several_calls_keep_their_order_and_the_content():
     two = '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {}}'
     assert calls(two) == [("get_weather", {"city": "Paris"}), ("get_time", {})]
     assert calls('[get_weather(city="Paris"), get_time()]') == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+
+
+def test_several_deepseek_and_phi_calls():
+    deepseek = (
+        "Both.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+        '{"city": "Paris"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n'
+        "{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    )
+    assert calls(deepseek) == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+    assert parse_tool_calls(deepseek, NAMES).content == "Both."
+    phi = 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {}}]'
+    assert calls(phi) == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+    broken = parse_tool_calls("<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{city<｜tool▁call▁end｜>", NAMES)
+    assert broken.calls == [] and len(broken.malformed) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tool_call>" + "[" * 100_000 + "]" * 100_000 + "</tool_call>",
+        "<|python_tag|>" + "[" * 100_000,
+        "[" * 100_000 + "]" * 100_000,
+        "[get_weather(city=" + "[" * 100_000 + ")]",
+        "<|channel|>commentary to=functions.get_weather <|message|>" + "[" * 100_000 + "]" * 100_000,
+        '{"name": "get_weather", "arguments": "' + "[" * 100_000 + '"}',
+    ],
+)
+def test_deeply_nested_brackets_are_no_call_and_no_crash(text):
+    """json and ast raise RecursionError (not ValueError) on deep nesting; that ended jobs."""
+    parsed = parse_tool_calls(text, NAMES)
+    assert parsed.calls == []
 
 
 def test_text_that_is_no_call_stays_text():

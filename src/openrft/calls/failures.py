@@ -8,14 +8,23 @@
 - ``server_error``: a remote endpoint failed (connection, HTTP status) after its retries.
 - ``invalid_output``: the answer is not what was asked for (not a number, NaN, missing entries), or the
   example lacks a field the call needs.
+- ``template_error``: the model's chat template raised (or could not continue) while an episode's tool
+  results were rendered; that episode ends there (docs/tools.md, Failures).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-ErrorKind = Literal["parse_error", "timeout", "runtime_error", "server_error", "invalid_output"]
-ERROR_KINDS: tuple[ErrorKind, ...] = ("parse_error", "timeout", "runtime_error", "server_error", "invalid_output")
+ErrorKind = Literal["parse_error", "timeout", "runtime_error", "server_error", "invalid_output", "template_error"]
+ERROR_KINDS: tuple[ErrorKind, ...] = (
+    "parse_error",
+    "timeout",
+    "runtime_error",
+    "server_error",
+    "invalid_output",
+    "template_error",
+)
 
 
 class CallFailure(Exception):

@@ -35,6 +35,7 @@ from openrft.rollout.types import SamplingParams
 from openrft.spec.job import JobSpec
 from openrft.storage import StorageError
 from openrft.tools.episodes import tool_generators
+from openrft.tools.metrics import check_error_budget
 
 Command = Literal["continue", "pause", "cancel"]
 EVAL_SEED_OFFSET = 1_000_003
@@ -375,6 +376,7 @@ class RFTJob:
         samples, metrics, advantages = build_train_batch(groups, self.spec, self.learner.version)
         self._log_reward_output(step, groups)
         self._record_samples("train", step, groups, advantages)
+        self._check_episode_errors(groups, f"training step {step}")
         if samples:
             with self.threads.phase("learn") as learning:
                 metrics.update(self.learner.step(samples))
@@ -415,7 +417,15 @@ class RFTJob:
             )
         if self.spec.tracking.eval_samples:
             self._record_samples("eval", step, result.rollouts)
+        self._check_episode_errors(result.rollouts, f"the evaluation at step {step}")
         return result
+
+    def _check_episode_errors(self, groups: list[RolloutGroup], batch: str) -> None:
+        """Tool episodes end on their own errors and the job goes on, until a batch's share of them is
+        past ``tools.error_budget`` (after the batch's samples are recorded, for a look at them)."""
+        if self.spec.tools is not None:
+            completions = [c for g in groups for c in g.completions]
+            check_error_budget(completions, self.spec.tools.error_budget, batch)
 
     def _record_samples(
         self, kind: SampleKind, step: int, groups: list[RolloutGroup], advantages: torch.Tensor | None = None

@@ -42,7 +42,7 @@ def parse_harmony(text: str) -> tuple[str, list[tuple[str, Any]], list[str]]:
             name = recipient.group(1)[len("functions.") :]
             try:
                 arguments = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):  # deeply nested brackets raise RecursionError
                 arguments = None
             if name and isinstance(arguments, dict):
                 calls.append((name, arguments))

@@ -8,6 +8,10 @@
 - Mistral: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` or ``[TOOL_CALLS]name[ARGS]{...}``.
 - gpt-oss harmony: ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>``
   (``openrft.rollout.harmony``; read from the text with its special tokens kept).
+- DeepSeek (V3, R1): ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`` then a fenced JSON body and
+  ``<｜tool▁call▁end｜>``; DeepSeek-V3.1: ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>``;
+  both inside ``<｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜>`` (their published templates).
+- Phi-4-mini: ``functools[{"name": ..., "arguments": {...}}, ...]`` (its model card's format).
 
 Markup that names no tag (bare JSON, pythonic) counts as a call only when every name in it is a tool the row
 offers, so an answer that merely is JSON is not taken for a call. Calls come out in OpenAI's shape,
@@ -34,6 +38,14 @@ MISTRAL_TAG = "[TOOL_CALLS]"
 MISTRAL_ARGS = "[ARGS]"
 MISTRAL_CALL_ID = "[CALL_ID]"
 FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
+DEEPSEEK_CALLS = "<｜tool▁calls▁begin｜>"
+DEEPSEEK_CALLS_END = "<｜tool▁calls▁end｜>"
+DEEPSEEK_CALL = "<｜tool▁call▁begin｜>"
+DEEPSEEK_CALL_END = "<｜tool▁call▁end｜>"
+DEEPSEEK_SEP = "<｜tool▁sep｜>"
+PHI_TAG = "functools["
+CALL_MARKERS = ("<tool_call>", PYTHON_TAG, MISTRAL_TAG, DEEPSEEK_CALLS, DEEPSEEK_CALL)
+"""Markup that may be special tokens of a tokenizer (decoding drops them): calls are read with them kept."""
 
 
 @dataclass
@@ -70,7 +82,7 @@ def _json_call(obj: Any) -> tuple[str, Any] | None:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if not isinstance(arguments, dict):
         return None
@@ -84,7 +96,7 @@ def _json_values(text: str) -> list[Any] | None:
     while position < len(text):
         try:
             value, position = decoder.raw_decode(text, position)
-        except ValueError:
+        except (ValueError, RecursionError):  # deeply nested brackets raise RecursionError
             return None
         values.append(value)
         while position < len(text) and text[position] in " \t\r\n;,":
@@ -150,6 +162,41 @@ def _mistral_args(rest: str) -> tuple[list[tuple[str, Any]], list[str]]:
     return calls, malformed
 
 
+def _deepseek(text: str) -> tuple[str, list[tuple[str, Any]], list[str]]:
+    """DeepSeek's call blocks: ``function<｜tool▁sep｜>NAME`` then a fenced JSON body (V3, R1), or
+    ``NAME<｜tool▁sep｜>{...}`` (V3.1); the content is the text before the first block."""
+    start = text.find(DEEPSEEK_CALLS)
+    if start < 0:
+        start = text.find(DEEPSEEK_CALL)
+    content, rest = text[:start], text[start:].replace(DEEPSEEK_CALLS, "").split(DEEPSEEK_CALLS_END)[0]
+    calls, malformed = [], []
+    for chunk in rest.split(DEEPSEEK_CALL)[1:]:
+        body = chunk.split(DEEPSEEK_CALL_END)[0]
+        head, sep, tail = body.partition(DEEPSEEK_SEP)
+        if head.strip() == "function" and not tail.lstrip().startswith("{"):  # V3 / R1: the type, then the name
+            name, _, arguments = tail.partition("\n")
+            fence = FENCE.search(arguments)
+            arguments = fence.group(1) if fence else arguments
+        else:
+            name, arguments = head, tail
+        values = _json_values(arguments) if sep else None
+        if name.strip() and values and len(values) == 1 and isinstance(values[0], dict):
+            calls.append((name.strip(), values[0]))
+        else:
+            malformed.append(DEEPSEEK_CALL + chunk)
+    return content.strip(), calls, malformed
+
+
+def _phi(text: str) -> tuple[str, list[tuple[str, Any]], list[str]]:
+    """Phi-4-mini's ``functools[{...}, ...]``: a JSON list of ``{"name", "arguments"}`` after the tag."""
+    content, _, rest = text.partition(PHI_TAG)
+    values = _json_values("[" + rest)
+    parsed = [_json_call(v) for v in _flatten(values)] if values else [None]
+    if parsed and all(p is not None for p in parsed):
+        return content.strip(), parsed, []  # type: ignore[return-value]
+    return content.strip(), [], [PHI_TAG + rest]
+
+
 def _untagged(text: str, names: Collection[str]) -> list[tuple[str, Any]] | None:
     """Bare JSON or pythonic calls filling the whole text, naming only offered tools; else None."""
     stripped = text.strip()
@@ -172,7 +219,7 @@ def _pythonic(text: str, names: Collection[str]) -> list[tuple[str, Any]] | None
         return None
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # too deeply nested, null bytes
         return None
     if not isinstance(tree, ast.List) or not tree.elts:
         return None
@@ -184,7 +231,7 @@ def _pythonic(text: str, names: Collection[str]) -> list[tuple[str, Any]] | None
             return None
         try:
             arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-        except ValueError:
+        except (ValueError, TypeError, RecursionError, MemoryError):  # not a literal; an unhashable key
             return None
         calls.append((node.func.id, arguments))
     return calls
@@ -203,6 +250,10 @@ def parse_tool_calls(text: str, names: Collection[str] = (), id_prefix: str = "c
         content, found, malformed = _tagged_json(text, PYTHON_TAG)
     elif MISTRAL_TAG in text:
         content, found, malformed = _tagged_json(text, MISTRAL_TAG)
+    elif DEEPSEEK_CALLS in text or DEEPSEEK_CALL in text:
+        content, found, malformed = _deepseek(text)
+    elif PHI_TAG in text:
+        content, found, malformed = _phi(text)
     elif is_harmony(text):
         content, found, malformed = parse_harmony(text)
     else:

@@ -125,6 +125,14 @@ class ToolsSpec(_Strict):
         description="independent schedule: episodes running at once; a generate's further prompts start as "
         "running episodes end (null: all at once)",
     )
+    error_budget: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="the share of a batch's episodes (a training step's, or an evaluation's) that may end on an "
+        "error (a template error, a tool or MCP server that cannot answer, a parse failure); past it the job "
+        "fails, naming the most frequent cause",
+    )
     turn_rewards: Literal["ignore", "sum"] = Field(
         "ignore",
         description="per-turn rewards an environment's step returns: ignored, or added to the episode's reward "

@@ -30,13 +30,14 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from openrft.calls.endpoints import gather_all
+from openrft.calls.endpoints import EndpointDown, gather_all
 from openrft.calls.failures import CallFailure
 from openrft.data.records import Example
+from openrft.rewards.judge import without_thinking
 from openrft.rollout.harmony import MARKERS as HARMONY_MARKERS
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.replicas import GeneratorReplica
-from openrft.rollout.tool_calls import MISTRAL_TAG, PYTHON_TAG, parse_tool_calls, tool_names
+from openrft.rollout.tool_calls import CALL_MARKERS, parse_tool_calls, tool_names
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.call_options import SandboxSpec
 from openrft.spec.tools import ToolsSpec
@@ -202,13 +203,22 @@ class Episode:
             prompt_ids=list(self.prompt_ids),
             token_ids=self.token_ids,
             logprobs=self.logprobs,
-            text=self.final_text,
+            text=without_reasoning(self.final_text),  # the turns keep it (the samples view)
             finish_reason=self.finish_reason or "length",
             policy_version=min(self.versions) if self.versions else policy_version,
             metadata=metadata,
             loss_mask=self.loss_mask,
             turns=self.turns,
         )
+
+
+def without_reasoning(text: str) -> str:
+    """The answer without the model's reasoning: ``<think>...</think>`` spans removed, and what comes before a
+    lone ``</think>`` (a template that opens the block in the prompt), so graders see the answer alone."""
+    text = without_thinking(text)
+    if "</think>" in text:
+        text = text.rpartition("</think>")[2]
+    return text.strip()
 
 
 def _row(prompt: list[int]) -> tuple[Example, int]:
@@ -306,10 +316,22 @@ class ToolGenerator:
             turn += 1
 
     def after_calls(self, episode: Episode) -> None:
-        """Once an episode's calls have come back: their messages (and the next turn's opening) appended."""
+        """Once an episode's calls have come back: their messages (and the next turn's opening) appended. A
+        template that cannot render them ends this episode only (``template_error``)."""
         if episode.pending and not episode.done:
-            self._tool_turn(episode)
+            try:
+                self._tool_turn(episode)
+            except Exception as exc:  # jinja's raise_exception, a TypeError in the template, ToolTemplateError
+                episode.fail(CallFailure("template_error", self._template_failure(episode, exc)))
         episode.pending, episode.refused = [], {}
+
+    def _template_failure(self, episode: Episode, exc: Exception) -> str:
+        calls = [c["function"]["name"] for c in episode.pending]
+        model = getattr(self.tokenizer, "name_or_path", "") or "the model"
+        return (
+            f"the chat template of {model} failed on the tool results of turn {episode.stats.turns} "
+            f"({len(calls)} call(s): {', '.join(calls)}): {type(exc).__name__}: {exc}"
+        )
 
     def next_turns(self, episodes: list[Episode], params: SamplingParams, seed: int | None) -> None:
         """One later model turn of each episode, sampled in one call of the generator."""
@@ -351,8 +373,15 @@ class ToolGenerator:
         episode.turn_rewards.append(0.0)
         turn = episode.stats.turns
         text = completion.text if finish == completion.finish_reason else self._decode(tokens)
-        call_text = self._call_text(text, tokens)
-        parsed = parse_tool_calls(call_text, episode.offered)
+        try:
+            call_text = self._call_text(text, tokens)
+            parsed = parse_tool_calls(call_text, episode.offered)
+        except Exception as exc:  # a parser failure ends this episode only
+            episode.turns.append({"role": "assistant", "content": text})
+            episode.final_text = text
+            message = f"the tool calls of turn {turn} could not be parsed: {type(exc).__name__}: {exc}"
+            episode.fail(CallFailure("parse_error", message))
+            return
         calls = [{**c, "id": call_id(turn, i)} for i, c in enumerate(parsed.calls)]
         episode.stats.malformed += len(parsed.malformed)
         if self.spec.malformed_call_message is not None:
@@ -399,7 +428,7 @@ class ToolGenerator:
         those hold the call markup (Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``, harmony's
         channels are special tokens of their tokenizers)."""
         raw = self._decode(tokens, skip_special_tokens=False)
-        markers = (MISTRAL_TAG, PYTHON_TAG, "<tool_call>", *HARMONY_MARKERS)
+        markers = (*CALL_MARKERS, *HARMONY_MARKERS)
         return raw if any(m in raw and m not in text for m in markers) else text
 
     async def _start_environments(self, episodes: list[Episode]) -> None:
@@ -417,9 +446,14 @@ class ToolGenerator:
             if opening:
                 episode.turns = opening
                 episode.opened = True
-                episode.prompt_ids = render_prompt(
-                    self.tokenizer, [*example.messages, *opening], example.tools, self.reasoning_effort
-                )
+                try:
+                    episode.prompt_ids = render_prompt(
+                        self.tokenizer, [*example.messages, *opening], example.tools, self.reasoning_effort
+                    )
+                except Exception as exc:
+                    what = f"{type(exc).__name__}: {exc}"
+                    message = f"the chat template failed on the environment's opening messages: {what}"
+                    episode.fail(CallFailure("template_error", message))
 
         await gather_all(start(e) for e in episodes)
 
@@ -461,8 +495,14 @@ class ToolGenerator:
                 episode.example.id, episode.messages(), episode.environment, episode.episode_id, episode.stats.turns
             )
             name = call["function"]["name"]
-            arguments = json.loads(call["function"]["arguments"])
-            return episode, call, await box.call(name, arguments, call["id"], episode.offered, context)
+            try:
+                arguments = json.loads(call["function"]["arguments"])
+                return episode, call, await box.call(name, arguments, call["id"], episode.offered, context)
+            except EndpointDown:  # an endpoint down for every input: the job cannot go on (named)
+                raise
+            except Exception as exc:  # whatever a runner did not expect ends this episode only
+                message = f"tool {name}: {type(exc).__name__}: {exc}"
+                return episode, call, ToolResult(content=message, error_kind="runtime_error", fatal=True)
 
         results = await gather_all(one(e, c) for e in episodes if not e.done for c in e.pending)
         for episode, call, result in results:

@@ -10,6 +10,11 @@ closed when the episode ends; ``shared`` (the default) uses one session for ever
 
 An MCP client session lives inside anyio scopes that must be entered and left by one task, so each session
 is held open by a task of its own and calls reach it through a queue.
+
+A session that fails (its stdio process killed, its HTTP connection gone: every call would fail with
+``Connection closed``) ends the episode whose call found it dead (``server_error``) and is dropped; the next
+call opens a new one (a stdio server: a new process; an HTTP server: a new session). Every error names the
+server, its URL or command, and the underlying error (not the SDK's ``ExceptionGroup``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,28 @@ def _client_class():
             "tools.mcp_servers needs the official MCP SDK: pip install 'openrft[mcp]' (the `mcp` package)"
         ) from None
     return Client
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (anyio's task groups wrap the error that matters)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    cause = root_cause(exc)
+    text = str(cause) or repr(cause)
+    return f"{type(cause).__name__}: {text}"
+
+
+def where(spec: McpServerSpec) -> str:
+    """The server's URL, or its command line."""
+    if spec.url is not None:
+        return str(spec.url)
+    if spec.command is not None:
+        return "command " + " ".join(spec.command)
+    return f"registered {spec.registered}"
 
 
 def _target(name: str, spec: McpServerSpec) -> Any:
@@ -86,18 +113,24 @@ class McpSession:
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(
-                    ToolConfigError(f"tools.mcp_servers.{self.name}: cannot connect: {type(exc).__name__}: {exc}")
+                    ToolConfigError(
+                        f"tools.mcp_servers.{self.name} ({where(self.spec)}): cannot connect: {describe(exc)}"
+                    )
                 )
             while not self._queue.empty():  # requests that will not be served
                 item = self._queue.get_nowait()
                 if item is not None and not item[2].done():
-                    item[2].set_exception(ConnectionError(f"MCP server {self.name} closed: {exc}"))
+                    item[2].set_exception(ConnectionError(f"the session closed: {describe(exc)}"))
             if not isinstance(exc, Exception):
                 raise
 
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def request(self, method: str, *args: Any) -> Any:
-        if self._task is None or self._task.done():
-            raise ConnectionError(f"MCP server {self.name}: the session is closed")
+        if not self.alive:
+            raise ConnectionError("the session is closed")
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
         await self._queue.put((method, args, answer))
         return await answer
@@ -169,9 +202,15 @@ class McpTool:
         self.name, self.spec = name, spec
         self.sessions: dict[str, McpSession] = {}
         self._opening: dict[str, asyncio.Task] = {}
+        self.restarts = 0  # sessions opened again after one failed
+
+    def _key(self, episode_id: str) -> str:
+        return episode_id if self.spec.session == "episode" else ""
 
     async def _session(self, episode_id: str) -> McpSession:
-        key = episode_id if self.spec.session == "episode" else ""
+        key = self._key(episode_id)
+        if key in self.sessions and not self.sessions[key].alive:  # its process died, its connection closed
+            await self._drop(key, self.sessions[key])
         if key not in self.sessions:
             if key not in self._opening:  # concurrent first calls of one key open one session
                 self._opening[key] = asyncio.create_task(McpSession(self.name, self.spec).start())
@@ -181,17 +220,32 @@ class McpTool:
                 self._opening.pop(key, None)
         return self.sessions[key]
 
+    async def _drop(self, key: str, session: McpSession) -> None:
+        """Forget a failed session (the next call opens a new one) and close what is left of it."""
+        if self.sessions.get(key) is session:
+            del self.sessions[key]
+            self.restarts += 1
+        await session.aclose()
+
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
+        session = None
         try:
             session = await self._session(context.episode_id)
             meta = {"openrft/episode_id": context.episode_id, "openrft/turn": context.turn}
             call = session.request("call_tool", name, arguments, None, None, meta)
             result = await asyncio.wait_for(call, self.spec.timeout_s)
         except TimeoutError:
-            message = f"MCP server {self.name}: {name} did not answer within {self.spec.timeout_s:g} s"
+            message = (
+                f"MCP server {self.name} ({where(self.spec)}): {name} did not answer within {self.spec.timeout_s:g} s"
+            )
             return ToolResult(content=message, error_kind="timeout", fatal=True)
         except Exception as exc:
-            message = f"MCP server {self.name}: {name}: {type(exc).__name__}: {exc}"
+            if session is not None:  # a session a call failed on is not trusted again: the next call opens one
+                await self._drop(self._key(context.episode_id), session)
+            if isinstance(exc, ToolConfigError):  # could not (re)connect: the message names the server already
+                message = str(exc)
+            else:
+                message = f"MCP server {self.name} ({where(self.spec)}): {name}: {describe(exc)}"
             return ToolResult(content=message, error_kind="server_error", fatal=True)
         if result.is_error:
             return ToolResult(content=f"error: {_content(result)}", error_kind="tool_error")

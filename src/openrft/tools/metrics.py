@@ -1,8 +1,32 @@
-"""Metrics of tool-using episodes: turns, calls, errors and latency by tool, tokens masked out of the loss."""
+"""Metrics of tool-using episodes: turns, calls, errors and latency by tool, episodes ended by an error (by
+kind), tokens masked out of the loss; and the job's error budget."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+from openrft.calls.failures import ERROR_KINDS
+from openrft.errors import OpenRFTError
 from openrft.rollout.types import Completion
+
+
+class EpisodeErrorBudget(OpenRFTError):
+    """More of a batch's episodes ended on an error than ``tools.error_budget`` allows."""
+
+
+def check_error_budget(completions: list[Completion], budget: float, batch: str) -> None:
+    """Raise when more than ``budget`` of the episodes among ``completions`` ended on an error, naming the
+    most frequent kind and the first message of that kind (the template, the tool, the server)."""
+    failures = [c.metadata["tool_failure"] for c in completions if "tool_failure" in c.metadata]
+    episodes = sum("tools" in c.metadata for c in completions)
+    if not failures or not episodes or len(failures) <= budget * episodes:
+        return
+    kind, count = Counter(kind for kind, _ in failures).most_common(1)[0]
+    message = next(message for k, message in failures if k == kind)
+    raise EpisodeErrorBudget(
+        f"{batch}: {len(failures)} of {episodes} episodes ended on an error, more than tools.error_budget "
+        f"({budget:g}) allows; the most frequent, {kind} ({count} episodes): {message}"
+    )
 
 
 def tool_metrics(completions: list[Completion], prefix: str = "tools") -> dict[str, float]:
@@ -26,6 +50,12 @@ def tool_metrics(completions: list[Completion], prefix: str = "tools") -> dict[s
         f"{prefix}/environment_done": float(sum(bool(s.get("environment_done")) for s in stats)),
         f"{prefix}/environment_close_errors": float(sum(bool(s.get("close_error")) for s in stats)),
         f"{prefix}/failed_episodes": float(sum("tool_failure" in c.metadata for c in completions)),
+        **{
+            f"{prefix}/episode_errors/{kind}": float(
+                sum(c.metadata.get("tool_failure", ("",))[0] == kind for c in completions)
+            )
+            for kind in ERROR_KINDS
+        },
         f"{prefix}/max_turns_ratio": sum(c.finish_reason == "max_turns" for c in completions) / n,
         f"{prefix}/masked_tokens/total": float(sum(masked)),
         f"{prefix}/masked_tokens/mean": sum(masked) / len(masked) if masked else 0.0,

@@ -204,7 +204,11 @@ class PythonTool:
             return ToolResult(content=message, error_kind="timeout", fatal=True)
         except Exception as exc:
             return ToolResult(content=f"error: {type(exc).__name__}: {exc}", error_kind="tool_error")
-        return ToolResult(content=as_content(value))
+        try:
+            return ToolResult(content=as_content(value))
+        except (TypeError, ValueError) as exc:  # as the sandbox says of such a value
+            message = f"tool {name} returned a value that is not JSON ({type(value).__name__}): {exc}"
+            return ToolResult(content=message, error_kind="invalid_output", fatal=True)
 
 
 def observation_messages(value: Any) -> list[dict[str, Any]]:
