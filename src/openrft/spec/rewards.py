@@ -171,12 +171,18 @@ class ParsedResponseConversionScorer(_Strict):
 
 class AutoraterScorer(_Strict):
     """An LLM judge. The prompt may use ``{{prompt}}``, ``{{response}}``, ``{{system_instruction}}`` and
-    ``{{references.key}}``. ``parsedResponseConversionScorer`` reads the parsed reply as a number;
+    ``{{references.key}}``; without one (Google's SDK sends only ``autoraterModel``) the judge gets
+    OpenRFT's default prompt. ``parsedResponseConversionScorer`` reads the parsed reply as a number;
     ``exactMatchScorer`` compares it with an expression; with neither, the score is read from the reply
     as for any judge (a number, a JSON ``score``, ``score: 7``)."""
 
     autoraterConfig: AutoraterConfig = AutoraterConfig()
-    autoraterPrompt: str = Field(min_length=1)
+    autoraterPrompt: str | None = Field(
+        None,
+        min_length=1,
+        description="optional, as in Google's API and SDK; without it the judge gets OpenRFT's default prompt "
+        "(rewards/kinds/vertex.py, DEFAULT_AUTORATER_PROMPT; docs/rewards.md)",
+    )
     autoraterResponseParseConfig: ParseResponseConfig | None = None
     parsedResponseConversionScorer: ParsedResponseConversionScorer | None = None
     exactMatchScorer: AutoraterExactMatchScorer | None = None

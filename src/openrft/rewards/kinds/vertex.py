@@ -20,9 +20,10 @@ Code execution calls ``evaluate(example, response)`` in the sandbox, ``example``
 Vertex's dataset shape and ``response`` the parsed text (100 s per call). Cloud Run gets ``POST
 {"example", "response": {"role": "model", "parts": [{"text"}]}, "metadata": {"step",
 "tuning_job_id"}}`` and answers ``{"reward", "user_requested_aux_info"}`` (5 min per call). The
-autorater sends the filled ``autoraterPrompt`` to the judge ``samplingCount`` times and averages
-the scores of the replies (parsed by ``autoraterResponseParseConfig``, then scored by
-``exactMatchScorer`` or read as a number); when no reply gives a score it is a ``parse_error``.
+autorater sends the filled ``autoraterPrompt`` (or, without one, ``DEFAULT_AUTORATER_PROMPT``) to the
+judge ``samplingCount`` times and averages the scores of the replies (parsed by
+``autoraterResponseParseConfig``, then scored by ``exactMatchScorer`` or read as a number); when no reply
+gives a score it is a ``parse_error``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,43 @@ from openrft.spec.rewards import (
 CONFIG = VertexReward
 MATCH_NAMESPACES = ("references",)
 AUTORATER_NAMESPACES = ("prompt", "response", "system_instruction", "references")
+
+DEFAULT_AUTORATER_PROMPT = """You are grading a model's response to a prompt.
+
+System instruction the model was given:
+{system_instruction}
+
+Prompt:
+{prompt}
+
+Response to grade:
+{response}
+{references}
+Grade how well the response answers the prompt{against}: 1 for a fully correct and helpful answer, 0 for a wrong, \
+empty or unhelpful one, a value between for a partly correct one. Reply with the score only, a number from 0 to 1."""
+"""The judge's prompt of an ``autoraterScorer`` without ``autoraterPrompt``. Google's SDK sends such a scorer
+(python-genai's ``test_tune_reinforcement``: ``autoraterConfig.autoraterModel`` only), its API and SDK
+declare the prompt optional (``autorater_prompt: Optional[str]``) with the placeholders ``{{prompt}}``,
+``{{response}}``, ``{{system_instruction}}`` and ``{{references.key}}``, but do not publish the prompt the
+service then uses; this one is OpenRFT's (docs/rewards.md): those same values, every reference of the
+example, and a score from 0 to 1 read as any judge's reply is."""
+
+
+def default_autorater_prompt(example: Example, response: str) -> str:
+    """``DEFAULT_AUTORATER_PROMPT`` filled for one sample (values inserted as they are, not as templates)."""
+    references = vertex_references(example)
+    block = ""
+    if references:
+        lines = [f"- {k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in references.items()]
+        block = "\nReference information for grading:\n" + "\n".join(lines) + "\n"
+    return DEFAULT_AUTORATER_PROMPT.format(
+        system_instruction=system_text(example) or "(none)",
+        prompt=prompt_text(example),
+        response=response,
+        references=block,
+        against=" and agrees with the reference information" if references else "",
+    )
+
 
 CODE_EXECUTION_TIME_LIMIT_S = 100.0
 CLOUD_RUN_TIMEOUT_S = 300.0
@@ -265,7 +303,8 @@ class VertexSingleFunction:
             self.cloud_run_slots = asyncio.Semaphore(context.spec.remote.max_concurrency)
         if config.autoraterScorer is not None:
             scorer, where = config.autoraterScorer, f"{path}.autoraterScorer"
-            problems += check_template(scorer.autoraterPrompt, AUTORATER_NAMESPACES, f"{where}.autoraterPrompt")
+            if scorer.autoraterPrompt is not None:
+                problems += check_template(scorer.autoraterPrompt, AUTORATER_NAMESPACES, f"{where}.autoraterPrompt")
             if scorer.exactMatchScorer is not None:
                 expression = scorer.exactMatchScorer.expression
                 problems += check_template(expression, MATCH_NAMESPACES, f"{where}.exactMatchScorer.expression")
@@ -374,7 +413,10 @@ class VertexSingleFunction:
                 "system_instruction": system_text(sample.example),
             }
         )
-        prompt = render(scorer.autoraterPrompt, resolver)
+        if scorer.autoraterPrompt is None:
+            prompt = default_autorater_prompt(sample.example, parsed)
+        else:
+            prompt = render(scorer.autoraterPrompt, resolver)
         generation = scorer.autoraterConfig.generationConfig
         options: dict[str, Any] = {}
         if generation is not None:
