@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from openrft.calls.credentials import ray_worker_env
 from openrft.engine.async_rollouts import GenerationReplica
 from openrft.engine.local_runtime import (
     AdapterFilesWriter,
@@ -366,12 +367,14 @@ class RayRuntime:
                 raise OpenRFTError(f"{self.address_field} {address!r}: cannot connect to a Ray cluster: {problem}")
             try:
                 namespace = RAY_NAMESPACE if self.reserved else None
+                worker_env = ray_worker_env()  # a tenant's job: the operator's secrets blank on every node
                 ray.init(
                     address=address,
                     namespace=namespace,
                     include_dashboard=False,
                     log_to_driver=True,
                     logging_level="WARNING",
+                    runtime_env={"env_vars": worker_env} if worker_env else None,
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise OpenRFTError(
@@ -466,7 +469,8 @@ class RayRuntime:
         for learner in self._learners:
             ray.kill(learner, no_restart=True)
         if self._group is not None:
-            ray.util.remove_placement_group(self._group)
+            with contextlib.suppress(Exception):  # already removed (the service frees a cancelled job's group)
+                ray.util.remove_placement_group(self._group)
         if self._started_ray:
             ray.shutdown()
 

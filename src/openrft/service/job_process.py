@@ -15,6 +15,7 @@ import threading
 import time
 import traceback
 
+from openrft.calls.credentials import drop_operator_secrets
 from openrft.data.loader import DatasetError
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.engine import JobControl, RFTJob
@@ -28,7 +29,6 @@ from openrft.service.store import CheckpointRecord, Store
 from openrft.service.store.base import new_id
 from openrft.service.store.models import Job
 from openrft.service.tenancy import is_operator
-from openrft.service.tenant_env import drop_operator_secrets
 from openrft.service.views import final_model_name
 from openrft.spec.errors import SpecError
 from openrft.spec.job import JobSpec
@@ -131,6 +131,10 @@ class JobRunner:
         try:
             summary = self.build().run()
         except Exception as exc:
+            if self.placement_group and self.store.controls([self.job.id]).get(self.job.id) == "cancel":
+                # its worker freed the job's placement group on the cancel: its actors were stopped, not lost
+                self.store.finish(self.job.id, self.attempt, "cancelled", "Job cancelled (its Ray actors stopped)")
+                return 0
             code = next((c for kind, c in ERROR_CODES if isinstance(exc, kind)), "internal_error")
             message = str(exc) if isinstance(exc, OpenRFTError) else f"{exc.__class__.__name__}: {exc}"
             if is_disk_full(exc):

@@ -1,0 +1,37 @@
+"""A tenant's job on Ray: its actors do not see the operator's credentials, although a Ray worker inherits its
+node's environment (the job process itself drops them: tests/service/test_tenant_tools.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+PROBE = """
+import os, ray
+from openrft.calls.credentials import drop_operator_secrets, ray_worker_env
+if os.environ.get("AS_TENANT"):
+    drop_operator_secrets(os.environ)
+worker_env = ray_worker_env()
+os.environ["OPENRFT_GENERATOR_API_KEY"] = "operator-key"  # what the node's workers inherit
+ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": worker_env} if worker_env else None)
+seen = ray.get(ray.remote(lambda: os.environ.get("OPENRFT_GENERATOR_API_KEY")).remote())
+print("SEEN", repr(seen))
+ray.shutdown()
+"""
+
+
+def probe(as_tenant: bool) -> str:
+    env = {**os.environ, "OPENRFT_GENERATOR_API_KEY": "operator-key", "RAY_ADDRESS": ""}
+    env.pop("OPENRFT_TENANT_JOB", None)
+    if as_tenant:
+        env["AS_TENANT"] = "1"
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=240)
+    line = next((line for line in done.stdout.splitlines() if line.startswith("SEEN ")), None)
+    assert line is not None, done.stdout + done.stderr
+    return line
+
+
+def test_a_tenants_ray_workers_get_the_operators_secrets_blank_and_the_operators_own_keep_them():
+    assert probe(as_tenant=True) == "SEEN ''"
+    assert probe(as_tenant=False) == "SEEN 'operator-key'"
