@@ -115,11 +115,11 @@ class Answers:
         self.released.append(job_id)
 
 
-def _queued(store, spec: dict):
+def _queued(store, spec: dict, owner: str = "alice"):
     from openrft.service.store.base import new_id
     from openrft.service.store.models import Job
 
-    job = Job(id=new_id("ftjob-"), owner="alice", api="openai", status="queued", request={}, spec=spec, model="m")
+    job = Job(id=new_id("ftjob-"), owner=owner, api="openai", status="queued", request={}, spec=spec, model="m")
     job.total_steps = 2
     return store.create_job(job)
 
@@ -162,3 +162,36 @@ def test_the_worker_starts_the_head_of_the_queue_only_with_its_placement_group(s
     worker.tick()
     worker.tick()
     assert launcher.started[1:] == [(second.id, "openrft-b"), (unreadable.id, None)]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_cancel_frees_the_jobs_placement_group_at_once_and_the_job_ends_cancelled(store, tmp_path):
+    """The worker removes a cancelled job's group at the first sight of the cancel (its actors stop with it), and
+    the job process, whose actor calls then fail, records the job cancelled, not failed."""
+    from openrft.service.admission import Decision
+    from openrft.service.config import ServiceConfig
+    from openrft.service.job_process import JobRunner
+    from openrft.service.worker import Worker
+
+    config = ServiceConfig.build(tmp_path, store.engine.url.render_as_string(hide_password=False))
+    config.ray_address = "head:6379"
+    config.ensure_dirs()
+    launcher = Launcher()
+    worker = Worker(store, config, launcher=launcher)
+    job = _queued(store, _spec().model_dump(mode="json"), owner="local")  # the operator's: the environment is kept
+    worker.admission = Answers(Decision(group="openrft-c"))
+    worker.tick()
+    assert launcher.started == [(job.id, "openrft-c")]
+    store.request_cancel("local", job.id)
+    worker.tick()
+    assert worker.admission.released == [job.id]
+
+    runner = JobRunner(store, config, job.id, 1, placement_group="openrft-c")
+
+    def actors_gone():
+        raise RuntimeError("The actor died unexpectedly before finishing this task")  # as RayActorError reads
+
+    runner.build = actors_gone
+    assert runner.run() == 0
+    finished = store.get_job(None, job.id)
+    assert finished.status == "cancelled" and finished.error_code is None

@@ -170,6 +170,9 @@ class Worker:
                 continue
             if running.cancel_seen_at is None:
                 running.cancel_seen_at = now
+                if self.admission is not None and running.placement_group:
+                    # on the cluster the resources go back at once: its actors stop with their placement group
+                    self.admission.release(job_id)
             elif now - running.cancel_seen_at > self.config.cancel_grace_s:
                 log.warning("job %s ignored its cancel for %.0fs: killing it", job_id, self.config.cancel_grace_s)
                 running.process.kill()
