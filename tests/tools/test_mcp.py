@@ -4,10 +4,12 @@ the tests: over stdio and streamable HTTP, its tools' schemas read from it, shar
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -93,8 +95,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def http_server():
+@contextmanager
+def serving():
+    """The test server over streamable HTTP, in a process of its own: ``(url, process)``."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, str(SERVER), "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -109,10 +112,16 @@ def http_server():
                 time.sleep(0.1)
         else:
             pytest.fail("the MCP server did not start")
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", process
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    with serving() as (url, _):
+        yield url
 
 
 @pytest.mark.parametrize("session", ["shared", "episode"])
@@ -138,3 +147,28 @@ def test_a_server_that_cannot_start_is_a_clear_error(tokenizer):
 def test_a_server_spec_names_one_transport():
     with pytest.raises(ValueError, match="exactly one of command"):
         ToolsSpec.model_validate({"mcp_servers": {"x": {"command": ["a"], "url": "http://127.0.0.1:1/mcp"}}})
+
+
+def test_an_unreachable_server_is_named_with_its_url_and_the_cause():
+    """Not the SDK's "ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)"."""
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    with pytest.raises(
+        Exception, match=rf"tools\.mcp_servers\.remote \({re.escape(url)}\): cannot connect: ConnectError"
+    ):
+        add_mcp_tools(ToolsSpec.model_validate({"mcp_servers": {"remote": {"url": url}}}), [row()])
+
+
+def test_a_server_gone_mid_job_ends_the_episodes_naming_its_url(tokenizer):
+    """Its tools were listed at the start; then it went away: each episode that calls it ends (server_error),
+    the message naming the server's URL and the cause; nothing is raised to the job."""
+    with serving() as (url, process):
+        tools = {"mcp_servers": {"remote": {"url": url, "timeout_s": 10}}}
+        examples = with_server_tools(tools, [row()])
+        with Episodes(tokenizer, bump_twice, tools, examples) as episodes:
+            process.terminate()
+            process.wait(timeout=10)
+            (group,) = episodes.run(n=2)
+    for completion in group:
+        kind, message = completion.metadata["tool_failure"]
+        assert kind == "server_error" and url in message, message
+        assert "ExceptionGroup" not in message and "ConnectError" in message, message
