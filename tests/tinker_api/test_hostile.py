@@ -3,7 +3,7 @@ models, numbers that can be trained and sampled with, 4xx naming the field for a
 a 500, a traceback, SQL or a server path; two checkpoints at one step.
 
 One ``openrft serve`` on 127.0.0.1 with two API keys (tenants), small bounds and an extra published model,
-run under an address-space limit (``RLIMIT_AS``): a request that made it allocate what a body declares but
+run under a memory limit (``RLIMIT_DATA``): a request that made it allocate what a body declares but
 does not carry fails in that server, never in the test process. The official SDK where a tenant would use
 it, raw HTTP where the SDK would not send the request.
 """
@@ -35,7 +35,9 @@ from openrft.service.store import Store  # noqa: E402
 from tests.service.svc_helpers import CLI, Process, Service  # noqa: E402
 from tests.tinker_api.test_sdk import MODEL, datum, learner_logprobs  # noqa: E402
 
-MEMORY_LIMIT = 3 << 30  # the server's address space: its imports and the demo model take about 1.3 GB
+# the server's data segment (its writable private mappings: mapped libraries, CUDA ones included, do not count);
+# its imports, the demo model and these tests take about 1 GB of it
+MEMORY_LIMIT = 3 << 30
 EXTRA = "demo-copy"  # published by the operator with --model, besides openrft-demo
 BROKEN = "broken"  # published too, a directory that holds no model
 DEMO_DIR = str(REGISTERED_MODELS[MODEL])
@@ -43,7 +45,7 @@ BOUNDS = {"sequence": 256, "call": 1024, "num_samples": 8, "sample": 1024}
 
 
 class LimitedService(Service):
-    """``Service`` whose processes run under ``RLIMIT_AS``: an allocation past it fails in the server."""
+    """``Service`` whose processes run under ``RLIMIT_DATA``: an allocation past it fails in the server."""
 
     def _spawn(self, args: list[str], name: str) -> Process:
         log = self.data_dir / f"{name}-{len(self.processes)}.log"
@@ -51,7 +53,7 @@ class LimitedService(Service):
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", **self.env}
 
         def limit() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+            resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_LIMIT, MEMORY_LIMIT))
 
         proc = subprocess.Popen(
             [sys.executable, "-c", CLI, *args, "--data-dir", str(self.data_dir), "--database-url", self.database_url],
@@ -85,6 +87,7 @@ def server(tmp_path_factory):
     process = service.serve(workers=0, wait=False, extra=extra)
     service.wait_healthy(process, timeout=400)
     yield service, keys, process
+    print(f"the server's data segment at the end: {data_mb((service, keys, process)):.0f} MB")
     service.stop_all()
 
 
@@ -118,6 +121,11 @@ def call(server, route: str, body=None, *, content: bytes | None = None, key: in
     elif content is not None:
         headers["Content-Type"] = "application/octet-stream"
     return httpx.request(method, f"{service.base_url}/api/v1/{route}", content=content, headers=headers, timeout=60)
+
+
+def data_mb(server) -> float:
+    status = Path(f"/proc/{server[2].proc.pid}/status").read_text()
+    return int(re.search(r"VmData:\s+(\d+)", status).group(1)) / 1024
 
 
 def resident_mb(server) -> float:
