@@ -248,6 +248,8 @@ def test_forward_backward_is_bounded_per_datum_and_per_call(server, training, to
     each = (tokens * 20)[:201]  # 200 tokens a datum, 6 datums: 1200 tokens past the call's 1024
     response = call(server, "forward_backward", content=fb_request(training.model_id, [good_datum(each)] * 6))
     refused(server, response, 413, "--tinker-max-call-tokens")
+    big = fb_request(training.model_id, [good_datum(tokens)] * 40_000)  # over the 1 MB every body may hold
+    refused(server, call(server, "forward_backward", content=big), 413, "larger than the limit of 1048576 bytes")
     five = training.forward(
         [datum(each, target_tokens=each[1:], weights=np.ones(200, np.float32))] * 5, "cross_entropy"
     )

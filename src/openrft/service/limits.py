@@ -28,7 +28,7 @@ class BodyLimit:
         limit = self.limit_for(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _too_large(send, limit)
+            await _too_large(send, limit, scope["path"])
             return
         received = 0
 
@@ -44,19 +44,15 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-async def _too_large(send: Send, limit: int) -> None:
+async def _too_large(send: Send, limit: int, path: str) -> None:
     import json
 
-    body = json.dumps(
-        {
-            "error": {
-                "message": f"request body is larger than the limit of {limit} bytes",
-                "type": "invalid_request_error",
-                "param": None,
-                "code": "request_too_large",
-            }
-        }
-    )
+    message = f"request body is larger than the limit of {limit} bytes"
+    if path.startswith("/api/v1/"):  # the Tinker API's error shape (service/tinker)
+        body = json.dumps({"detail": message})
+    else:
+        error = {"message": message, "type": "invalid_request_error", "param": None, "code": "request_too_large"}
+        body = json.dumps({"error": error})
     await send(
         {
             "type": "http.response.start",
