@@ -40,6 +40,7 @@ from tests.tinker_api.test_sdk import MODEL, datum, learner_logprobs  # noqa: E4
 MEMORY_LIMIT = 3 << 30
 EXTRA = "demo-copy"  # published by the operator with --model, besides openrft-demo
 BROKEN = "broken"  # published too, a directory that holds no model
+GONE = "gone"  # published too, a directory removed once the server runs
 DEMO_DIR = str(REGISTERED_MODELS[MODEL])
 BOUNDS = {"sequence": 256, "call": 1024, "num_samples": 8, "sample": 1024}
 
@@ -76,9 +77,11 @@ def server(tmp_path_factory):
     keys = tuple("tml-" + store.create_key(name)[1] for name in ("a", "b"))
     store.close()
     (root / "broken").mkdir()
+    (root / "gone").mkdir()
     extra = (
         *("--model", f"{EXTRA}={DEMO_DIR}"),
         *("--model", f"{BROKEN}={root / 'broken'}"),
+        *("--model", f"{GONE}={root / 'gone'}"),
         *("--tinker-max-sequence-tokens", str(BOUNDS["sequence"])),
         *("--tinker-max-call-tokens", str(BOUNDS["call"])),
         *("--tinker-max-num-samples", str(BOUNDS["num_samples"])),
@@ -86,6 +89,7 @@ def server(tmp_path_factory):
     )
     process = service.serve(workers=0, wait=False, extra=extra)
     service.wait_healthy(process, timeout=400)
+    (root / "gone").rmdir()
     yield service, keys, process
     print(f"the server's data segment at the end: {data_mb((service, keys, process)):.0f} MB")
     service.stop_all()
@@ -133,12 +137,12 @@ def resident_mb(server) -> float:
     return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
 
 
-def clean(server, response: httpx.Response) -> str:
+def clean(server, response: httpx.Response, server_fault: bool = False) -> str:
     """The answer's text, after checking it is no 5xx and shows no traceback, exception, SQL or server path
     (the published model's directory aside: the SDK's get_tokenizer loads from it, docs/tinker.md)."""
     service = server[0]
     text = response.text.replace(DEMO_DIR, "<published model>")
-    assert response.status_code < 500, (response.status_code, text)
+    assert server_fault or response.status_code < 500, (response.status_code, text)
     assert "Traceback" not in text and 'File "' not in text, text
     assert not re.search(r"\b[A-Z]\w*(Error|Exception)\b", text), text  # a Python exception's name
     assert not re.search(r"\bSQL\b|sqlalchemy|sqlite|psycopg|INSERT INTO|SELECT ", text, re.I), text
@@ -263,7 +267,7 @@ def test_tenants_name_only_published_models(server, client, training, tokens):
     session = client.holder.get_session_id()
     rest = tinker.RestClient(base_url=server[0].base_url, api_key=server[1][0])
     names = [m.model_name for m in rest.get_server_capabilities().result().supported_models]
-    assert sorted(names) == sorted([MODEL, EXTRA, BROKEN])
+    assert sorted(names) == sorted([MODEL, EXTRA, BROKEN, GONE])
     for name in (
         DEMO_DIR,
         "src/openrft/assets/demo_model",
@@ -295,6 +299,10 @@ def test_tenants_name_only_published_models(server, client, training, tokens):
     with pytest.raises(tinker.RequestFailedError, match=r"internal error err_\w+") as failure:
         client.create_lora_training_client(base_model=BROKEN, rank=4).result()
     assert str(server[0].data_dir.parent) not in str(failure.value)
+    for name in (BROKEN, GONE):
+        body = {"session_id": session, "sampling_session_seq_id": 905, "base_model": name}
+        answer = call(server, "create_sampling_session", body)  # the operator's fault: 503 with an error id
+        assert answer.status_code == 503 and re.search(r"internal error err_\w+", clean(server, answer, True))
 
 
 # 4: numbers that cannot be trained with --------------------------------------------------------------------

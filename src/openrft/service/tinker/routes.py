@@ -30,6 +30,7 @@ from openrft.algo.tinker_losses import LossInputError
 from openrft.errors import ModelNotFoundError, OpenRFTError
 from openrft.service.auth import RecentOwners
 from openrft.service.errors import ApiError
+from openrft.service.tenancy import is_operator
 from openrft.service.tinker import checks
 from openrft.service.tinker.checkpoints import (
     MODEL_ID,
@@ -460,12 +461,14 @@ async def create_sampling_session(request: Request, who: str = Depends(owner)) -
     future = st.futures.executor.submit(work)
     try:
         await asyncio.wrap_future(future)
-    except (ModelNotFoundError, OpenRFTError) as exc:  # the operator's own path or Hub id: their own message
-        raise HTTPException(404, f"base_model {checks.shown(base_name)}: {exc}") from None
+    except (ModelNotFoundError, OpenRFTError) as exc:
+        if not is_operator(who):  # a published model the server cannot load: the operator's to fix, not shown
+            raise HTTPException(503, internal_error(exc, f"loading base_model {checks.shown(base_name)}")) from None
+        raise HTTPException(404, f"base_model {checks.shown(base_name)}: {exc}") from None  # their own path
     except CheckpointError as exc:
         raise HTTPException(404, str(exc)) from None
-    except Exception as exc:
-        raise HTTPException(500, internal_error(exc, f"loading base_model {checks.shown(base_name)}")) from None
+    except Exception as exc:  # a published model the server cannot load, a corrupt checkpoint: 503, an error id
+        raise HTTPException(503, internal_error(exc, f"loading base_model {checks.shown(base_name)}")) from None
     return dump(types.CreateSamplingSessionResponse(sampling_session_id=sampler_id))
 
 
