@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from openrft.data.records import Example
@@ -9,6 +10,7 @@ from openrft.engine.rollouts import RolloutGroup, score_groups
 from openrft.rewards.runner import RewardRunner
 from openrft.rewards.stats import reward_metrics
 from openrft.rollout.types import Generator, SamplingParams
+from openrft.spec.job import EvalSpec
 from openrft.tools.metrics import tool_metrics
 
 PASS_SCORE = 1.0
@@ -24,14 +26,43 @@ class EvalResult:
     tools: dict[str, float] = field(default_factory=dict)  # tool episodes' metrics, ``val-score/tools/*``
     rollouts: list[RolloutGroup] = field(default_factory=list, repr=False)  # each prompt's answers, scored
 
-    def metrics(self, k: int) -> dict[str, float]:
-        return {
+    def metrics(self, k: int, evaluation: EvalSpec | None = None) -> dict[str, float]:
+        """The validation metrics; with ``evaluation.pass_k``, ``val-score/pass@k`` for each k up to the
+        samples of a prompt (``pass_at_k``)."""
+        out = {
             f"val-score/rewards/mean@{k}": self.mean_reward,
             "val-score/pass_rate": self.pass_rate,
             "val-score/errors": float(self.errors),
             "val-score/response_length/mean": self.mean_response_length,
             **self.tools,
         }
+        if evaluation is not None and evaluation.pass_k:
+            out.update(self.pass_at(evaluation.pass_k, evaluation.success_threshold))
+        return out
+
+    def pass_at(self, ks: list[int], threshold: float) -> dict[str, float]:
+        """``val-score/pass@k``: the mean over prompts of the unbiased pass@k of each prompt's samples (a sample
+        succeeds when it scored at least ``threshold``; a failed score is not a success). A k above the fewest
+        samples of a prompt is left out."""
+        counts = [
+            (len(group.outcomes), sum(o.ok and o.score is not None and o.score >= threshold for o in group.outcomes))
+            for group in self.rollouts
+            if group.outcomes
+        ]
+        if not counts:
+            return {}
+        fewest = min(n for n, _ in counts)
+        return {
+            f"val-score/pass@{k}": sum(pass_at_k(n, c, k) for n, c in counts) / len(counts) for k in ks if k <= fewest
+        }
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` succeeded (Chen et al. 2021):
+    ``1 - C(n - c, k) / C(n, k)``, the chance that k of the n samples drawn without replacement hold a success."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def evaluate(

@@ -272,7 +272,7 @@ class RFTJob:
             if start_step == 0 and self.spec.evaluation.at_start:
                 result = self._evaluate(0)
                 self.baseline = result.mean_reward
-                sink.emit(0, result.metrics(self.spec.evaluation.samples_per_prompt))
+                sink.emit(0, result.metrics(self.spec.evaluation.samples_per_prompt, self.spec.evaluation))
                 progress.eval_done(0, result.mean_reward, result.pass_rate)
             for step in range(start_step + 1, total + 1):
                 command = self.control.poll(step)
@@ -288,7 +288,7 @@ class RFTJob:
                 if self._due(step, self.spec.evaluation.interval) or step == total:
                     result = self._evaluate(step)
                     val = self.last_val = result.mean_reward
-                    metrics.update(result.metrics(self.spec.evaluation.samples_per_prompt))
+                    metrics.update(result.metrics(self.spec.evaluation.samples_per_prompt, self.spec.evaluation))
                     progress.eval_done(step, result.mean_reward, result.pass_rate)
                 # metrics first: a checkpoint at step N then implies N's metrics were written, so a run
                 # killed between the two resumes from the previous checkpoint and rewrites them once

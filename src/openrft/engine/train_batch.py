@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from openrft.algo.advantages import group_advantages
@@ -9,7 +10,7 @@ from openrft.engine.rollouts import RolloutGroup
 from openrft.errors import RewardError
 from openrft.learner.batch import TrainSample
 from openrft.rewards.stats import reward_metrics
-from openrft.spec.job import JobSpec
+from openrft.spec.job import DataFilterSpec, JobSpec
 from openrft.tools.metrics import tool_metrics
 
 
@@ -17,6 +18,37 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     return {f"{prefix}/mean": sum(values) / len(values), f"{prefix}/max": max(values), f"{prefix}/min": min(values)}
+
+
+def repeated_run(tokens: list[int], max_ngram_size: int) -> int:
+    """The longest stretch of consecutive tokens that each repeat the token ``n`` places before them, for any
+    ``n`` up to ``max_ngram_size``: a token said 31 times in a row is a stretch of 30 (n = 1), an n-gram
+    said 3 times a stretch of 2n."""
+    ids = np.asarray(tokens)
+    longest = 0
+    for n in range(1, min(max_ngram_size, len(ids) - 1) + 1):
+        same = np.concatenate(([0], (ids[n:] == ids[:-n]).astype(np.int8), [0]))
+        edges = np.flatnonzero(np.diff(same))
+        if edges.size:
+            longest = max(longest, int((edges[1::2] - edges[::2]).max()))
+    return longest
+
+
+def degenerate_samples(groups: list[RolloutGroup], valid_rows: list[list[bool]], spec: DataFilterSpec) -> int:
+    """Leave degenerate samples (a repeated stretch longer than ``max_repeated_tokens``) out of the update:
+    marks them not valid in ``valid_rows``, the most repetitive first, at most ``max_filter_rate`` of the
+    step's samples; returns how many were found degenerate (filtered or not)."""
+    found = []
+    for i, group in enumerate(groups):
+        for j, completion in enumerate(group.completions):
+            if valid_rows[i][j]:
+                run = repeated_run(completion.token_ids, spec.max_ngram_size)
+                if run > spec.max_repeated_tokens:
+                    found.append((run, i, j))
+    most = int(spec.max_filter_rate * sum(len(g.completions) for g in groups))
+    for _, i, j in sorted(found, reverse=True)[:most]:
+        valid_rows[i][j] = False
+    return len(found)
 
 
 def build_train_batch(
@@ -43,6 +75,11 @@ def build_train_batch(
     score_rows = [
         [float(o.score) if o.ok else 0.0 for o in g.outcomes] + [0.0] * (width - len(g.outcomes)) for g in groups
     ]
+    filtering = spec.algorithm.data_filter
+    if filtering is not None:
+        before = sum(map(sum, valid_rows))
+        degenerate = degenerate_samples(groups, valid_rows, filtering)
+        filtered = before - sum(map(sum, valid_rows))
     rewards, valid = torch.tensor(score_rows), torch.tensor(valid_rows, dtype=torch.bool)
     advantages = group_advantages(rewards, valid, spec.algorithm.scale_advantages_by_std, spec.algorithm.advantage_eps)
     advantage_rows = advantages.tolist()
@@ -71,6 +108,9 @@ def build_train_batch(
     completions = [c for g in groups for c in g.completions]
     metrics = reward_metrics(outcomes)
     metrics["reward/excluded"] = float(sum(not o.ok for o in outcomes)) if policy == "exclude" else 0.0
+    if filtering is not None:
+        metrics["data_filter/degenerate"] = float(degenerate)
+        metrics["data_filter/filtered"] = float(filtered)
     metrics.update(_stats("response_length", [float(len(c.token_ids)) for c in completions]))
     metrics.update(_stats("prompt_length", [float(len(g.prompt_ids)) for g in groups]))
     metrics.update(tool_metrics(completions))

@@ -227,6 +227,14 @@ class LoraSpec(_Strict):
     lora_plus_lr_ratio: float = Field(16.0, ge=0, le=100, description="0 = LoRA+ off (one learning rate)")
 
 
+class DataFilterSpec(_Strict):
+    """Degenerate samples (a run of repeated n-grams) left out of the update (Nova MTRL's ``data_filter``)."""
+
+    max_filter_rate: float = Field(0.5, ge=0, le=1, description="at most this share of a step's samples filtered")
+    max_repeated_tokens: int = Field(30, ge=1, description="a sample repeating more tokens than this is degenerate")
+    max_ngram_size: int = Field(30, ge=1, le=1024, description="longest repeated n-gram looked for")
+
+
 class AlgorithmSpec(_Strict):
     """The GRPO-family objective (docs/contracts.md §4)."""
 
@@ -244,6 +252,9 @@ class AlgorithmSpec(_Strict):
     )
     scale_advantages_by_std: bool = Field(True, description="False = Dr. GRPO")
     advantage_eps: float = Field(1e-6, gt=0, le=1)
+    data_filter: DataFilterSpec | None = Field(
+        None, description="degenerate samples left out of the update (Nova MTRL's data_filter); None = off"
+    )
     loss_fn: str = Field(
         "grpo", description="the policy loss by name (algo/losses.py; docs/algorithm.md, 'Losses by name')"
     )
@@ -299,6 +310,19 @@ class EvalSpec(_Strict):
     samples_per_prompt: int = Field(1, ge=1, le=MAX_SAMPLES_PER_PROMPT)
     temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE, description="None = the rollout temperature")
     max_examples: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
+    pass_k: list[int] = Field(
+        default_factory=list,
+        description="val-score/pass@k for each k (unbiased, over each prompt's samples; k <= samples_per_prompt)",
+    )
+    success_threshold: float = Field(1.0, description="a validation sample succeeds at a score >= this (pass@k)")
+
+    @field_validator("pass_k")
+    @classmethod
+    def _positive_k(cls, values: list[int]) -> list[int]:
+        bad = [k for k in values if k < 1]
+        if bad:
+            raise ValueError(f"{bad[0]} is not a k of pass@k: each k is at least 1")
+        return sorted(set(values))
 
 
 class CheckpointSpec(_Strict):

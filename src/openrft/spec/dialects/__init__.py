@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from openrft.spec.dialects.bedrock import is_bedrock_request
 from openrft.spec.dialects.common import DatasetSizer, count_examples
 from openrft.spec.dialects.lambdas import resolve_handler
+from openrft.spec.dialects.mtrl import is_mtrl_recipe
 from openrft.spec.dialects.openai import FileResolver
 from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document, load_yaml
 from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
@@ -122,6 +123,10 @@ def _resolve_dialect(
         from openrft.spec.dialects.bedrock import parse_bedrock
 
         return parse_bedrock(document, base_dir, source, sizer)
+    if dialect == "nova" and is_mtrl_recipe(document):  # Nova's multi-turn (agentic) RFT recipe
+        from openrft.spec.dialects.mtrl import parse_mtrl
+
+        return parse_mtrl(document, base_dir, source, sizer)
     if dialect == "nova":
         from openrft.spec.dialects.nova import parse_recipe
 
