@@ -65,3 +65,5 @@ def test_a_vertex_job_in_the_sdks_shape_validates():
         doc["reinforcementTuningSpec"] |= reward
         r = resolve_document(doc, base_dir=Path("/jobs"), dataset_size=Sizes(100, 10))
         assert r.spec.reward.function.type == "vertex"
+        warned = [w for w in r.warnings if w.path.endswith("autoraterScorer.autoraterPrompt")]
+        assert len(warned) == 1 and "OpenRFT's default prompt" in warned[0].message

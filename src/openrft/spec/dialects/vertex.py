@@ -340,3 +340,21 @@ def _reward(b: SpecBuilder, rts: VertexTuningSpec) -> None:
         field = f"{SPEC}.compositeRewardConfig"
     if config is not None:
         b.user("reward.function", config, field)
+        _default_autorater_prompts(b, config, field)
+
+
+def _default_autorater_prompts(b: SpecBuilder, config: VertexReward, field: str) -> None:
+    """A warning at each autorater without ``autoraterPrompt``: its judge gets OpenRFT's default prompt."""
+    parts = [(field, config.single)] if config.single is not None else []
+    if config.composite is not None:
+        parts = [
+            (f"{field}.weightedRewardConfigs[{i}].rewardConfig", part.rewardConfig)
+            for i, part in enumerate(config.composite.weightedRewardConfigs)
+        ]
+    for where, single in parts:
+        if single is not None and single.autoraterScorer is not None and single.autoraterScorer.autoraterPrompt is None:
+            b.warn(
+                f"{where}.autoraterScorer.autoraterPrompt",
+                "is not set: the judge gets OpenRFT's default prompt (docs/rewards.md, 'Vertex AI rewards'); "
+                "Vertex does not publish the prompt its service uses",
+            )
