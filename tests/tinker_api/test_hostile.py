@@ -296,9 +296,10 @@ def test_tenants_name_only_published_models(server, client, training, tokens):
     failed = call(server, "retrieve_future", {"request_id": call(server, "load_weights", body).json()["request_id"]})
     assert "is not the base model of" in clean(server, failed) and failed.json()["category"] == "user"
     # a published model that fails to load: the operator's problem, an error id for the tenant
-    with pytest.raises(tinker.RequestFailedError, match=r"internal error err_\w+") as failure:
-        client.create_lora_training_client(base_model=BROKEN, rank=4).result()
-    assert str(server[0].data_dir.parent) not in str(failure.value)
+    for name in (BROKEN, GONE):
+        with pytest.raises(tinker.RequestFailedError, match=r"internal error err_\w+") as failure:
+            client.create_lora_training_client(base_model=name, rank=4).result()
+        assert str(server[0].data_dir.parent) not in str(failure.value)
     for name in (BROKEN, GONE):
         body = {"session_id": session, "sampling_session_seq_id": 905, "base_model": name}
         answer = call(server, "create_sampling_session", body)  # the operator's fault: 503 with an error id

@@ -17,6 +17,8 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -119,6 +121,19 @@ router = APIRouter(prefix="/api/v1", include_in_schema=False, dependencies=[Depe
 
 def _future(st: TinkerState, who: str, work, **extra) -> dict:
     return {"request_id": st.futures.submit(who, work, USER_ERRORS), **extra}
+
+
+@contextmanager
+def loading(who: str) -> Iterator[None]:
+    """Loading a base model for ``who``: a tenant's names are published ones, so a model that cannot be found
+    is the operator's to fix and fails as the server's (an error id, no path); the local operator's own path
+    or Hub id fails with its message, as a user error."""
+    try:
+        yield
+    except (ModelNotFoundError, OpenRFTError) as exc:
+        if is_operator(who):
+            raise
+        raise RuntimeError("a published base model could not be loaded") from exc
 
 
 def _new_model_id(st: TinkerState, who: str, session_id: str, seq_id: int) -> str:
@@ -234,7 +249,8 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
     )
 
     def work() -> dict:
-        model = st.engine.create_model(model_id, who, body.base_model, lora)
+        with loading(who):
+            model = st.engine.create_model(model_id, who, body.base_model, lora)
         model.job_id = st.records.started(who, model_id, model.base.name, lora.__dict__)
         return dump(types.CreateModelResponse(model_id=model_id))
 
@@ -363,9 +379,10 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
                 f"({meta['base_model']}): an override must name the same model"
             )
         if model is None:
-            model = st.engine.create_model(
-                new_id, who, body.base_model or meta["base_model"], LoraSettings(**meta["lora"])
-            )
+            with loading(who):
+                model = st.engine.create_model(
+                    new_id, who, body.base_model or meta["base_model"], LoraSettings(**meta["lora"])
+                )
             model.job_id = st.records.started(who, new_id, model.base.name, meta["lora"], source=body.path)
         elif meta["base_model"] != model.base.name or LoraSettings(**meta["lora"]) != model.lora:
             raise UserError(
