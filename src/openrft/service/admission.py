@@ -133,7 +133,8 @@ class ClusterAdmission:
         ready, _ = ray.wait([reserved.ready()], timeout=READY_WAIT_S)
         if not ready:  # free in total, not in bundles that fit: wait for the cluster to change
             remove_placement_group(reserved)
-            return Decision(reason=f"waiting for {len(group)} bundles of {group[0]} to be placed together")
+            shape = " + ".join(f"{_amount(value)} {name}" for name, value in group[0].items())
+            return Decision(reason=f"waiting for room on the Ray cluster for {len(group)} bundles of {shape} each")
         self.reserved[job_id] = reserved
         return Decision(group=name)
 
