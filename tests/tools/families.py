@@ -54,6 +54,18 @@ class Family:
                 "<|channel|>analysis<|message|>Use the calculator.<|end|><|start|>assistant<|channel|>commentary "
                 f"to=functions.calculator <|constrain|>json<|message|>{json.dumps(arguments)}"
             )
+        if self.name == "deepseek_r1":
+            return (
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>calculator\n```json\n"
+                f"{json.dumps(arguments)}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+            )
+        if self.name == "deepseek_v3_1":
+            return (
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>calculator<｜tool▁sep｜>"
+                f"{json.dumps(arguments)}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+            )
+        if self.name == "phi4_mini":
+            return "functools[" + json.dumps({"name": "calculator", "arguments": arguments}) + "]"
         raise ValueError(self.name)
 
     def answer(self, text: str) -> str:
@@ -73,6 +85,11 @@ QWEN_RESULT = "\n<|im_start|>user\n<tool_response>\n{result}\n</tool_response><|
 LLAMA_RESULT = (
     "<|start_header_id|>ipython<|end_header_id|>\n\n{result}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 )
+
+DEEPSEEK_SPECIAL = ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>")
+DEEPSEEK_SPECIAL += ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
+DEEPSEEK_SPECIAL += ("<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>")
+DEEPSEEK_SPECIAL += ("<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>")
 
 FAMILIES = [
     Family(
@@ -134,6 +151,28 @@ FAMILIES = [
         call_end="<|call|>",
         after_result='<|start|>functions.calculator to=assistant<|channel|>commentary<|message|>"{result}"<|end|>'
         "<|start|>assistant",
+    ),
+    Family(
+        "deepseek_r1",
+        "deepseek_r1.jinja",
+        DEEPSEEK_SPECIAL,
+        bos="<｜begin▁of▁sentence｜>",
+        after_result="<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{result}<｜tool▁output▁end｜><｜tool▁outputs▁end｜>",
+    ),
+    Family(
+        "deepseek_v3_1",
+        "deepseek_v3_1.jinja",
+        DEEPSEEK_SPECIAL,
+        bos="<｜begin▁of▁sentence｜>",
+        after_result="<｜tool▁output▁begin｜>{result}<｜tool▁output▁end｜>",
+    ),
+    Family(
+        "phi4_mini",
+        "phi4_mini.jinja",
+        ("<|endoftext|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|/tool|>"),
+        answer_end="<|end|>",
+        call_end="<|end|>",
+        after_result="<|tool|>{result}<|end|><|assistant|>",
     ),
 ]
 

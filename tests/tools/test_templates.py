@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from openrft.data.records import Example
-from openrft.rollout.prompts import chat_text, render_prompt
+from openrft.rollout.prompts import TemplateNeeds, chat_text, render_prompt, template_needs
 from openrft.rollout.types import SamplingParams
 from openrft.spec.rewards import SandboxSpec
 from openrft.spec.tools import ToolsSpec
@@ -58,7 +58,11 @@ def run_episode(family: Family, example: Example = QUESTION, tools: dict | None 
 @pytest.mark.parametrize("family", FAMILIES, ids=family_id)
 def test_three_turns_with_each_family_template(family: Family):
     tokenizer, prompt, completion, model = run_episode(family)
-    assert completion.finish_reason == "stop" and completion.text.endswith("10064")  # Qwen3 keeps its think block
+    assert completion.finish_reason == "stop" and completion.text == "10064"  # the answer alone: what graders see
+    if family.reasoning_effort and family.name == "qwen3":  # its reasoning stays in the turns (the samples view)
+        assert completion.turns[-1]["content"].startswith("<think>") and completion.turns[-1]["content"].endswith(
+            "10064"
+        )
     assert [m["role"] for m in completion.turns] == ["assistant", "tool", "assistant", "tool", "assistant"]
     first, second = completion.turns[0]["tool_calls"][0], completion.turns[2]["tool_calls"][0]
     assert (first["id"], second["id"]) == ("call01000", "call02000")
@@ -138,3 +142,51 @@ def test_mistral_templates_raise_on_call_ids_that_are_not_nine_characters():
         with pytest.raises(Exception, match="Tool call IDs should be alphanumeric strings with length 9"):
             chat_text(family.tokenizer(), messages, QUESTION.tools, None, add_generation_prompt=False)
     assert all(len(call_id(t, i)) == 9 and call_id(t, i).isalnum() for t in (1, 63) for i in (0, 999))
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=family_id)
+def test_each_family_shows_the_tools_in_the_prompt(family: Family):
+    """Phi-4-mini's template never reads ``tools``: it gets them as JSON in the system message's "tools"."""
+    tokenizer = family.tokenizer()
+    prompt = render_prompt(tokenizer, QUESTION.messages, QUESTION.tools, family.reasoning_effort)
+    assert "calculator" in tokenizer.decode(prompt, skip_special_tokens=False)
+
+
+def test_each_template_gets_what_it_needs():
+    """Found by rendering: DeepSeek's templates concatenate the arguments (a JSON string), Hermes-3's the
+    descriptions (an empty one for a tool without), Phi-4-mini's read the tools from the system message;
+    the others take the tools and calls as they are."""
+    needs = {family_id(f): template_needs(f.tokenizer()) for f in FAMILIES}
+    assert needs["deepseek_r1"] == needs["deepseek_v3_1"] == TemplateNeeds(string_arguments=True)
+    assert needs["phi4_mini"] == TemplateNeeds(system_tools=True)
+    for name in ("qwen2_5", "qwen3", "llama3_1", "llama3_2", "mistral", "ministral", "gpt_oss"):
+        assert needs[name] == TemplateNeeds(), name
+    hermes = Family("hermes3", "hermes3.jinja", ("<|im_end|>", "<|im_start|>"), ("<tool_call>", "</tool_call>"))
+    tokenizer = hermes.tokenizer()
+    assert template_needs(tokenizer) == TemplateNeeds(descriptions=True)
+    bare = {
+        "type": "function",
+        "function": {k: v for k, v in CALCULATOR_TOOL["function"].items() if k != "description"},
+    }
+    with pytest.raises(Exception, match=r"has no attribute 'description'"):  # as the published template raises
+        tokenizer.apply_chat_template(QUESTION.messages, tools=[bare], tokenize=False)
+    text = tokenizer.decode(render_prompt(tokenizer, QUESTION.messages, [bare]), skip_special_tokens=False)
+    assert '"name": "calculator", "description": "calculator - "' in text
+    described = {"type": "function", "function": {**CALCULATOR_TOOL["function"], "description": "Evaluates"}}
+    text = tokenizer.decode(render_prompt(tokenizer, QUESTION.messages, [described]), skip_special_tokens=False)
+    assert '"description": "calculator - Evaluates"' in text  # a description is left as it is
+
+
+def test_deepseek_gets_its_arguments_as_a_string():
+    (family,) = [f for f in FAMILIES if f.name == "deepseek_r1"]
+    tokenizer = family.tokenizer()
+    call = {
+        "id": call_id(1, 0),
+        "type": "function",
+        "function": {"name": "calculator", "arguments": {"expression": "1"}},
+    }
+    messages = [*QUESTION.messages, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    with pytest.raises(TypeError, match="can only concatenate str"):  # what a dict did, as measured
+        tokenizer.apply_chat_template(messages, tools=QUESTION.tools, tokenize=False)
+    text = chat_text(tokenizer, messages, QUESTION.tools, None, add_generation_prompt=False)
+    assert '```json\n{"expression": "1"}\n```' in text

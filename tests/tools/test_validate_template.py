@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+import yaml
+
 from openrft.cli import main
-from tests.tools.families import TEMPLATES
+from openrft.tools.continuation import template_problems
+from tests.tools.families import FAMILIES, TEMPLATES, Family, family_id
+from tests.tools.scripted import CALCULATOR_TOOL
 from tests.tools.test_train_tools import EXAMPLE, tools_recipe
 
 
@@ -32,8 +37,8 @@ def test_the_calculator_template_can_continue_tool_episodes(tmp_path, capsys):
     assert report["valid"] and report["prompts_checked"]
 
 
-def test_a_template_that_raises_on_the_call_ids_is_reported(tmp_path, capsys):
-    strict = (
+def strict_ids_template() -> str:
+    return (
         (EXAMPLE / "model" / "chat_template.jinja")
         .read_text()
         .replace(
@@ -42,6 +47,10 @@ def test_a_template_that_raises_on_the_call_ids_is_reported(tmp_path, capsys):
             "{{- raise_exception('Tool call IDs must be 5 characters') }}{%- endif %}",
         )
     )
+
+
+def test_a_template_that_raises_on_the_call_ids_is_reported(tmp_path, capsys):
+    strict = strict_ids_template()
     assert strict != (EXAMPLE / "model" / "chat_template.jinja").read_text()
     report = validate(tmp_path, model_with_template(tmp_path, strict), capsys)
     assert not report["valid"]
@@ -66,3 +75,40 @@ def test_mistral_shaped_templates_pass_with_the_episodes_call_ids(tmp_path, caps
     text = (TEMPLATES / "ministral.jinja").read_text()
     report = validate(tmp_path, model_with_template(tmp_path, text), capsys)
     assert report["valid"], report["problems"]
+
+
+def test_openrft_train_runs_the_same_check_before_it_starts(tmp_path, capsys):
+    """It used to start anyway and die at the first tool turn (DeepSeek's TypeError, issue 47)."""
+    recipe = tools_recipe(tmp_path)
+    model = model_with_template(tmp_path, strict_ids_template())
+    recipe.write_text(recipe.read_text().replace(str(EXAMPLE / "model"), str(model)))
+    code = main(["train", str(recipe), "--output", str(tmp_path / "run"), "--quiet"])
+    error = capsys.readouterr().err
+    assert code == 2 and "Tool call IDs must be 5 characters" in error and "tool episode at turn 1" in error
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_missing_tool_file_is_reported(tmp_path, capsys):
+    """The calculator example with its tool file missing (or without the function) said valid."""
+    recipe = tools_recipe(tmp_path)
+    data = yaml.safe_load(recipe.read_text())
+    data["openrft"]["tools"]["functions"]["calculator"]["function"] = "gone.py:calculator"
+    recipe.write_text(yaml.safe_dump(data))
+    code = main(["spec", "validate", str(recipe), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and not report["valid"]
+    assert f"tools.functions.calculator.function: no file {tmp_path / 'gone.py'}" in report["problems"][0]
+    (tmp_path / "gone.py").write_text("def add(a, b):\n    return a + b\n")
+    code = main(["spec", "validate", str(recipe), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and "defines no function 'calculator'" in report["problems"][0]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=family_id)
+def test_the_check_passes_every_family_template(family: Family):
+    """DeepSeek's (arguments as a string) and Phi-4-mini's (tools in the system message; <|end|> then
+    <|endoftext|> after a turn) included: what the template needs is given to it."""
+    tokenizer = family.tokenizer()
+    ends = [e for e in (family.special[0], family.call_end, family.answer_end) if e]
+    messages = [{"role": "user", "content": "What is 347*29?"}]
+    assert template_problems(tokenizer, messages, [CALCULATOR_TOOL], family.reasoning_effort, ends) == []

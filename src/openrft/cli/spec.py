@@ -246,7 +246,7 @@ def check_job(spec, fields: dict[str, str]) -> dict[str, Any]:
     A bucket whose store does not answer at all is ``pending`` (to map), or one more problem when there are
     others."""
     from openrft.data.loader import DatasetError, load_dataset
-    from openrft.engine.setup import held_out_validation, render_prompts
+    from openrft.engine.setup import held_out_validation, render_prompts, tool_template_problems
     from openrft.models import load_tokenizer, resolve_model_path
     from openrft.storage import StorageError, check_output_location, is_object_store
 
@@ -292,6 +292,8 @@ def check_job(spec, fields: dict[str, str]) -> dict[str, Any]:
                 problems += [f"model: {p}" for p in tool_template_problems(spec, tokenizer, train + validation)]
     except OpenRFTError as exc:
         problems.append(f"model: {exc}")
+    if spec.tools is not None:
+        problems += tool_file_problems(spec.tools)
     if store := unreachable(spec.output_dir, output_field, output=True):
         pending.append(store)
     elif is_object_store(spec.output_dir):
@@ -309,19 +311,38 @@ def check_job(spec, fields: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def tool_template_problems(spec, tokenizer, examples) -> list[str]:
-    """A two-turn tool episode rendered with the job's model template (the first row that offers tools)."""
-    from openrft.engine.setup import load_generation_config
-    from openrft.models import eos_token_ids
-    from openrft.tools.continuation import template_problems
+def tool_file_problems(tools) -> list[str]:
+    """The tools' files that are not there: a Python tool's ``file.py`` (and its function, read without
+    running it), an environment's ``env.py``, a stdio MCP server's working directory."""
+    import ast
 
-    row = next((e for e in examples if e.tools), None)
-    if row is None:
-        return []
-    ends = [
-        tokenizer.decode([i], skip_special_tokens=False) for i in eos_token_ids(tokenizer, load_generation_config(spec))
-    ]
-    return template_problems(tokenizer, row.messages, row.tools, spec.sampling.reasoning_effort, ends)
+    problems = []
+    for name, runner in tools.functions.items():
+        module, _, function = getattr(runner, "function", "").rpartition(":")
+        if not module.endswith(".py"):
+            continue
+        field = f"tools.functions.{name}.function"
+        path = Path(module)
+        if not path.is_file():
+            problems.append(f"{field}: no file {path} (give file.py:function, relative to the job file)")
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except (SyntaxError, ValueError, UnicodeDecodeError) as exc:
+            problems.append(f"{field}: {path} is not valid Python: {exc}")
+            continue
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        defined |= {(a.asname or a.name) for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+        if function not in defined:
+            problems.append(f"{field}: {path} defines no function {function!r}")
+    environment = tools.environment
+    if environment is not None and environment.module.endswith(".py") and not Path(environment.module).is_file():
+        problems.append(f"tools.environment.module: no file {environment.module}")
+    for name, server in tools.mcp_servers.items():
+        if server.command is not None and server.cwd is not None and not Path(server.cwd).is_dir():
+            problems.append(f"tools.mcp_servers.{name}.cwd: no directory {server.cwd}")
+    return problems
 
 
 def _summary(job: str, resolution) -> str:

@@ -110,6 +110,20 @@ def load_generation_config(spec: JobSpec):
     return SimpleNamespace(generation_config=config)
 
 
+def tool_template_problems(spec: JobSpec, tokenizer, examples: list[Example]) -> list[str]:
+    """A two-turn tool episode rendered with the job's model template (the first row that offers tools): what
+    ``openrft spec validate`` reports and ``openrft train`` refuses to start with."""
+    from openrft.tools.continuation import template_problems
+
+    row = next((e for e in examples if e.tools), None)
+    if row is None:
+        return []
+    ends = [
+        tokenizer.decode([i], skip_special_tokens=False) for i in eos_token_ids(tokenizer, load_generation_config(spec))
+    ]
+    return template_problems(tokenizer, row.messages, row.tools, spec.sampling.reasoning_effort, ends)
+
+
 def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
     """Everything but the model when ``load_model`` is False (the learner loads it elsewhere: a Ray actor)."""
     reward = build_reward(spec.reward)
@@ -124,6 +138,12 @@ def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
     threads = configure_threads(spec.runtime.threads)
     device = pick_device(spec.runtime.device)
     tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
+    if spec.tools is not None:  # the check `openrft spec validate` runs, before any weights are loaded
+        problems = tool_template_problems(spec, tokenizer, datasets.train + datasets.validation)
+        if problems:
+            from openrft.tools.continuation import ToolTemplateError
+
+            raise ToolTemplateError(f"model {spec.model.name_or_path}: {'; '.join(problems)}")
     train_prompts = render_prompts(tokenizer, datasets.train, spec, spec.data.train)
     val_prompts = render_prompts(tokenizer, datasets.validation, spec, spec.data.validation or spec.data.train)
     max_new_tokens = spec.sampling.max_new_tokens  # per sample, max_length caps prompt + completion (generator)

@@ -120,9 +120,19 @@ def template_problems(
             head = chat_text(tokenizer, before, tools, reasoning_effort, add_generation_prompt=False)
             full = chat_text(tokenizer, after, tools, reasoning_effort, add_generation_prompt=True)
             turn_text = head[len(prompt) :] if head.startswith(prompt) else head
-            ends = [(turn_text.rfind(e), e) for e in end_texts if e and e in turn_text]
-            end = max(ends)[1] if ends else ""
-            text = continuation_text(head, full, end)
+            # the model's end token: the last one the template writes after the turn that it can continue from
+            # (Phi-4-mini writes <|end|> and, ending the conversation, <|endoftext|>: the model stops at <|end|>)
+            ends = [
+                e for _, e in sorted(((turn_text.rfind(e), e) for e in end_texts if e and e in turn_text), reverse=True)
+            ]
+            text = None
+            for end in ends or [""]:
+                try:
+                    text = continuation_text(head, full, end)
+                    break
+                except ToolTemplateError:
+                    if end == (ends or [""])[-1]:
+                        raise
         except ToolTemplateError as exc:
             return [f"the chat template cannot continue a tool episode at turn {turn}: {exc}"]
         except Exception as exc:  # the template raised (jinja's raise_exception, a missing field)
