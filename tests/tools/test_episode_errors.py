@@ -76,8 +76,10 @@ def with_model(path: Path, model: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_template_error_ends_its_episode_and_the_job_goes_on(tmp_path):
+@pytest.mark.parametrize("schedule", ["lockstep", "independent"])  # independent: the continuous decode batch
+def test_a_template_error_ends_its_episode_and_the_job_goes_on(tmp_path, schedule):
     recipe = with_model(two_steps(tmp_path), model_raising_on_long_results(tmp_path))
+    with_tools(recipe, {"schedule": schedule})
     summary = run(recipe, tmp_path / "run")
     assert summary["status"] == "succeeded" and summary["steps"] == 2
     assert error_count(tmp_path / "run", "template_error") > 0
