@@ -144,7 +144,8 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
         assert waiting["status"] == "queued"
         assert re.fullmatch(r"waiting for resources on the Ray cluster: 2 CPU, [01] free", waiting["queue_reason"])
         assert client.fine_tuning.jobs.retrieve(on_ray.id).status == "running"
-        assert http.get(f"{BASE}/tuningJobs/{vertex_id}").json()["queueReason"] == waiting["queue_reason"]
+        as_vertex = http.get(f"{BASE}/tuningJobs/{vertex_id}").json()
+        assert (as_vertex["state"], as_vertex["queueReason"]) == ("JOB_STATE_PENDING", waiting["queue_reason"])
         assert http.get(f"/v1/dashboard/jobs/{vertex_id}").json()["job"]["queue_reason"] == waiting["queue_reason"]
 
         ray_job = _wait(lambda: client.fine_tuning.jobs.retrieve(on_ray.id).to_dict())

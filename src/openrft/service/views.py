@@ -169,6 +169,8 @@ def vertex_job(
     state = VERTEX_STATES[job.status]
     if job.control == "cancel" and job.status in ("running", "pausing"):
         state = "JOB_STATE_CANCELLING"
+    if queue_reason(job):  # waiting for its resources on the server's Ray cluster: Vertex's "preparing to run"
+        state = "JOB_STATE_PENDING"
     error = None
     if job.error_code or job.error_message:
         error = GoogleStatus(
