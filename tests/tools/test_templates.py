@@ -153,13 +153,14 @@ def test_each_family_shows_the_tools_in_the_prompt(family: Family):
 
 
 def test_each_template_gets_what_it_needs():
-    """Found by rendering: DeepSeek's templates concatenate the arguments (a JSON string), Hermes-3's the
-    descriptions (an empty one for a tool without), Phi-4-mini's read the tools from the system message;
+    """Found by rendering: DeepSeek's templates concatenate the arguments (a JSON string), gpt-oss's and
+    Hermes-3's the descriptions (an empty one for a tool without), Phi-4-mini's read the tools from the system message;
     the others take the tools and calls as they are."""
     needs = {family_id(f): template_needs(f.tokenizer()) for f in FAMILIES}
     assert needs["deepseek_r1"] == needs["deepseek_v3_1"] == TemplateNeeds(string_arguments=True)
     assert needs["phi4_mini"] == TemplateNeeds(system_tools=True)
-    for name in ("qwen2_5", "qwen3", "llama3_1", "llama3_2", "mistral", "ministral", "gpt_oss"):
+    assert needs["gpt_oss"] == TemplateNeeds(descriptions=True)  # the calculator tool here has no description
+    for name in ("qwen2_5", "qwen3", "llama3_1", "llama3_2", "mistral", "ministral"):
         assert needs[name] == TemplateNeeds(), name
     hermes = Family("hermes3", "hermes3.jinja", ("<|im_end|>", "<|im_start|>"), ("<tool_call>", "</tool_call>"))
     tokenizer = hermes.tokenizer()
