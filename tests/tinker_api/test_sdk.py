@@ -7,6 +7,8 @@ sampling log-probs against the learner's; save/load, tenants and bad inputs thro
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import httpx
 import numpy as np
@@ -17,7 +19,7 @@ tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
 from openrft.service.store import Store  # noqa: E402
-from tests.service.svc_helpers import Service  # noqa: E402
+from tests.service.svc_helpers import CLI, Service  # noqa: E402
 
 MODEL = "openrft-demo"
 
@@ -27,8 +29,18 @@ def server(tmp_path_factory):
     os.environ["TINKER_TELEMETRY"] = "0"
     root = tmp_path_factory.mktemp("tinker")
     service = Service(root, f"sqlite:///{root / 'openrft.db'}", env={"HF_HUB_OFFLINE": "1"})
-    store = Store.open(service.database_url)  # the keys `openrft keys create` makes, without its process
-    keys = tuple("tml-" + store.create_key(name)[1] for name in ("a", "b"))
+    # the first key as a user makes it: `openrft keys create --tinker` prints it ready for the SDK
+    where = [f"--data-dir={root}", f"--database-url={service.database_url}"]
+    printed = subprocess.run(
+        [sys.executable, "-c", CLI, "keys", "create", "--tinker", "--name", "a", *where],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
+    assert printed.startswith("tml-"), printed
+    store = Store.open(service.database_url)  # the second as `openrft keys create` makes it, without its process
+    keys = (printed, "tml-" + store.create_key("b")[1])
     store.close()
     service.wait_healthy(service.serve(workers=0, wait=False), timeout=400)  # a loaded CI machine starts slowly
     yield service, keys
