@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -112,3 +114,28 @@ def test_the_check_passes_every_family_template(family: Family):
     ends = [e for e in (family.special[0], family.call_end, family.answer_end) if e]
     messages = [{"role": "user", "content": "What is 347*29?"}]
     assert template_problems(tokenizer, messages, [CALCULATOR_TOOL], family.reasoning_effort, ends) == []
+
+
+def test_an_unreachable_mcp_server_is_reported_by_its_url(tmp_path, capfd):
+    """spec validate said valid; the job then failed with an ExceptionGroup naming neither. (capfd: a stdio
+    server's stderr is a file descriptor, which capsys's stand-in has not.)"""
+    pytest.importorskip("mcp")
+    from tests.tools.test_mcp import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    recipe = tools_recipe(tmp_path)
+    data = yaml.safe_load(recipe.read_text())
+    data["openrft"]["tools"]["mcp_servers"] = {"search": {"url": url}}
+    recipe.write_text(yaml.safe_dump(data))
+    code = main(["spec", "validate", str(recipe), "--json"])
+    report = json.loads(capfd.readouterr().out)
+    assert code == 1
+    (problem,) = report["problems"]
+    assert problem.startswith(f"tools.mcp_servers.search ({url}): cannot connect: ConnectError"), problem
+    server = Path(__file__).resolve().parent / "mcp_server.py"
+    data["openrft"]["tools"]["functions"] = {}
+    data["openrft"]["tools"]["mcp_servers"] = {"calc": {"command": [sys.executable, str(server), "calculator"]}}
+    recipe.write_text(yaml.safe_dump(data))
+    code = main(["spec", "validate", str(recipe), "--json"])
+    report = json.loads(capfd.readouterr().out)
+    assert code == 0 and report["valid"], report["problems"]

@@ -277,6 +277,8 @@ def check_job(spec, fields: dict[str, str]) -> dict[str, Any]:
     train, validation = loaded.get("train", []), loaded.get("validation", [])
     if "train" in loaded and spec.data.validation is None:
         train, validation = held_out_validation(spec, train)
+    if spec.tools is not None and spec.tools.mcp_servers:  # as the job does: the servers' tools join the rows
+        problems += mcp_problems(spec.tools, train + validation)
     prompts_checked = False
     try:
         local = Path(resolve_model_path(spec.model.name_or_path)).exists()  # else a hub id: not fetched here
@@ -309,6 +311,22 @@ def check_job(spec, fields: dict[str, str]) -> dict[str, Any]:
         "validation_examples": len(validation),
         "prompts_checked": prompts_checked,
     }
+
+
+def mcp_problems(tools, examples) -> list[str]:
+    """The job's MCP servers reached and their tools listed (stdio servers started, then stopped), their tools
+    added to ``examples`` as a job adds them; a server a service's operator registered is left to that service.
+    A server that cannot be reached is named with its URL or command and the cause."""
+    from openrft.tools.mcp import add_mcp_tools
+
+    servers = {name: server for name, server in tools.mcp_servers.items() if server.registered is None}
+    if not servers:
+        return []
+    try:
+        add_mcp_tools(tools.model_copy(update={"mcp_servers": servers}), examples)
+    except OpenRFTError as exc:
+        return [str(exc)]
+    return []
 
 
 def tool_file_problems(tools) -> list[str]:
