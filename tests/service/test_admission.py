@@ -195,3 +195,58 @@ def test_a_cancel_frees_the_jobs_placement_group_at_once_and_the_job_ends_cancel
     assert runner.run() == 0
     finished = store.get_job(None, job.id)
     assert finished.status == "cancelled" and finished.error_code is None
+
+
+def test_dominant_shares_are_the_largest_fraction_of_any_resource_a_tenant_holds():
+    from openrft.service.admission import dominant_shares
+
+    two_cpus = _spec(replicas=2).model_dump(mode="json")
+    one_cpu = _spec().model_dump(mode="json")
+    gpus = _spec(replicas=2, device="cuda").model_dump(mode="json")
+    shares = dominant_shares([("a", two_cpus), ("b", one_cpu), ("a", one_cpu)], {"CPU": 4.0})
+    assert shares == {"a": 0.75, "b": 0.25}
+    assert dominant_shares([("g", gpus)], {"CPU": 16.0, "GPU": 4.0}) == {"g": 0.5}  # 2 of 4 GPUs, 2 of 16 CPUs
+    assert dominant_shares([("x", {"not": "a spec"})], {"CPU": 4.0}) == {}
+
+
+class Shares(Answers):
+    def totals(self):
+        return {"CPU": 4.0}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_tenant_holding_the_least_of_the_cluster_goes_first(store, tmp_path):
+    """Round-robin alone would take alice's job (her last claim is older than bob's); alice holds half the
+    cluster and bob nothing, so bob's goes first. Equal holdings keep the round-robin order."""
+    from openrft.service.admission import Decision
+    from openrft.service.config import ServiceConfig
+    from openrft.service.worker import Worker
+
+    config = ServiceConfig.build(tmp_path, store.engine.url.render_as_string(hide_password=False))
+    config.ray_address = "head:6379"
+    launcher = Launcher()
+    worker = Worker(store, config, concurrency=1, launcher=launcher)
+    two_cpus = _spec(replicas=2).model_dump(mode="json")
+    alice_running = _queued(store, two_cpus, owner="alice")
+    worker.admission = Shares(Decision(group="g-alice"))
+    worker.tick()  # alice holds 2 of the cluster's 4 CPUs from now on
+    bob_done = _queued(store, two_cpus, owner="bob")
+    worker.running.clear()
+    worker.admission = Shares(Decision(group="g-bob"))
+    worker.tick()  # bob's first job, claimed after alice's, then finished: bob holds nothing
+    store.finish(bob_done.id, 1, "succeeded", "done")
+    assert [started for started, _ in launcher.started] == [alice_running.id, bob_done.id]
+
+    alice_next, bob_next = _queued(store, two_cpus, owner="alice"), _queued(store, two_cpus, owner="bob")
+    assert [j.id for j in store.queued_heads()] == [alice_next.id, bob_next.id]  # the round-robin order
+    worker.running.clear()
+    worker.admission = Shares(Decision(group="g-bob-2"))
+    worker.tick()
+    assert launcher.started[-1] == (bob_next.id, "g-bob-2")  # by share: bob holds none, alice half
+    assert store.get_job(None, alice_next.id).status == "queued"
+
+    carol = _queued(store, two_cpus, owner="carol")
+    worker.running.clear()
+    worker.admission = Shares(Decision(group="g-carol"))
+    worker.tick()  # alice and bob hold 2 CPUs each, carol none: carol's job, though queued last
+    assert launcher.started[-1] == (carol.id, "g-carol")

@@ -2,6 +2,9 @@
 
 - At submission (``refuse_if_never_fits``): a job whose bundles could not be placed even on the whole, idle
   cluster is refused with a 400 naming the field and the resource (``job_too_large``).
+- The next queued job: the oldest of the tenant holding the least of the cluster now (``dominant_shares``: the
+  largest fraction of the cluster's CPUs or GPUs its running jobs hold), ties in the service's round-robin order,
+  so one tenant's many jobs do not keep another's waiting.
 - In the worker (``ClusterAdmission.reserve``): before the next queued job is claimed, its placement group
   (``openrft.runtime.placement.bundles``, the same ``RayRuntime`` would ask for) is created and must be ready
   within a moment; otherwise it is removed again and the job stays ``queued`` with the reason
@@ -138,6 +141,10 @@ class ClusterAdmission:
         self.reserved[job_id] = reserved
         return Decision(group=name)
 
+    def totals(self) -> dict[str, float]:
+        """The cluster's resources in all (CPU, GPU, ...)."""
+        return dict(self._ray().cluster_resources())
+
     @staticmethod
     def waiting(need: dict[str, float], free: dict[str, float], short: list[str]) -> str:
         parts = [f"{_amount(need[name])} {name}, {_amount(free.get(name, 0.0))} free" for name in short]
@@ -151,6 +158,25 @@ class ClusterAdmission:
 
         with contextlib.suppress(Exception):  # the job's runtime may have removed it already
             remove_placement_group(reserved)
+
+
+def dominant_shares(active: list[tuple[str, dict]], totals: dict[str, float]) -> dict[str, float]:
+    """Each tenant's dominant share of the cluster (dominant resource fairness): the largest fraction of any of its
+    CPUs or GPUs that its running jobs' placement groups hold. ``active``: (owner, stored spec) of running jobs."""
+    held: dict[str, dict[str, float]] = {}
+    for owner, stored in active:
+        try:
+            spec = JobSpec.model_validate(stored)
+        except ValueError:
+            continue
+        if placed_runtime(spec, "cluster") != "ray":
+            continue
+        for name, value in _total(bundles(spec, totals.get("GPU", 0.0))).items():
+            held.setdefault(owner, {})[name] = held.get(owner, {}).get(name, 0.0) + value
+    return {
+        owner: max((value / totals[name] for name, value in use.items() if totals.get(name)), default=0.0)
+        for owner, use in held.items()
+    }
 
 
 _admissions: dict[str, ClusterAdmission] = {}

@@ -87,7 +87,7 @@ class Worker:
         from openrft.service.admission import Decision
         from openrft.spec.job import JobSpec
 
-        job = self.store.next_queued()
+        job = self._next_fair()
         if job is None:
             return False
         attempt = job.attempts + 1
@@ -109,6 +109,22 @@ class Worker:
             return True
         self._start(claimed.id, claimed.attempts, decision.group)
         return True
+
+    def _next_fair(self):
+        """The queued job admission tries next: the oldest of the tenant holding the least of the cluster (its
+        dominant share), ties in the store's round-robin order; the store's order alone when the cluster is out of
+        reach or a single tenant waits."""
+        from openrft.service.admission import dominant_shares
+
+        heads = self.store.queued_heads()
+        if len(heads) <= 1:
+            return heads[0] if heads else None
+        try:
+            shares = dominant_shares(self.store.active_specs(), self.admission.totals())
+        except Exception as exc:  # the cluster is out of reach: reserve() says so on the job
+            log.warning("tenants' shares of the Ray cluster unknown: %s", exc)
+            return heads[0]
+        return min(heads, key=lambda job: shares.get(job.owner, 0.0))  # min keeps the first of equals
 
     def _start(self, job_id: str, attempt: int, placement_group: str | None = None) -> None:
         logs = self.config.data_dir / "logs"

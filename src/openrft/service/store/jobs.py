@@ -182,12 +182,26 @@ class JobsRepo(Repo):
             .limit(1)
         ), candidate
 
-    def next_queued(self) -> Job | None:
-        """The job ``claim_job`` would take next (not claimed: admission looks at it first)."""
-        query, _ = self._next_queued("id")
+    def queued_heads(self) -> list[Job]:
+        """Each tenant's oldest queued job, in ``claim_job``'s order (the tenant claimed least recently first)."""
+        other = aliased(Job)
+        oldest = select(func.min(other.seq)).where(other.status == "queued").group_by(other.owner).scalar_subquery()
         with self.session() as s:
-            job_id = s.execute(query).scalar()
-        return None if job_id is None else self.get_job(None, job_id)
+            heads = list(s.scalars(select(Job).where(Job.seq.in_(oldest))))
+            claims = dict(
+                s.execute(
+                    select(Job.owner, func.max(Job.claimed_at))
+                    .where(Job.owner.in_([h.owner for h in heads]))
+                    .group_by(Job.owner)
+                ).all()
+            )
+        return sorted(heads, key=lambda job: (claims.get(job.owner) or -1.0, job.seq))
+
+    def active_specs(self) -> list[tuple[str, Any]]:
+        """(owner, spec) of every running or pausing job: what each tenant holds now."""
+        with self.session() as s:
+            rows = s.execute(select(Job.owner, Job.spec).where(Job.status.in_(ACTIVE))).all()
+        return [(owner, spec) for owner, spec in rows]
 
     def set_queue_reason(self, job_id: str, reason: str | None) -> None:
         """What a queued job waits for (None: nothing); a new reason is also an event of the job."""
