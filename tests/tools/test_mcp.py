@@ -172,3 +172,13 @@ def test_a_server_gone_mid_job_ends_the_episodes_naming_its_url(tokenizer):
         kind, message = completion.metadata["tool_failure"]
         assert kind == "server_error" and url in message, message
         assert "ExceptionGroup" not in message and "ConnectError" in message, message
+
+
+def test_a_server_is_named_without_its_secrets():
+    """Errors reach the samples, which a service's tenant reads (a registered server is the operator's)."""
+    from openrft.spec.tools import McpServerSpec
+    from openrft.tools.mcp import where
+
+    command = ["npx", "server", "--api-key", "XYZ", "--token=abc", "--root", "data"]
+    assert where(McpServerSpec(command=command)) == "command npx server --api-key *** --token=*** --root data"
+    assert where(McpServerSpec(url="http://127.0.0.1:8000/mcp?token=abc")) == "http://127.0.0.1:8000/mcp"

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from openrft.data.records import Example
 from openrft.errors import OpenRFTError
 from openrft.spec.tools import McpServerSpec, ToolsSpec
 from openrft.tools.results import CallContext, ToolConfigError, ToolResult
+
+LOG = logging.getLogger(__name__)
 
 
 class McpUnavailable(OpenRFTError):
@@ -56,12 +60,33 @@ def describe(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {text}"
 
 
+SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
+
+
+def _secret(word: str) -> bool:
+    return any(w in word.lower() for w in SECRET_WORDS)
+
+
 def where(spec: McpServerSpec) -> str:
-    """The server's URL, or its command line."""
+    """The server's URL (without credentials or query), or its command line (a value after, or in, an option
+    named like a secret masked): errors reach the samples, which a service's tenant reads."""
     if spec.url is not None:
-        return str(spec.url)
+        url = urlsplit(str(spec.url))
+        host = url.hostname or ""
+        netloc = f"{host}:{url.port}" if url.port else host
+        return urlunsplit((url.scheme, netloc, url.path, "", ""))
     if spec.command is not None:
-        return "command " + " ".join(spec.command)
+        shown, hide = [], False
+        for argument in spec.command:
+            name, eq, _ = argument.partition("=")
+            if hide:
+                shown.append("***")
+            elif eq and name.startswith("-") and _secret(name):
+                shown.append(f"{name}=***")
+            else:
+                shown.append(argument)
+            hide = argument.startswith("-") and not eq and _secret(argument)
+        return "command " + " ".join(shown)
     return f"registered {spec.registered}"
 
 
@@ -225,6 +250,11 @@ class McpTool:
         if self.sessions.get(key) is session:
             del self.sessions[key]
             self.restarts += 1
+            LOG.warning(
+                "MCP server %s (%s): a call failed on its session; the next call opens a new one",
+                self.name,
+                where(self.spec),
+            )
         await session.aclose()
 
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
