@@ -96,9 +96,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving():
+def serving(port: int | None = None):
     """The test server over streamable HTTP, in a process of its own: ``(url, process)``."""
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [sys.executable, str(SERVER), "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -182,3 +182,22 @@ def test_a_server_is_named_without_its_secrets():
     command = ["npx", "server", "--api-key", "XYZ", "--token=abc", "--root", "data"]
     assert where(McpServerSpec(command=command)) == "command npx server --api-key *** --token=*** --root data"
     assert where(McpServerSpec(url="http://127.0.0.1:8000/mcp?token=abc")) == "http://127.0.0.1:8000/mcp"
+
+
+def test_an_http_server_back_after_a_restart_gets_a_new_session(tokenizer):
+    """Gone mid-job: its calls fail (server_error, or timeout); back on its address: the next episodes' calls open a new
+    session and are answered, with no restart of the job."""
+    port = free_port()
+    with serving(port) as (url, process):
+        tools = {"mcp_servers": {"remote": {"url": url, "timeout_s": 3}}}
+        examples = with_server_tools(tools, [row()])
+        with Episodes(tokenizer, bump_twice, tools, examples) as episodes:
+            (first,) = episodes.run(n=1)
+            process.terminate()
+            process.wait(timeout=10)
+            (down,) = episodes.run(n=1)
+            with serving(port):
+                (back,) = episodes.run(n=1)
+    assert "tool_failure" not in first[0].metadata and responses(first[0]) == ["bump 1", "bump 2"]
+    assert down[0].metadata["tool_failure"][0] in ("server_error", "timeout")  # the SDK may wait for the answer
+    assert "tool_failure" not in back[0].metadata and responses(back[0]) == ["bump 1", "bump 2"]  # a new process

@@ -265,6 +265,8 @@ class McpTool:
             call = session.request("call_tool", name, arguments, None, None, meta)
             result = await asyncio.wait_for(call, self.spec.timeout_s)
         except TimeoutError:
+            if session is not None:  # an HTTP server gone leaves its session's calls unanswered: a new one next
+                await self._drop(self._key(context.episode_id), session)
             message = (
                 f"MCP server {self.name} ({where(self.spec)}): {name} did not answer within {self.spec.timeout_s:g} s"
             )
