@@ -233,8 +233,8 @@ def test_two_tenants_are_isolated(server, client, tokenizer):
         service.base_url + "/api/v1/get_info", json={"model_id": tc.model_id}, headers={"X-API-Key": other_key}
     )
     assert info.status_code == 404 and "no training model" in info.json()["detail"]
-    listed = tinker.RestClient(base_url=service.base_url, api_key=other_key).list_checkpoints(tc.model_id).result()
-    assert listed.checkpoints == []
+    with pytest.raises(tinker.NotFoundError, match="no training run"):
+        tinker.RestClient(base_url=service.base_url, api_key=other_key).list_checkpoints(tc.model_id).result()
     bad = httpx.post(
         service.base_url + "/api/v1/get_info", json={"model_id": tc.model_id}, headers={"X-API-Key": "tml-x"}
     )

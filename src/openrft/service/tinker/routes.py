@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -35,7 +35,6 @@ from openrft.service.errors import ApiError
 from openrft.service.tenancy import is_operator
 from openrft.service.tinker import checks
 from openrft.service.tinker.checkpoints import (
-    MODEL_ID,
     CheckpointError,
     CheckpointStore,
     Location,
@@ -52,6 +51,7 @@ log = logging.getLogger("openrft.tinker")
 PROTO = "application/x-protobuf"
 USER_ERRORS = (UserError, LossInputError, CheckpointError, ModelNotFoundError, WireError)
 SDK_KEY_PREFIX = "tml-"
+TTL_RANGE = (3600, 10 * 365 * 86400)  # a checkpoint's ttl_seconds, as the SDK documents it: 1 hour to 10 years
 
 
 class TinkerState:
@@ -326,9 +326,10 @@ async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
     name = body.path or f"step-{model.steps:06d}"
     check_name_or_400(name)
     loc = Location(model.model_id, "weights", name)
+    kept = {"expires_at": expiry(body.ttl_seconds), "user_metadata": body.user_metadata}
 
     def work() -> dict:
-        meta = _meta(model)
+        meta = _meta(model, **kept)
         tensors = {"adapter": model.base.state(model.model_id), "optimizer": model.optimizer.state_dict()}
         st.checkpoints.save(loc, who, meta, tensors, overwrite=body.overwrite)
         st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "state")
@@ -337,9 +338,20 @@ async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
     return _future(st, who, work)
 
 
-def _meta(model) -> dict:
+def _meta(model, **kept) -> dict:
     lora = model.lora
-    return {"base_model": model.base.name, "steps": model.steps, "lora": lora.__dict__}
+    return {"base_model": model.base.name, "steps": model.steps, "lora": lora.__dict__, **kept}
+
+
+def expiry(ttl_seconds: Any) -> float | None:
+    """When a checkpoint saved with ``ttl_seconds`` expires (None: never); out of the SDK's range is refused."""
+    if ttl_seconds is None:
+        return None
+    low, high = TTL_RANGE
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or not low <= ttl_seconds <= high:
+        shown = checks.shown(ttl_seconds)
+        raise HTTPException(400, f"ttl_seconds {shown} must be an integer in [{low}, {high}] (1 hour to 10 years)")
+    return time.time() + ttl_seconds
 
 
 def check_name_or_400(name: str) -> None:
@@ -406,10 +418,14 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
     if body.path is not None:
         check_name_or_400(body.path)
 
+    kept = {"expires_at": expiry(body.ttl_seconds), "user_metadata": body.user_metadata}
+
     def work() -> dict:
         if body.path is not None:
             loc = Location(model.model_id, "sampler_weights", body.path)
-            st.checkpoints.save(loc, who, _meta(model), {"adapter": model.base.state(model.model_id)}, overwrite=True)
+            st.checkpoints.save(
+                loc, who, _meta(model, **kept), {"adapter": model.base.state(model.model_id)}, overwrite=True
+            )
             st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "sampler weights")
             return dump(types.SaveWeightsForSamplerResponseInternal(path=loc.tinker_path))
         sampler_id = "smp_" + uuid.uuid4().hex
@@ -417,24 +433,6 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
         return dump(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
 
     return _future(st, who, work)
-
-
-@router.get("/training_runs/{model_id}/checkpoints")
-async def list_checkpoints(model_id: str, request: Request, who: str = Depends(owner)) -> dict:
-    if not MODEL_ID.match(model_id):
-        raise HTTPException(404, f"no training run {checks.shown(model_id)}")
-    found = state(request).checkpoints.list(model_id, who)
-    items = [
-        types.Checkpoint(
-            checkpoint_id=f"{loc.kind}/{loc.name}",
-            checkpoint_type="training" if loc.kind == "weights" else "sampler",
-            time=datetime.fromtimestamp(meta["time"], UTC),
-            tinker_path=loc.tinker_path,
-            size_bytes=size,
-        )
-        for loc, meta, size in found
-    ]
-    return dump(types.CheckpointsListResponse(checkpoints=items))
 
 
 # sampling ----------------------------------------------------------------------------------------
@@ -590,4 +588,8 @@ def mount(app) -> None:
     resumable = app.state.tinker.records.orphaned()
     if resumable:
         log.info("Tinker training clients left by a stopped server, marked paused: %s", ", ".join(resumable))
-    app.include_router(router)
+    from openrft.service.tinker import rest  # the RestClient's routes (rest.py imports this module)
+
+    app.include_router(rest.downloads)
+    app.include_router(rest.router)
+    app.include_router(router)  # last: its catch-all answers every other path
