@@ -8,6 +8,7 @@ from pathlib import Path
 
 from openrft.errors import OpenRFTError
 from openrft.models import REGISTERED_MODELS
+from openrft.service.tinker.futures import SCHEDULES
 from openrft.service.tinker.settings import TinkerSettings
 
 DEFAULTS = TinkerSettings()
@@ -40,15 +41,41 @@ def add_tinker_options(parser: argparse.ArgumentParser) -> None:
     for flag, what in bounds:
         name = flag.removeprefix("--tinker-").replace("-", "_")
         group.add_argument(flag, type=int, default=getattr(DEFAULTS, name), help=f"the most {what} (past it, 413)")
+    caps = (
+        ("--tinker-max-training-clients", "live training clients per API key (a finished session's are freed)"),
+        ("--tinker-max-sampling-sessions", "sampling sessions (create_sampling_client) per API key"),
+    )
+    for flag, what in caps:
+        name = flag.removeprefix("--tinker-").replace("-", "_")
+        group.add_argument(flag, type=int, default=getattr(DEFAULTS, name), help=f"the most {what} (past it, 400)")
+    group.add_argument(
+        "--tinker-schedule",
+        choices=SCHEDULES,
+        default=DEFAULTS.schedule,
+        help="fair: each API key's calls queue apart and the worker serves the keys in turn, so one key's backlog "
+        "never holds another's call (default); fifo: every call in arrival order (to compare against)",
+    )
+    group.add_argument(
+        "--tinker-abandon-after-s",
+        type=float,
+        default=DEFAULTS.abandon_s,
+        metavar="SECONDS",
+        help="a queued call whose future nobody retrieves for this long (a disconnected client) is dropped "
+        "before it runs",
+    )
 
 
 def tinker_settings(args: argparse.Namespace) -> TinkerSettings:
     settings = TinkerSettings(models=published_models(args.model), allow_hub_models=args.allow_hub_models)
-    for name in ("max_sequence_tokens", "max_call_tokens", "max_num_samples", "max_sample_tokens"):
+    names = ("max_sequence_tokens", "max_call_tokens", "max_num_samples", "max_sample_tokens")
+    for name in (*names, "max_training_clients", "max_sampling_sessions"):
         value = getattr(args, f"tinker_{name}")
         if value < 1:
             raise OpenRFTError(f"--tinker-{name.replace('_', '-')} {value}: must be at least 1")
         setattr(settings, name, value)
+    if not args.tinker_abandon_after_s > 0:  # NaN too
+        raise OpenRFTError(f"--tinker-abandon-after-s {args.tinker_abandon_after_s}: must be more than 0 seconds")
+    settings.schedule, settings.abandon_s = args.tinker_schedule, args.tinker_abandon_after_s
     return settings
 
 

@@ -31,6 +31,10 @@ class CheckpointError(ValueError):
     """A path or name the store cannot use; the message names it."""
 
 
+class PastQuota(CheckpointError):
+    """A save that would take its owner past the storage quota (413 where a route can answer so)."""
+
+
 @dataclass
 class Location:
     model_id: str
@@ -85,6 +89,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
 def _out_of_space(folder: Path, least: int = 1 << 20) -> bool:
     """Whether ``folder``'s disk has (almost) no room left."""
     try:
@@ -97,6 +105,20 @@ class CheckpointStore:
     def __init__(self, root: Path):
         self.root = root
         self.sweep()
+
+    def owner_bytes(self, owner: str) -> int:
+        """The bytes of ``owner``'s checkpoints (counted in its storage quota with its files): counted on disk
+        each time, so a checkpoint removed any way is no longer counted."""
+        total = 0
+        for entry in self.root.glob("*/*/*") if self.root.is_dir() else []:
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            try:
+                if json.loads((entry / "meta.json").read_text()).get("owner") == owner:
+                    total += _size(entry)
+            except (OSError, ValueError, AttributeError):
+                continue
+        return total
 
     def sweep(self) -> list[Path]:
         """Remove the temporary directories of saves whose process is gone (killed mid-save): a save is
@@ -113,7 +135,17 @@ class CheckpointStore:
     def _dir(self, loc: Location) -> Path:
         return self.root / loc.model_id / loc.kind / loc.name
 
-    def save(self, loc: Location, owner: str, meta: dict, tensors: dict, overwrite: bool = False) -> None:
+    def save(
+        self,
+        loc: Location,
+        owner: str,
+        meta: dict,
+        tensors: dict,
+        overwrite: bool = False,
+        room: int | None = None,
+    ) -> None:
+        """Writes the checkpoint; with ``room`` (the bytes its owner may still store besides its checkpoints),
+        refused (``PastQuota``, nothing kept) when its owner's checkpoints would take more."""
         final = self._dir(loc)
         if final.exists() and not overwrite:
             raise CheckpointError(f"checkpoint {loc.tinker_path} exists (pass overwrite=True to replace it)")
@@ -123,6 +155,13 @@ class CheckpointStore:
         try:
             torch.save(tensors, tmp / "state.pt")
             (tmp / "meta.json").write_text(json.dumps({**meta, "owner": owner, "time": time.time()}))
+            used, size, replaced = self.owner_bytes(owner), _size(tmp), _size(final) if final.exists() else 0
+            if room is not None and used - replaced + size > room:
+                raise PastQuota(
+                    f"saving {loc.tinker_path} ({size:,} bytes) would take this API key's files and Tinker "
+                    f"checkpoints past the service's limit of stored bytes per API key (--max-stored-mb): "
+                    f"{used:,} bytes of checkpoints stored, room for {max(room, 0):,}; nothing was saved"
+                )
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)

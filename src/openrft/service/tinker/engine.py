@@ -121,6 +121,7 @@ class TrainingModel:
     pending: dict[str, float] = field(default_factory=dict)  # loss, datums, tokens, timings since the last step
     snapshots: list[str] = field(default_factory=list)  # its snapshot samplers, oldest first
     last_step: tuple[float, float] | None = None  # (wall clock, server process CPU) when its last step ended
+    adapter_bytes: int = 0  # its adapter's weights (a saved state holds them and AdamW's two moments)
 
 
 @dataclass
@@ -170,8 +171,27 @@ class Engine:
         base.add_adapter(model_id, lora)
         optimizer = torch.optim.AdamW(base.adapter_parameters(model_id), lr=1e-4, betas=(0.9, 0.95), eps=1e-12)
         model = TrainingModel(model_id, owner, base, lora, optimizer)
+        model.adapter_bytes = sum(p.numel() * p.element_size() for p in base.adapter_parameters(model_id))
         self.models[model_id] = model
         return model
+
+    def free_model(self, model_id: str) -> None:
+        """Forgets a training client (its session finished): its adapter leaves the base model, its AdamW
+        state and its snapshot samplers go with it."""
+        model = self.models.pop(model_id, None)
+        if model is None:
+            return
+        for sampler_id in model.snapshots:
+            self.samplers.pop(sampler_id, None)
+        model.snapshots.clear()
+        model.optimizer.state.clear()
+        peft = model.base.peft
+        if peft is not None and model_id in peft.peft_config:
+            active = peft.active_adapter
+            peft.delete_adapter(model_id)
+            left = list(peft.peft_config)
+            if left and active != model_id:
+                peft.set_adapter(active)
 
     def forward_backward(self, model: TrainingModel, loss_fn: str, config, data, backward: bool):
         settings = resolve_config(loss_fn, config)

@@ -1,6 +1,14 @@
-"""The API's futures: every call that computes returns ``{"request_id"}`` at once and runs on one worker
-thread, in arrival order; ``retrieve_future`` waits a while for it and answers ``try_again`` until done.
-Concurrent samples from one sampler run as one batch, which the ones still arriving join as it runs."""
+"""The API's futures: every call that computes returns ``{"request_id"}`` at once and runs on the worker
+thread; ``retrieve_future`` waits a while for it and answers ``try_again`` until done. Concurrent samples from
+one sampler run as one batch, which the ones still arriving join as it runs.
+
+Fair among tenants (docs/tinker.md, "Scheduling"): each tenant (API key) has its own queue, in arrival order
+(the order the SDK sends a client's calls in, so a ``forward_backward`` and the ``optim_step`` after it stay in
+order), and the one worker takes the head of each tenant's queue in turn (round robin). Another tenant's call
+waits for at most the call already running (each bounded by the operator's ``--tinker-max-*`` options), not for
+a tenant's whole backlog. ``schedule="fifo"`` serves every call in arrival order instead (the old order, kept to
+measure against). A queued call whose future nobody has asked for within ``abandon_s`` (a client gone: the SDK
+polls each future from the moment it has its id), or whose session finished, is dropped before it runs."""
 
 from __future__ import annotations
 
@@ -9,10 +17,10 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
@@ -20,6 +28,8 @@ from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 KEEP_RESULTS = 4096  # finished futures kept for (re)retrieval; the oldest are forgotten first
 LINGER_S, LINGER_MAX_S = 0.01, 0.2  # how long a batch waits for requests still arriving
 POLL_WAIT_S = 20.0  # a retrieve waits this long before try_again (the SDK's own timeout is 45 s)
+ABANDON_S = 60.0  # a queued call nobody has retrieved for this long is dropped before it runs
+SCHEDULES = ("fair", "fifo")
 
 log = logging.getLogger("openrft.tinker")
 
@@ -63,33 +73,139 @@ def _deliver_once(future: Future) -> Callable[[Any], None]:
 class Pending:
     owner: str
     future: Future
+    session: str | None = None  # the SDK session its model or sampler belongs to
+    seen: float = field(default_factory=time.monotonic)  # when it was submitted or last retrieved
+    waiting: int = 0  # retrieves waiting on it now
+
+
+@dataclass
+class _Task:
+    owner: str
+    run: Callable[[], None]
+    pending: Pending | None  # None: work of the server's own (a sampler being loaded, a session freed)
 
 
 class Futures:
-    def __init__(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openrft-tinker")
+    def __init__(self, schedule: str = "fair", abandon_s: float = ABANDON_S) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        self.schedule, self.abandon_s = schedule, abandon_s
         self._items: OrderedDict[str, Pending] = OrderedDict()
-        self._queues: dict[tuple, list[tuple[Any, Future]]] = {}
+        self._queues: dict[tuple, list[tuple[Any, Future, Pending]]] = {}  # batched requests by batch key
         self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._tenants: OrderedDict[str, deque[_Task]] = OrderedDict()  # the tenants with queued calls, in turn
+        self._closed = False
+        self._last: str | None = None  # the lane of the call run last
+        self.ran: list[str] = []  # the owners of the last calls run, newest last (tests and the benchmark)
+        self._thread = threading.Thread(target=self._serve, name="openrft-tinker", daemon=True)
+        self._thread.start()
 
-    def submit(self, owner: str, work: Callable[[], Any], user_errors: tuple[type[BaseException], ...]) -> str:
-        request_id = "req_" + uuid.uuid4().hex
+    # queueing -------------------------------------------------------------------------------
 
-        def run() -> Any:
+    def _enqueue(self, task: _Task) -> None:
+        lane = task.owner if self.schedule == "fair" else ""
+        with self._work:
+            if self._closed:
+                raise RuntimeError("the Tinker worker has stopped")
+            self._tenants.setdefault(lane, deque()).append(task)
+            self._work.notify()
+
+    def _next(self) -> _Task | None:
+        with self._work:
+            while not self._tenants and not self._closed:
+                self._work.wait()
+            if self._closed:
+                return None
+            lane = next(iter(self._tenants))
+            if lane == self._last and len(self._tenants) > 1:  # its queue emptied and refilled while it ran
+                self._tenants.move_to_end(lane)
+            lane, tasks = self._tenants.popitem(last=False)  # the tenant whose turn it is
+            task = tasks.popleft()
+            if tasks:
+                self._tenants[lane] = tasks  # its next call waits for every other tenant's turn
+            self._last = lane
+            return task
+
+    def _serve(self) -> None:
+        while (task := self._next()) is not None:
+            if task.pending is not None and self._dropped(task.pending):
+                continue
+            if len(self.ran) >= 1000:
+                del self.ran[:500]
+            self.ran.append(task.owner)
             try:
-                return work()
-            except user_errors as exc:
-                return Failure(str(exc), "user")
-            except Exception as exc:  # the request fails, the server keeps serving
-                return Failure(internal_error(exc, "this request"), "server")
+                task.run()
+            except BaseException:  # run() answers its own future; nothing may stop the worker
+                log.exception("the Tinker worker's task failed")
 
-        self._items[request_id] = Pending(owner, self.executor.submit(run))
+    def _abandoned(self, item: Pending) -> bool:
+        return item.waiting == 0 and time.monotonic() - item.seen > self.abandon_s
+
+    def _dropped(self, item: Pending) -> bool:
+        """Whether a call about to run is dropped instead (answered so): its session finished, or its client
+        stopped asking for it. One that is not is marked running (``drop_session`` leaves it be)."""
+        with self._lock:
+            if item.future.done():  # dropped with its session
+                return True
+            if not self._abandoned(item):
+                item.future.set_running_or_notify_cancel()
+                return False
+            item.future.set_result(
+                Failure(
+                    f"cancelled before it ran: nobody retrieved this request for {self.abandon_s:g} s "
+                    "(a disconnected client's queued calls are dropped)",
+                    "user",
+                )
+            )
+        log.info("Tinker: dropped a queued call of %s nobody retrieved for %g s", item.owner, self.abandon_s)
+        return True
+
+    def _remember(self, request_id: str, item: Pending) -> None:
+        self._items[request_id] = item
         while len(self._items) > KEEP_RESULTS:
             oldest = next(iter(self._items))
             if not self._items[oldest].future.done():
                 break
             self._items.popitem(last=False)
+
+    def submit(
+        self,
+        owner: str,
+        work: Callable[[], Any],
+        user_errors: tuple[type[BaseException], ...],
+        session: str | None = None,
+    ) -> str:
+        request_id = "req_" + uuid.uuid4().hex
+        item = Pending(owner, Future(), session)
+
+        def run() -> None:
+            try:
+                result = work()
+            except user_errors as exc:
+                result = Failure(str(exc), "user")
+            except Exception as exc:  # the request fails, the server keeps serving
+                result = Failure(internal_error(exc, "this request"), "server")
+            if not item.future.done():
+                item.future.set_result(result)
+
+        self._remember(request_id, item)
+        self._enqueue(_Task(owner, run, item))
         return request_id
+
+    def call(self, owner: str, work: Callable[[], Any]) -> Future:
+        """``work`` on the worker in ``owner``'s turn (the server's own: never dropped); its future holds the
+        result or the exception."""
+        future: Future = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(work())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._enqueue(_Task(owner, run, None))
+        return future
 
     def submit_batched(
         self,
@@ -98,6 +214,7 @@ class Futures:
         payload: Any,
         run_batch: Callable[[list[Queued], Callable[[], list[Queued]]], None],
         user_errors: tuple[type[BaseException], ...],
+        session: str | None = None,
     ) -> str:
         """A request that runs together with the others of the same ``key`` (concurrent samples from one
         sampler with the same parameters): those queued when its turn comes start together, and
@@ -105,16 +222,17 @@ class Futures:
         admits them into its running decode batch). It calls each one's ``deliver`` once; a request it took
         and did not deliver fails, and a request it did not take runs in the key's next batch."""
         request_id = "req_" + uuid.uuid4().hex
-        future: Future = Future()
-        self._items[request_id] = Pending(owner, future)
+        item = Pending(owner, Future(), session)
+        self._remember(request_id, item)
         with self._lock:
-            self._queues.setdefault(key, []).append((payload, future))
-        self.executor.submit(self._drain, key, run_batch, user_errors)
+            self._queues.setdefault(key, []).append((payload, item.future, item))
+        self._enqueue(_Task(owner, lambda: self._drain(key, run_batch, user_errors), None))
         return request_id
 
     def _take(self, key: tuple, taken: list[Future]) -> list[Queued]:
         with self._lock:
             batch = self._queues.pop(key, [])
+        batch = [(payload, future) for payload, future, item in batch if not self._dropped(item)]
         taken += [future for _, future in batch]
         return [Queued(payload, _deliver_once(future)) for payload, future in batch]
 
@@ -133,7 +251,7 @@ class Futures:
         taken: list[Future] = []
         first = self._take(key, taken)
         if not first:
-            return  # an earlier drain of this key took them
+            return  # an earlier drain of this key took them, or they were dropped
         failure = Failure("the batch ended without answering this request", "server")
         try:
             run_batch(first, lambda: self._take(key, taken))
@@ -145,18 +263,41 @@ class Futures:
             if not future.done():
                 future.set_result(failure)
 
+    def drop_session(self, session: str, why: str) -> int:
+        """Answers every not-yet-run call of ``session`` with a failure saying ``why``: the worker then skips
+        them. Returns how many were dropped."""
+        dropped = 0
+        with self._lock:
+            for item in list(self._items.values()):
+                future = item.future
+                if item.session == session and not (future.done() or future.running()):
+                    future.set_result(Failure(f"cancelled before it ran: {why}", "user"))
+                    dropped += 1
+        return dropped
+
+    # retrieving -----------------------------------------------------------------------------
+
     def get(self, request_id: str, owner: str) -> Pending | None:
         item = self._items.get(request_id)
-        return item if item is not None and item.owner == owner else None
+        if item is None or item.owner != owner:
+            return None
+        item.seen = time.monotonic()
+        return item
 
     async def wait(self, item: Pending, timeout: float = POLL_WAIT_S) -> bool:
         if item.future.done():
             return True
+        item.waiting += 1
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(item.future)), timeout)
         except TimeoutError:
             return False
+        finally:
+            item.waiting -= 1
+            item.seen = time.monotonic()
         return True
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        with self._work:
+            self._closed = True
+            self._work.notify_all()

@@ -55,14 +55,70 @@ TTL_RANGE = (3600, 10 * 365 * 86400)  # a checkpoint's ttl_seconds, as the SDK d
 
 
 class TinkerState:
-    def __init__(self, data_dir, store, auth, settings: TinkerSettings | None = None) -> None:
+    def __init__(
+        self, data_dir, store, auth, settings: TinkerSettings | None = None, max_stored_bytes: int | None = None
+    ) -> None:
         self.settings = settings or TinkerSettings()
         self.owners = RecentOwners(auth)
         self.engine = Engine(checks.published(self.settings))
-        self.futures = Futures()
+        self.futures = Futures(self.settings.schedule, self.settings.abandon_s)
         self.checkpoints = CheckpointStore(data_dir / "tinker")
         self.records = SessionRecords(store)
+        self.store, self.max_stored_bytes = store, max_stored_bytes  # a tenant's files and checkpoints together
         self.sessions: dict[str, str] = {}  # session id -> owner
+        self.creating: dict[str, str] = {}  # training clients queued to be made: model id -> owner
+        self.sampler_sessions: dict[str, str] = {}  # sampling session id -> its SDK session
+        self.sampling: dict[str, int] = {}  # owner -> sampling sessions being made
+
+    def room(self, who: str) -> int | None:
+        """The bytes ``who``'s Tinker checkpoints may take: the storage quota less its files (None: no cap)."""
+        if self.max_stored_bytes is None or is_operator(who):
+            return None
+        return self.max_stored_bytes - self.store.stored_bytes(who)
+
+    def training_clients(self, who: str) -> int:
+        made = {m.model_id for m in list(self.engine.models.values()) if m.owner == who}
+        return len(made | {m for m, owner in list(self.creating.items()) if owner == who})
+
+    def sampling_sessions(self, who: str) -> int:
+        samplers = list(self.engine.samplers.values())
+        made = sum(1 for s in samplers if s.owner == who and s.sampler_id in self.sampler_sessions)
+        return made + self.sampling.get(who, 0)
+
+
+def session_of(model_id: str) -> str:
+    """The SDK session a training client belongs to (its id is ``SESSION:train:SEQ``)."""
+    return model_id.split(":", 1)[0]
+
+
+def cap(st: TinkerState, who: str, what: str, count: int) -> None:
+    """400 when ``who`` already has as many ``what`` as the operator's cap allows (not 429: the SDK retries
+    that for minutes, and waiting frees nothing; finishing a session does)."""
+    name = f"max_{what.replace(' ', '_')}"
+    if count >= getattr(st.settings, name):
+        raise HTTPException(
+            400,
+            f"{what}: this API key has {count}, the most {st.settings.bound(name)} allows; finish a session "
+            "(the SDK does when its ServiceClient is closed or garbage-collected) to free its clients",
+        )
+
+
+async def quota(st: TinkerState, who: str, need: int) -> None:
+    """413 before a save is queued when ``who``'s files and checkpoints with the ``need`` bytes of this one
+    would pass its storage quota (the worker checks the exact size again before it keeps the save)."""
+
+    def used() -> tuple[int | None, int]:
+        return st.room(who), st.checkpoints.owner_bytes(who)
+
+    room, stored = await run_in_threadpool(used)
+    if room is not None and stored + need > room:
+        files = st.max_stored_bytes - room
+        raise HTTPException(
+            413,
+            f"storage quota: this API key stores {files:,} bytes in files and {stored:,} in Tinker checkpoints; "
+            f"this one's ~{need:,} bytes would pass the service's limit of {st.max_stored_bytes:,} bytes per API "
+            "key (--max-stored-mb); delete files to make room",
+        )
 
 
 async def owner(request: Request) -> str:
@@ -119,8 +175,8 @@ def dump(value: BaseModel) -> dict:
 router = APIRouter(prefix="/api/v1", include_in_schema=False, dependencies=[Depends(owner)])
 
 
-def _future(st: TinkerState, who: str, work, **extra) -> dict:
-    return {"request_id": st.futures.submit(who, work, USER_ERRORS), **extra}
+def _future(st: TinkerState, who: str, work, session: str | None = None, **extra) -> dict:
+    return {"request_id": st.futures.submit(who, work, USER_ERRORS, session), **extra}
 
 
 @contextmanager
@@ -208,9 +264,19 @@ async def finish(session_id: str, request: Request, who: str = Depends(owner)) -
     st = state(request)
     if st.sessions.get(session_id) == who:
         st.sessions.pop(session_id)
+        st.futures.drop_session(session_id, f"session {session_id} finished")
         for model in list(st.engine.models.values()):
             if model.owner == who and model.model_id.startswith(session_id + ":") and model.job_id:
                 st.records.ended(model.job_id, "succeeded", f"Session {session_id} finished at step {model.steps}")
+
+        def free() -> None:  # on the worker, after the call it may be running: its clients leave memory
+            for model_id in [m for m in list(st.engine.models) if session_of(m) == session_id]:
+                st.engine.free_model(model_id)
+            for sampler_id in [s for s, sess in list(st.sampler_sessions.items()) if sess == session_id]:
+                st.engine.samplers.pop(sampler_id, None)
+                st.sampler_sessions.pop(sampler_id, None)
+
+        st.futures.call(who, free)
     return {}
 
 
@@ -244,6 +310,7 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
     except checks.Refused as exc:
         raise refused(exc) from None
     model_id = _new_model_id(st, who, body.session_id, body.model_seq_id)
+    cap(st, who, "training clients", st.training_clients(who))
     lora = LoraSettings(
         **body.lora_config.model_dump(include={"rank", "seed", "train_mlp", "train_attn", "train_unembed"})
     )
@@ -254,7 +321,15 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
         model.job_id = st.records.started(who, model_id, model.base.name, lora.__dict__)
         return dump(types.CreateModelResponse(model_id=model_id))
 
-    return _future(st, who, work, model_id=model_id)
+    return _creating(st, who, model_id, work, model_id=model_id)
+
+
+def _creating(st: TinkerState, who: str, new_id: str, work, **extra) -> dict:
+    """A call that makes training client ``new_id``: counted in its owner's cap from now on."""
+    st.creating[new_id] = who
+    answer = _future(st, who, work, session_of(new_id), **extra)
+    st.futures.get(answer["request_id"], who).future.add_done_callback(lambda _: st.creating.pop(new_id, None))
+    return answer
 
 
 @router.post("/get_info")
@@ -293,7 +368,7 @@ async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
         )
         return forward_backward_output(outputs, metrics)
 
-    return _future(st, who, work, model_id=msg.model_id)
+    return _future(st, who, work, session_of(model.model_id), model_id=msg.model_id)
 
 
 @router.post("/optim_step")
@@ -315,7 +390,7 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
         st.records.step(model.job_id, model.steps, row)
         return dump(types.OptimStepResponse(metrics=metrics))
 
-    return _future(st, who, work)
+    return _future(st, who, work, session_of(model.model_id))
 
 
 @router.post("/save_weights")
@@ -327,15 +402,16 @@ async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
     check_name_or_400(name)
     loc = Location(model.model_id, "weights", name)
     kept = {"expires_at": expiry(body.ttl_seconds), "user_metadata": body.user_metadata}
+    await quota(st, who, model.adapter_bytes * (3 if model.optimizer.state else 1))  # and AdamW's two moments
 
     def work() -> dict:
         meta = _meta(model, **kept)
         tensors = {"adapter": model.base.state(model.model_id), "optimizer": model.optimizer.state_dict()}
-        st.checkpoints.save(loc, who, meta, tensors, overwrite=body.overwrite)
+        st.checkpoints.save(loc, who, meta, tensors, overwrite=body.overwrite, room=st.room(who))
         st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "state")
         return dump(types.SaveWeightsResponse(path=loc.tinker_path))
 
-    return _future(st, who, work)
+    return _future(st, who, work, session_of(model.model_id))
 
 
 def _meta(model, **kept) -> dict:
@@ -381,6 +457,8 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
     if target is None and (body.session_id is None or body.model_seq_id is None):
         raise HTTPException(400, "load_weights needs model_id, or session_id and model_seq_id for a new model")
     new_id = None if target is not None else _new_model_id(st, who, body.session_id, body.model_seq_id)
+    if new_id is not None:
+        cap(st, who, "training clients", st.training_clients(who))
 
     def work() -> dict:
         meta, tensors = st.checkpoints.load(loc, who)
@@ -407,7 +485,9 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
         model.optimizer.zero_grad(set_to_none=True)
         return dump(types.LoadWeightsResponse(path=body.path, model_id=model.model_id))
 
-    return _future(st, who, work)
+    if new_id is not None:
+        return _creating(st, who, new_id, work)
+    return _future(st, who, work, session_of(target.model_id))
 
 
 @router.post("/save_weights_for_sampler")
@@ -417,22 +497,22 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
     model = _model(st, who, body.model_id)
     if body.path is not None:
         check_name_or_400(body.path)
+        await quota(st, who, model.adapter_bytes)
 
     kept = {"expires_at": expiry(body.ttl_seconds), "user_metadata": body.user_metadata}
 
     def work() -> dict:
         if body.path is not None:
             loc = Location(model.model_id, "sampler_weights", body.path)
-            st.checkpoints.save(
-                loc, who, _meta(model, **kept), {"adapter": model.base.state(model.model_id)}, overwrite=True
-            )
+            adapter = {"adapter": model.base.state(model.model_id)}
+            st.checkpoints.save(loc, who, _meta(model, **kept), adapter, overwrite=True, room=st.room(who))
             st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "sampler weights")
             return dump(types.SaveWeightsForSamplerResponseInternal(path=loc.tinker_path))
         sampler_id = "smp_" + uuid.uuid4().hex
         st.engine.snapshot_sampler(sampler_id, model)
         return dump(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
 
-    return _future(st, who, work)
+    return _future(st, who, work, session_of(model.model_id))
 
 
 # sampling ----------------------------------------------------------------------------------------
@@ -460,6 +540,8 @@ async def create_sampling_session(request: Request, who: str = Depends(owner)) -
         base_name = meta["base_model"]
     else:
         base_name = body.base_model
+    cap(st, who, "sampling sessions", st.sampling_sessions(who))
+    st.sampling[who] = st.sampling.get(who, 0) + 1
 
     def work() -> str:
         base = st.engine.base(base_name)
@@ -470,10 +552,11 @@ async def create_sampling_session(request: Request, who: str = Depends(owner)) -
             st.engine.sampler_for(
                 sampler_id, who, base, tensors["adapter"], body.model_path, LoraSettings(**meta["lora"])
             )
+        st.sampler_sessions[sampler_id] = body.session_id
         return sampler_id
 
-    # loading a model can take seconds: done on the worker, in order, and waited for here
-    future = st.futures.executor.submit(work)
+    # loading a model can take seconds: done on the worker, in its tenant's turn, and waited for here
+    future = st.futures.call(who, work)
     try:
         await asyncio.wrap_future(future)
     except (ModelNotFoundError, OpenRFTError) as exc:
@@ -484,6 +567,8 @@ async def create_sampling_session(request: Request, who: str = Depends(owner)) -
         raise HTTPException(404, str(exc)) from None
     except Exception as exc:  # a published model the server cannot load, a corrupt checkpoint: 503, an error id
         raise HTTPException(503, internal_error(exc, f"loading base_model {checks.shown(base_name)}")) from None
+    finally:
+        st.sampling[who] -= 1
     return dump(types.CreateSamplingSessionResponse(sampling_session_id=sampler_id))
 
 
@@ -537,7 +622,10 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
             sampler, body.num_samples, params, bool(body.prompt_logprobs), wired(first), lambda: wired(more())
         )
 
-    request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS)
+    session = st.sampler_sessions.get(sampler.sampler_id)
+    if sampler.model is not None:
+        session = session_of(sampler.model.model_id)
+    request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS, session)
     ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
     if body.record_stability_info:  # stable_reinforce: the sequences recorded under their ids (stability.py)
         record_when_done(st, who, request_id, ids)
@@ -584,7 +672,8 @@ def mount(app) -> None:
     """The Tinker routes on ``app``, next to the others (not in its OpenAPI document)."""
     config = app.state.config
     settings = getattr(config, "tinker", None) or TinkerSettings()
-    app.state.tinker = TinkerState(config.data_dir, app.state.store, app.state.auth, settings)
+    quota_bytes = getattr(config, "max_stored_bytes_per_tenant", None)
+    app.state.tinker = TinkerState(config.data_dir, app.state.store, app.state.auth, settings, quota_bytes)
     resumable = app.state.tinker.records.orphaned()
     if resumable:
         log.info("Tinker training clients left by a stopped server, marked paused: %s", ", ".join(resumable))

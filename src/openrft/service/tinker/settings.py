@@ -11,6 +11,8 @@ OPTIONS = {  # the serve option that sets each bound, named in the refusals
     "max_call_tokens": "--tinker-max-call-tokens",
     "max_num_samples": "--tinker-max-num-samples",
     "max_sample_tokens": "--tinker-max-sample-tokens",
+    "max_training_clients": "--tinker-max-training-clients",
+    "max_sampling_sessions": "--tinker-max-sampling-sessions",
 }
 
 
@@ -21,6 +23,12 @@ class TinkerSettings:
     max_call_tokens: int = 65536  # tokens of one forward_backward / forward call, all its datums together
     max_num_samples: int = 128  # num_samples of one sample request
     max_sample_tokens: int = 131072  # one sample request's num_samples x (prompt + max_tokens)
+    # per API key: live training clients (a finished session's are freed) and sampling sessions
+    # (create_sampling_client; a training client's snapshot samplers are bounded apart, its newest 16)
+    max_training_clients: int = 32
+    max_sampling_sessions: int = 32
+    schedule: str = "fair"  # "fair": each tenant's queue in turn; "fifo": every call in arrival order
+    abandon_s: float = 60.0  # a queued call nobody retrieves for this long is dropped before it runs
     # the base models tenants may name, besides the bundled openrft-demo: name -> a local directory or a Hub id
     models: dict[str, str] = field(default_factory=dict)
     allow_hub_models: bool = False  # tenants may also name any Hugging Face Hub id (downloaded by the server)
