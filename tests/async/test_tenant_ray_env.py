@@ -14,7 +14,8 @@ if os.environ.get("AS_TENANT"):
     drop_operator_secrets(os.environ)
 worker_env = ray_worker_env()
 os.environ["OPENRFT_GENERATOR_API_KEY"] = "operator-key"  # what the node's workers inherit
-ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": worker_env} if worker_env else None)
+runtime_env = {"env_vars": worker_env} if worker_env else None
+ray.init(address="local", num_cpus=1, include_dashboard=False, runtime_env=runtime_env)
 seen = ray.get(ray.remote(lambda: os.environ.get("OPENRFT_GENERATOR_API_KEY")).remote())
 print("SEEN", repr(seen))
 ray.shutdown()

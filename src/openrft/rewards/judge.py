@@ -20,6 +20,7 @@ from typing import Any
 
 from openrft.calls.endpoints import RemoteEndpoint
 from openrft.calls.failures import CallFailure as RewardFailure
+from openrft.reasoning import without_thinking
 from openrft.spec.call_options import JudgeSpec
 
 JUDGE_TIMEOUT_S = 60.0
@@ -27,17 +28,6 @@ SCORE_KEYS = ("result", "score", "rating", "reward", "grade")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
 _PHRASE = re.compile(rf"\b(?:{'|'.join(SCORE_KEYS)})\b\s*(?:[:=]\s*)?({_NUMBER})", re.IGNORECASE)
 """``score: 7``. (``\\s*[:=]?\\s*`` backtracked quadratically: ``score`` and 8,000 spaces took 5.6 s.)"""
-
-
-def without_thinking(text: str) -> str:
-    """``text`` without its ``<think>...</think>`` spans, in linear time (``re.sub`` of ``<think>.*?</think>``
-    rescans to the end from every unclosed ``<think>``: quadratic)."""
-    kept, at = [], 0
-    while (start := text.find("<think>", at)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
-        kept.append(text[at:start])
-        at = end + len("</think>")
-    kept.append(text[at:])
-    return "".join(kept)
 
 
 NO_JUDGE_ENDPOINT = (
