@@ -103,3 +103,14 @@ def test_tinker_checkpoints_count_in_the_storage_quota(server):
     assert response.status_code == 413, response.text
     assert 3 <= len(saved) <= 6, saved
     assert "--max-stored-mb" in response.text and "Tinker checkpoints" in response.text
+    # and an upload counts them too: 200 KB of files would pass the megabyte with them
+    service, keys = server
+    lines = b'{"prompt": "x"}\n' * (200_000 // 16)
+    upload = httpx.post(
+        f"{service.base_url}/v1/files",
+        files={"file": ("data.jsonl", lines)},
+        data={"purpose": "fine-tune"},
+        headers={"Authorization": f"Bearer {keys[2].removeprefix('tml-')}"},
+        timeout=60,
+    )
+    assert upload.status_code == 413, upload.text

@@ -99,7 +99,9 @@ def upload_file(
         )
     store, config = request.app.state.store, request.app.state.config
     cap = None if is_operator(owner) else config.max_stored_bytes_per_tenant
-    used = store.stored_bytes(owner) if cap is not None else 0
+    tinker = getattr(request.app.state, "tinker", None)  # the key's Tinker checkpoints count in its quota too
+    held = tinker.checkpoints.owner_bytes(owner) if tinker is not None and cap is not None else 0
+    used = store.stored_bytes(owner) + held if cap is not None else 0
     if cap is not None and used >= cap:
         raise ApiError(413, quota_message(used, None, cap), "storage_quota_exceeded", "file")
     file_id = new_id("file-")
@@ -112,7 +114,8 @@ def upload_file(
     try:
         check_jsonl(target)
         size = target.stat().st_size
-        row = store.add_file(owner, clean_filename(file.filename), purpose, size, file_id, file_id, max_bytes=cap)
+        room = None if cap is None else cap - held
+        row = store.add_file(owner, clean_filename(file.filename), purpose, size, file_id, file_id, max_bytes=room)
     except BaseException:
         target.unlink(missing_ok=True)
         raise
