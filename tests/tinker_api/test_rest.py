@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -274,3 +275,44 @@ def test_a_database_failure_answers_an_error_id_and_keeps_the_checkpoint(server,
     assert on_disk(root, path).is_dir() and rows(service, path)  # nothing changed
     for route in ("/api/v1/training_runs/x/checkpoints/weights/..%2Fetc", "/api/v1/training_runs/%00/checkpoints"):
         assert raw(server, "GET" if route.endswith("checkpoints") else "DELETE", route).status_code == 404
+
+
+HOSTILE = ["", "/etc/passwd", "../../x", ".", "..", "tinker://a/weights/b", "%00", "x" * 3000, "sess_x:train:0"]
+
+
+def test_hostile_ids_on_every_rest_route_are_4xx_without_server_text(server, trained):
+    """Every route of the RestClient with hostile ids, names, bodies and query values, as either tenant: no 5xx,
+    no traceback, exception name, SQL or server path in any answer."""
+    _, _, root = server
+    run = trained[0].model_id
+    quoted = [quote(h, safe="") for h in HOSTILE if h not in (".", "..")]  # a client resolves those itself
+    calls = [("GET", "/api/v1/training_runs", {"params": {"limit": v}}) for v in ("x", -1, 10**30, 1001)]
+    calls += [("GET", "/api/v1/checkpoints", {"params": {"offset": v}}) for v in ("x", -1)]
+    calls += [("POST", "/api/v1/weights_info", {"json": {"tinker_path": h}}) for h in HOSTILE]
+    calls += [("POST", "/api/v1/weights_info", {"content": b"[" * 5000})]
+    body = {"model_id": run, "path": "../x", "ttl_seconds": 10}
+    calls += [
+        ("POST", "/api/v1/save_weights_external", {"json": body | {k: v}})
+        for k, v in (("path", "ok"), ("model_id", "x"), ("age_encryption_recipients", ["age1x"]))
+    ]
+    for q in quoted:
+        calls += [("GET", f"/api/v1/training_runs/{q}", {}), ("GET", f"/api/v1/sessions/{q}", {})]
+        calls += [("GET", f"/api/v1/training_runs/{q}/checkpoints", {}), ("GET", f"/api/v1/checkpoint_files/{q}", {})]
+        for where in (f"{q}/checkpoints/weights/x", f"{run}/checkpoints/weights/{q}", f"{run}/checkpoints/{q}/x"):
+            calls += [("DELETE", f"/api/v1/training_runs/{where}", {})]
+            calls += [(m, f"/api/v1/training_runs/{where}/publish", {}) for m in ("POST", "DELETE")]
+            calls += [("PUT", f"/api/v1/training_runs/{where}/ttl", {"json": {"ttl_seconds": 3600}})]
+            calls += [("GET", f"/api/v1/training_runs/{where}/external_weights_urls", {})]
+    calls += [
+        ("PUT", f"/api/v1/training_runs/{run}/checkpoints/weights/x/ttl", {"json": {"ttl_seconds": v}})
+        for v in ("x", 1.5, 2**70, True)
+    ]
+    statuses = set()
+    for i, (method, path, kwargs) in enumerate(calls):
+        answer = raw(server, method, path, key=i % 2, **kwargs)
+        statuses.add(answer.status_code)
+        assert 400 <= answer.status_code < 500, (method, path, answer.status_code, answer.text)
+        text = answer.text
+        assert not re.search(r"\b[A-Z]\w*(Error|Exception)\b|Traceback|File \"", text), text
+        assert str(root) not in text and "/tmp/" not in text, text
+    assert {400, 404} <= statuses, statuses

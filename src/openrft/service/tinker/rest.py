@@ -58,6 +58,7 @@ from openrft.service.tinker.routes import (
     dump,
     expiry,
     owner,
+    quota,
     read_body,
     state,
 )
@@ -377,6 +378,7 @@ async def save_weights_external(request: Request, who: str = Depends(owner)) -> 
     check_name_or_400(body.path)
     expires = expiry(body.ttl_seconds)
     loc = Location(model.model_id, EXTERNAL, body.path)
+    await quota(st, who, model.adapter_bytes)  # counted with the key's files and other checkpoints (413)
 
     def work() -> dict:
         adapter = model.base.state(model.model_id)
