@@ -7,7 +7,14 @@ import importlib
 import logging
 import threading
 
-from openrft.cli.service_options import add_cluster_option, add_store_options, open_store, ray_address
+from openrft.cli.service_options import (
+    add_cluster_option,
+    add_gpu_options,
+    add_store_options,
+    apply_gpu_options,
+    open_store,
+    ray_address,
+)
 from openrft.cli.tinker_options import add_tinker_options, tinker_settings
 from openrft.errors import OpenRFTError
 
@@ -25,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
     add_cluster_option(p)
+    add_gpu_options(p)
     p.add_argument("--max-upload-mb", type=int, default=512)
     p.add_argument(
         "--allow-private-urls",
@@ -77,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     config.host = args.host
     config.heartbeat_timeout_s = args.heartbeat_timeout
     config.ray_address = ray_address(args.ray_address)
+    apply_gpu_options(config, args)
     config.max_upload_bytes = args.max_upload_mb << 20
     config.allow_private_urls = args.allow_private_urls
     config.store_prefixes = store_prefixes(args.allow_store_prefix)

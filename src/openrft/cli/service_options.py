@@ -28,6 +28,28 @@ def add_cluster_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_gpu_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gpus",
+        default="auto",
+        help="without --ray-address: this machine's GPUs the workers give jobs, each job its own (auto: those "
+        "nvidia-smi lists, within CUDA_VISIBLE_DEVICES; none; or indices/UUIDs such as 0,1,3)",
+    )
+    parser.add_argument(
+        "--jobs-per-gpu", type=int, default=1, help="jobs that may share one GPU (default 1: never two jobs on one)"
+    )
+
+
+def apply_gpu_options(config, args: argparse.Namespace) -> None:
+    """``--gpus`` and ``--jobs-per-gpu`` into the config (ignored with a cluster: Ray places GPUs there)."""
+    from openrft.service.devices import parse_gpus
+
+    if args.jobs_per_gpu < 1:
+        raise OpenRFTError(f"--jobs-per-gpu {args.jobs_per_gpu}: must be at least 1")
+    config.gpus = [] if config.ray_address else parse_gpus(args.gpus)
+    config.jobs_per_gpu = args.jobs_per_gpu
+
+
 def ray_address(value: str | None) -> str | None:
     """``--ray-address`` checked: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``."""
     if value is None:

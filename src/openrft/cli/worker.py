@@ -8,13 +8,21 @@ import logging
 import signal
 import threading
 
-from openrft.cli.service_options import add_cluster_option, add_store_options, open_store, ray_address
+from openrft.cli.service_options import (
+    add_cluster_option,
+    add_gpu_options,
+    add_store_options,
+    apply_gpu_options,
+    open_store,
+    ray_address,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run queued jobs of the job service")
     add_store_options(p)
     add_cluster_option(p)
+    add_gpu_options(p)
     p.add_argument("--concurrency", type=int, default=1, help="jobs run at once, each in its own process")
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
     p.add_argument("--poll-interval", type=float, default=0.5)
@@ -35,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     config.heartbeat_timeout_s = args.heartbeat_timeout
     config.poll_interval_s = args.poll_interval
     config.ray_address = ray_address(args.ray_address)
+    apply_gpu_options(config, args)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

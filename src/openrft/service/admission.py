@@ -80,10 +80,12 @@ def _shape(spec: JobSpec) -> str:
 
 @dataclass
 class Decision:
-    """A reservation (``group`` set) or the reason the job waits (``reason``)."""
+    """A reservation (``group`` set: a placement group; ``devices``: this machine's GPUs, ``devices.py``) or the
+    reason the job waits (``reason``)."""
 
     group: str | None = None
     reason: str | None = None
+    devices: str | None = None  # CUDA_VISIBLE_DEVICES of the job's process ("": no GPU); None: left as it is
 
 
 class ClusterAdmission:

@@ -52,6 +52,9 @@ class ServiceConfig:
     # the Ray cluster every job runs on (openrft serve/worker --ray-address: auto, HOST:PORT, ray://HOST:10001);
     # None: jobs run in their job process (runtime: ray ones on a Ray instance started for the job). Never a tenant's
     ray_address: str | None = None
+    # without a cluster: this machine's GPUs the workers give jobs, one job each unless jobs_per_gpu says more
+    gpus: list[str] = field(default_factory=list)
+    jobs_per_gpu: int = 1
     # MCP servers the operator registered (--mcp-servers FILE), by name: tenants' jobs name them (mcp_registry)
     mcp_servers: dict[str, McpServerSpec] = field(default_factory=dict)
 

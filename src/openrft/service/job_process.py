@@ -208,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--ray-address", default=None, help="the operator's Ray cluster the job runs on")
     parser.add_argument("--placement-group", default=None, help="the placement group its worker reserved for it")
+    parser.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES its worker gave it ('': none)")
     args = parser.parse_args(argv)
+    if args.gpus is not None:  # before anything initialises CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
+        print(f"this job's GPUs: {args.gpus or 'none'} (CUDA_VISIBLE_DEVICES)", flush=True)
     if args.parent_pid:
         watch_parent(args.parent_pid)
     config = ServiceConfig.build(args.data_dir, args.database_url, ray_address=args.ray_address)

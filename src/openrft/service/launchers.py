@@ -35,12 +35,16 @@ class JobHandle(Protocol):
     def wait(self, timeout: float) -> int: ...
 
 
-def job_args(job_id: str, attempt: int, config: ServiceConfig, placement_group: str | None = None) -> list[str]:
+def job_args(
+    job_id: str, attempt: int, config: ServiceConfig, placement_group: str | None = None, devices: str | None = None
+) -> list[str]:
     """The job process's arguments: the operator's settings it needs travel here (the store holds only the job),
-    and the placement group admission reserved for it on the server's cluster."""
+    and what admission reserved for it: a placement group on the server's cluster, or this machine's GPUs."""
     cluster = ["--ray-address", config.ray_address] if config.ray_address else []
     if placement_group:
         cluster += ["--placement-group", placement_group]
+    if devices is not None:
+        cluster += [f"--gpus={devices}"]
     return [
         job_id,
         "--attempt",
@@ -59,8 +63,10 @@ class SpawnLauncher:
     def __init__(self, config: ServiceConfig):
         self.config = config
 
-    def start(self, job_id: str, attempt: int, log_path: Path, placement_group: str | None = None) -> JobHandle:
-        args = job_args(job_id, attempt, self.config, placement_group)
+    def start(
+        self, job_id: str, attempt: int, log_path: Path, placement_group: str | None = None, devices: str | None = None
+    ) -> JobHandle:
+        args = job_args(job_id, attempt, self.config, placement_group, devices)
         with log_path.open("ab") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "openrft.service.job_process", *args],
@@ -117,14 +123,16 @@ class ForkLauncher:
         self.engine = engine
         self.context = multiprocessing.get_context("fork")
 
-    def start(self, job_id: str, attempt: int, log_path: Path, placement_group: str | None = None) -> JobHandle:
+    def start(
+        self, job_id: str, attempt: int, log_path: Path, placement_group: str | None = None, devices: str | None = None
+    ) -> JobHandle:
         sys.stdout.flush()
         sys.stderr.flush()
         process = self.context.Process(
             target=_forked_main,
             name=f"openrft-job-{job_id}",
             daemon=False,
-            args=(job_args(job_id, attempt, self.config, placement_group), str(log_path), self.engine),
+            args=(job_args(job_id, attempt, self.config, placement_group, devices), str(log_path), self.engine),
         )
         process.start()
         return _ForkedJob(process)

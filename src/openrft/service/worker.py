@@ -56,6 +56,10 @@ class Worker:
             from openrft.service.admission import for_address
 
             self.admission = for_address(config.ray_address)
+        elif config.gpus:  # this machine's GPUs: each job its own (devices.py)
+            from openrft.service.devices import DeviceAdmission
+
+            self.admission = DeviceAdmission(config.gpus, config.jobs_per_gpu)
 
     # one turn of the loop --------------------------------------------------------------------------------
 
@@ -107,7 +111,7 @@ class Worker:
         if claimed is None:  # another worker took it, or it was cancelled or paused meanwhile
             self.admission.release(job.id)
             return True
-        self._start(claimed.id, claimed.attempts, decision.group)
+        self._start(claimed.id, claimed.attempts, decision.group, decision.devices)
         return True
 
     def _next_fair(self):
@@ -126,10 +130,12 @@ class Worker:
             return heads[0]
         return min(heads, key=lambda job: shares.get(job.owner, 0.0))  # min keeps the first of equals
 
-    def _start(self, job_id: str, attempt: int, placement_group: str | None = None) -> None:
+    def _start(self, job_id: str, attempt: int, placement_group: str | None = None, devices: str | None = None) -> None:
         logs = self.config.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         reserved = {"placement_group": placement_group} if placement_group else {}
+        if devices is not None:
+            reserved["devices"] = devices
         process = self.launcher.start(job_id, attempt, logs / f"{job_id}.log", **reserved)
         self.running[job_id] = RunningJob(job_id, attempt, process, placement_group=placement_group)
         log.info("worker %s started job %s (attempt %d, pid %d)", self.worker_id, job_id, attempt, process.pid)
