@@ -48,14 +48,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="let the tenant of an API key (its id or name; '*': every tenant) name object-store locations "
         "(s3://, gs://, hf://) under PREFIX, reached with this server's credentials (repeatable; none by default)",
     )
-    p.add_argument("--max-queued-jobs", type=int, default=100, help="jobs one API key may have queued (past it, 429)")
-    p.add_argument("--max-stored-mb", type=int, default=4096, help="MB of files one API key may store (past it, 413)")
     p.add_argument(
         "--mcp-servers",
         metavar="FILE",
         help="MCP servers tenants' jobs may use, by name (YAML: NAME: {command: [...], env, cwd} or {url}); a "
         "tenant names one with tools.mcp_servers.X: {registered: NAME} and never runs a command of its own",
     )
+    p.add_argument("--max-queued-jobs", type=int, default=100, help="jobs one API key may have queued (past it, 429)")
+    p.add_argument("--max-stored-mb", type=int, default=4096, help="MB of files one API key may store (past it, 413)")
     p.add_argument(
         "--grader-workers-per-key",
         type=int,
@@ -89,15 +89,15 @@ def run(args: argparse.Namespace) -> int:
     config.max_upload_bytes = args.max_upload_mb << 20
     config.allow_private_urls = args.allow_private_urls
     config.store_prefixes = store_prefixes(args.allow_store_prefix)
+    if args.mcp_servers:
+        from openrft.service.mcp_registry import load_mcp_servers
+
+        config.mcp_servers = load_mcp_servers(args.mcp_servers)
     config.max_queued_jobs_per_tenant = _at_least(args.max_queued_jobs, 0, "--max-queued-jobs")
     config.max_stored_mb_per_tenant = _at_least(args.max_stored_mb, 0, "--max-stored-mb")
     config.grader_workers_per_tenant = _at_least(args.grader_workers_per_key, 1, "--grader-workers-per-key")
     config.grader_calls_per_tenant = _at_least(args.grader_calls_per_key, 1, "--grader-calls-per-key")
     config.tinker = tinker_settings(args)
-    if args.mcp_servers:
-        from openrft.service.mcp_registry import load_mcp_servers
-
-        config.mcp_servers = load_mcp_servers(args.mcp_servers)
     if args.host not in LOOPBACK_HOSTS and not store.any_keys():
         raise OpenRFTError(
             f"refusing to serve on {args.host} without an API key: create one with "
