@@ -32,7 +32,7 @@ from openrft.spec.job import (
     ModelSpec,
     RolloutCorrectionSpec,
 )
-from openrft.spec.locations import is_remote
+from openrft.spec.locations import is_remote, resolve_location
 from openrft.spec.provenance import OPENRFT_DEFAULT
 from openrft.spec.tools import ToolsSpec
 from openrft.textlines import LinesUnreadable, text_lines
@@ -242,6 +242,21 @@ def base_learning_rate(b: SpecBuilder, ext: OpenRFTExtensions, service_rule: str
 
 class DatasetUnreadable(Exception):
     """A dataset that cannot be read where the job is resolved (an object-store URI, a missing file)."""
+
+
+def run_locations(b: SpecBuilder, run: Any, base_dir: Path, missing: str) -> None:
+    """A Nova-shaped ``run`` block's datasets and output (``data_s3_path``, ``validation_data_s3_path``,
+    ``output_s3_path``); ``missing`` says why a blank training dataset is required and how to give it."""
+    if run.data_s3_path:
+        b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
+    else:
+        b.problem("run.data_s3_path", missing, remedy="write run.data_s3_path")
+    if run.validation_data_s3_path:
+        b.user(
+            "data.validation", resolve_location(run.validation_data_s3_path, base_dir), "run.validation_data_s3_path"
+        )
+    if run.output_s3_path:
+        b.user("output_dir", resolve_location(run.output_s3_path, base_dir), "run.output_s3_path")
 
 
 def count_examples(location: str) -> int:

@@ -30,6 +30,7 @@ from openrft.spec.dialects.common import (
     closed,
     count_examples,
     exact,
+    run_locations,
     steps_for_epochs,
     training_prompts,
     validate_all,
@@ -37,7 +38,6 @@ from openrft.spec.dialects.common import (
 from openrft.spec.dialects.interpolation import drop_blanks, resolve_interpolation
 from openrft.spec.dialects.lambdas import ANY_LAMBDA, lambda_reward
 from openrft.spec.errors import FieldProblem, SpecError
-from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution
 
 SECTIONS = (
@@ -223,7 +223,13 @@ def _resolve(
         if getattr(recipe, name) is not None:
             metadata[name] = getattr(recipe, name)
     b.derived("metadata", metadata, "the recipe's run.model_type, display_name and recipe_version", "run.model_type")
-    _data(b, run, base_dir)
+    run_locations(
+        b,
+        run,
+        base_dir,
+        "is required: an MTRL recipe leaves the training dataset to its launcher's job inputs; write it in run (a "
+        "local path or a URI, an s3:// one mapped with --map URI=PATH)",
+    )
     _model(b, recipe.model, ext, base_dir)
     _sampling(b, recipe)
     _algorithm(b, recipe.rl, recipe.data_filter)
@@ -234,24 +240,6 @@ def _resolve(
     for name in MLFLOW_SETTINGS:
         b.take(f"tracking.{name}", run, name, f"run.{name}")
     return b.build(source, prompts)
-
-
-def _data(b: SpecBuilder, run: MtrlRun, base_dir: Path) -> None:
-    if run.data_s3_path:
-        b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
-    else:
-        b.problem(
-            "run.data_s3_path",
-            "is required: an MTRL recipe leaves the training dataset to its launcher's job inputs; write it in "
-            "run (a local path or a URI, an s3:// one mapped with --map URI=PATH)",
-            remedy="write run.data_s3_path",
-        )
-    if run.validation_data_s3_path:
-        b.user(
-            "data.validation", resolve_location(run.validation_data_s3_path, base_dir), "run.validation_data_s3_path"
-        )
-    if run.output_s3_path:
-        b.user("output_dir", resolve_location(run.output_s3_path, base_dir), "run.output_s3_path")
 
 
 def _model(b: SpecBuilder, model: MtrlModel, ext: OpenRFTExtensions, base_dir: Path) -> None:

@@ -26,6 +26,7 @@ from openrft.spec.dialects.common import (
     closed,
     count_examples,
     rollout_strategy,
+    run_locations,
     steps_for_epochs,
     training_prompts,
     validate_all,
@@ -33,7 +34,6 @@ from openrft.spec.dialects.common import (
 from openrft.spec.dialects.interpolation import drop_blanks, resolve_interpolation
 from openrft.spec.dialects.lambdas import ANY_LAMBDA, lambda_reward
 from openrft.spec.errors import FieldProblem, SpecError
-from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution
 from openrft.spec.rewards import PresetReward
 
@@ -224,22 +224,14 @@ def _resolve(
     base_learning_rate(b, ext)  # informational: lr is set
     if run.model_type:
         b.user("metadata", {"model_type": run.model_type}, "run.model_type")
-    if run.data_s3_path:
-        b.user("data.train", resolve_location(run.data_s3_path, base_dir), "run.data_s3_path")
-    else:
-        b.problem(
-            "run.data_s3_path",
-            "is blank: the training dataset is required (a template leaves it for its notebook to fill in): "
-            "write it in the recipe, a local path or a URI (an s3:// one mapped with --map URI=PATH)",
-            remedy="write run.data_s3_path",
-        )
-    if run.validation_data_s3_path:
-        b.user(
-            "data.validation", resolve_location(run.validation_data_s3_path, base_dir), "run.validation_data_s3_path"
-        )
+    run_locations(
+        b,
+        run,
+        base_dir,
+        "is blank: the training dataset is required (a template leaves it for its notebook to fill in): write it "
+        "in the recipe, a local path or a URI (an s3:// one mapped with --map URI=PATH)",
+    )
     b.take("data.shuffle", tc.data, "shuffle", f"{TC}.data.shuffle")
-    if run.output_s3_path:
-        b.user("output_dir", resolve_location(run.output_s3_path, base_dir), "run.output_s3_path")
 
     _unused(b, recipe)
     _sampling(b, tc)
