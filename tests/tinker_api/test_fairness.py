@@ -113,3 +113,81 @@ def test_a_freed_training_client_leaves_memory():
     assert "smp" not in engine.samplers and "sess:train:0" not in engine.models
     assert "sess:train:0" not in other.base.peft.peft_config  # its adapter left the shared base model
     assert other.base.peft.active_adapter == "sess2:train:0"
+
+
+def _parts_order(schedule: str) -> list[str]:
+    futures = Futures(schedule)
+    order: list[str] = []
+    release = _held(futures, "C")
+
+    def long_call():  # a forward_backward in chunks: a generator, one part per turn
+        for i in range(3):
+            order.append(f"A-part{i}")
+            if i < 2:
+                yield
+        return "whole"
+
+    ids = [futures.submit("A", long_call, ()), futures.submit("A", lambda: order.append("A-next"), ())]
+    ids += [futures.submit("B", lambda i=i: order.append(f"B{i}"), ()) for i in range(2)]
+    release.set()
+    results = [futures.get(i, o).future.result(20) for i, o in zip(ids, "AABB")]
+    assert results[0] == "whole"
+    futures.close()
+    return order
+
+
+def test_another_tenants_calls_run_between_the_parts_of_a_long_call():
+    assert _parts_order("fair") == ["A-part0", "B0", "A-part1", "B1", "A-part2", "A-next"]
+    assert _parts_order("fifo") == ["A-part0", "A-part1", "A-part2", "A-next", "B0", "B1"]
+
+
+def test_a_call_in_chunks_computes_what_it_computes_whole(monkeypatch):
+    pytest.importorskip("tinker")
+    import torch
+
+    from openrft.service.tinker import engine as engine_module
+    from openrft.service.tinker.engine import Engine, LoraSettings
+    from openrft.service.tinker.wire import WireDatum
+
+    engine = Engine()
+    model = engine.create_model("s:train:0", "A", "openrft-demo", LoraSettings(rank=4, seed=0))
+    for name, p in model.base.peft.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(0, 0.05)
+    tok = model.base.tokenizer
+    texts = ["What is 12+30? 42", "What is 7-5? 2", "Say hello to the world", "What is 45+45? 90"]
+    data = []
+    for text in texts:
+        ids = tok.encode(text)
+        data.append(WireDatum(ids[:-1], {"target_tokens": torch.tensor(ids[1:]), "weights": torch.ones(len(ids) - 1)}))
+    params = model.base.adapter_parameters(model.model_id)
+
+    def run(chunk_tokens: int):
+        monkeypatch.setattr(engine_module, "CHUNK_TOKENS", chunk_tokens)
+        model.optimizer.zero_grad(set_to_none=True)
+        steps = engine.forward_backward_steps(model, "cross_entropy", {}, data, True)
+        parts = 0
+        while True:
+            try:
+                next(steps)
+                parts += 1
+            except StopIteration as done:
+                outputs, metrics = done.value
+                return parts, outputs, metrics, [p.grad.clone() for p in params]
+
+    whole_parts, whole, whole_metrics, whole_grads = run(4096)
+    parts, chunked, metrics, grads = run(12)  # about one datum a chunk
+    assert whole_parts == 0 and parts == len(texts) - 1
+    assert metrics["loss:sum"] == pytest.approx(whole_metrics["loss:sum"], rel=1e-5)
+    for a, b in zip(chunked["logprobs"], whole["logprobs"]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    for a, b in zip(grads, whole_grads):  # the same sums, in another order and padding: float32's rounding apart
+        assert float((a - b).norm()) <= 1e-4 * float(b.norm()) + 1e-7, (float((a - b).norm()), float(b.norm()))
+
+    # a later chunk whose loss is not finite: the gradients go back to what they were before the call
+    bad = WireDatum(data[0].tokens, {**data[0].inputs, "weights": torch.full((len(data[0].tokens),), 3e38)})
+    before = [p.grad.clone() for p in params]
+    with pytest.raises(Exception, match="not finite"):
+        engine.forward_backward(model, "cross_entropy", {}, [*data[:2], bad], True)
+    for a, b in zip(params, before):
+        torch.testing.assert_close(a.grad, b, atol=0, rtol=0)

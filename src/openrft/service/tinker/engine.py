@@ -2,8 +2,9 @@
 client on it (each client its own PEFT adapter and AdamW), forward/backward with the built-in losses,
 gradients accumulated until ``optim_step``, sampling through OpenRFT's in-process generator.
 
-Not thread-safe by design: the routes run every call on one worker thread (``futures.Executor``), in the
-order the requests arrived, which is the order the SDK sends a client's requests in.
+Not thread-safe by design: the routes run every call on one worker thread (``futures.Futures``), each
+tenant's in the order its requests arrived (the order the SDK sends a client's requests in), the tenants in
+turn.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ MLP = ["gate_proj", "up_proj", "down_proj"]
 UNEMBED = ["lm_head"]
 DEFAULT_MAX_TOKENS = 16
 KEEP_SNAPSHOTS = 16
+CHUNK_TOKENS = 4096  # a forward_backward is computed in chunks of about this many tokens, other tenants between
 
 
 class UserError(ValueError):
@@ -194,6 +196,19 @@ class Engine:
                 peft.set_adapter(active)
 
     def forward_backward(self, model: TrainingModel, loss_fn: str, config, data, backward: bool):
+        """The call whole: its outputs and metrics (``forward_backward_steps`` run to the end)."""
+        steps = self.forward_backward_steps(model, loss_fn, config, data, backward)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def forward_backward_steps(self, model: TrainingModel, loss_fn: str, config, data, backward: bool):
+        """A generator that computes the call in chunks of at most ``CHUNK_TOKENS`` tokens (a longer datum is a
+        chunk of its own), yielding between them so that the worker can serve other tenants' calls there, and
+        returns ``(outputs, metrics)``. Gradients accumulate chunk by chunk; a chunk that fails (a loss that is
+        not finite) puts them back as they were before the call. Everything is checked before the first chunk."""
         settings = resolve_config(loss_fn, config)
         if not data:
             raise LossInputError("data is empty: forward_backward needs at least one datum")
@@ -215,6 +230,35 @@ class Engine:
                     raise LossInputError(
                         f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})"
                     )
+        chunks = _chunks(data, CHUNK_TOKENS)
+        parameters = model.base.adapter_parameters(model.model_id) if backward and len(chunks) > 1 else []
+        before = [None if p.grad is None else p.grad.clone() for p in parameters]  # undone if a later chunk fails
+        logps: list[torch.Tensor] = []
+        totals: list[torch.Tensor] = []
+        for i, chunk in enumerate(chunks):
+            if i:
+                yield  # another tenant's call may run here (futures.py); this tenant's next call waits
+                if self.models.get(model.model_id) is not model:
+                    raise UserError(f"training client {model.model_id} was freed (its session finished)")
+            try:
+                chunk_logps, total = self._forward_backward(model, loss_fn, settings, chunk, backward)
+            except BaseException:
+                with torch.no_grad():
+                    for p, grad in zip(parameters, before):
+                        p.grad = grad
+                raise
+            logps += chunk_logps
+            totals.append(total)
+        total = torch.stack(totals).sum()
+        if backward:
+            model.pending_grads = True
+            added = {"loss:sum": float(total), "datums": len(data), "tokens": sum(map(len, logps))}
+            for key, value in added.items():
+                model.pending[key] = model.pending.get(key, 0.0) + value
+        return {"logprobs": logps}, {"loss:sum": float(total)}
+
+    def _forward_backward(self, model: TrainingModel, loss_fn: str, settings, data, backward: bool):
+        """One chunk of a call: its log-probs (detached) and its loss (detached), its gradient accumulated."""
         model.base.activate(model.model_id)
         with (
             timed(model.pending, "forward_backward" if backward else "forward"),
@@ -234,11 +278,7 @@ class Engine:
                 )
             if backward:
                 total.backward()
-                model.pending_grads = True
-                added = {"loss:sum": float(total.detach()), "datums": len(data), "tokens": sum(map(len, logps))}
-                for key, value in added.items():
-                    model.pending[key] = model.pending.get(key, 0.0) + value
-        return {"logprobs": [lp.detach() for lp in logps]}, {"loss:sum": float(total.detach())}
+        return [lp.detach() for lp in logps], total.detach()
 
     def optim_step(self, model: TrainingModel, params) -> dict[str, float]:
         with timed(model.pending, "optim_step"):
@@ -417,6 +457,19 @@ class Engine:
                 else:
                     strings.append(s)
         return ids, strings
+
+
+def _chunks(data: list, tokens: int) -> list[list]:
+    """``data`` in consecutive runs of at most ``tokens`` tokens (a longer datum is a run of its own)."""
+    chunks: list[list] = [[]]
+    size = 0
+    for datum in data:
+        if chunks[-1] and size + len(datum.tokens) > tokens:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(datum)
+        size += len(datum.tokens)
+    return chunks
 
 
 def _finite(parameters: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> bool:

@@ -2,17 +2,21 @@
 thread; ``retrieve_future`` waits a while for it and answers ``try_again`` until done. Concurrent samples from
 one sampler run as one batch, which the ones still arriving join as it runs.
 
-Fair among tenants (docs/tinker.md, "Scheduling"): each tenant (API key) has its own queue, in arrival order
-(the order the SDK sends a client's calls in, so a ``forward_backward`` and the ``optim_step`` after it stay in
-order), and the one worker takes the head of each tenant's queue in turn (round robin). Another tenant's call
-waits for at most the call already running (each bounded by the operator's ``--tinker-max-*`` options), not for
-a tenant's whole backlog. ``schedule="fifo"`` serves every call in arrival order instead (the old order, kept to
-measure against). A queued call whose future nobody has asked for within ``abandon_s`` (a client gone: the SDK
-polls each future from the moment it has its id), or whose session finished, is dropped before it runs."""
+Fair among tenants (docs/tinker.md, "Fair among tenants"): each tenant (API key) has its own queue, in
+arrival order (the order the SDK sends a client's calls in, so a ``forward_backward`` and the ``optim_step``
+after it stay in order), and the one worker takes the head of each tenant's queue in turn (round robin).
+Another tenant's call waits for at most the part of a call already running, not for a tenant's whole backlog:
+a call whose work is a generator (``forward_backward``, in chunks of ``engine.CHUNK_TOKENS``) runs one part per
+turn, other tenants' calls between its parts; every other call is bounded by the operator's
+``--tinker-max-*`` options. ``schedule="fifo"`` serves every call whole in arrival order instead (the old order,
+kept to measure against). A queued call whose future nobody has asked for within ``abandon_s`` (a client gone:
+the SDK polls each future from the moment it has its id), or whose session finished, is dropped before it
+runs."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -81,8 +85,9 @@ class Pending:
 @dataclass
 class _Task:
     owner: str
-    run: Callable[[], None]
+    run: Callable[[], bool]  # one turn of it: True when it is done, False when it yielded and wants another
     pending: Pending | None  # None: work of the server's own (a sampler being loaded, a session freed)
+    started: bool = False
 
 
 class Futures:
@@ -129,15 +134,23 @@ class Futures:
 
     def _serve(self) -> None:
         while (task := self._next()) is not None:
-            if task.pending is not None and self._dropped(task.pending):
+            if not task.started and task.pending is not None and self._dropped(task.pending):
                 continue
+            task.started = True
             if len(self.ran) >= 1000:
                 del self.ran[:500]
             self.ran.append(task.owner)
             try:
-                task.run()
+                done = task.run()
             except BaseException:  # run() answers its own future; nothing may stop the worker
                 log.exception("the Tinker worker's task failed")
+                done = True
+            if not done:  # its next part runs at its tenant's next turn, before the tenant's later calls
+                lane = task.owner if self.schedule == "fair" else ""
+                with self._work:
+                    self._tenants.setdefault(lane, deque()).appendleft(task)
+                    if self.schedule == "fair":
+                        self._tenants.move_to_end(lane)
 
     def _abandoned(self, item: Pending) -> bool:
         return item.waiting == 0 and time.monotonic() - item.seen > self.abandon_s
@@ -178,16 +191,29 @@ class Futures:
     ) -> str:
         request_id = "req_" + uuid.uuid4().hex
         item = Pending(owner, Future(), session)
+        steps = None  # a generator ``work`` returned: run a part of it per turn (a long call, in chunks)
 
-        def run() -> None:
+        def run() -> bool:
+            nonlocal steps
             try:
-                result = work()
+                if steps is None:
+                    result = work()
+                    if not inspect.isgenerator(result):
+                        return answer(result)
+                    steps = result
+                next(steps)
+                return False
+            except StopIteration as done:
+                return answer(done.value)
             except user_errors as exc:
-                result = Failure(str(exc), "user")
+                return answer(Failure(str(exc), "user"))
             except Exception as exc:  # the request fails, the server keeps serving
-                result = Failure(internal_error(exc, "this request"), "server")
+                return answer(Failure(internal_error(exc, "this request"), "server"))
+
+        def answer(result: Any) -> bool:
             if not item.future.done():
                 item.future.set_result(result)
+            return True
 
         self._remember(request_id, item)
         self._enqueue(_Task(owner, run, item))
@@ -198,11 +224,12 @@ class Futures:
         result or the exception."""
         future: Future = Future()
 
-        def run() -> None:
+        def run() -> bool:
             try:
                 future.set_result(work())
             except BaseException as exc:
                 future.set_exception(exc)
+            return True
 
         self._enqueue(_Task(owner, run, None))
         return future
@@ -226,7 +253,7 @@ class Futures:
         self._remember(request_id, item)
         with self._lock:
             self._queues.setdefault(key, []).append((payload, item.future, item))
-        self._enqueue(_Task(owner, lambda: self._drain(key, run_batch, user_errors), None))
+        self._enqueue(_Task(owner, lambda: self._drain(key, run_batch, user_errors) or True, None))
         return request_id
 
     def _take(self, key: tuple, taken: list[Future]) -> list[Queued]:

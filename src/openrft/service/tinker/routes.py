@@ -362,8 +362,8 @@ async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
         raise refused(exc) from None
     model = _model(st, who, msg.model_id)
 
-    def work() -> bytes:
-        outputs, metrics = st.engine.forward_backward(
+    def work():  # in chunks, other tenants' calls between them (futures.py)
+        outputs, metrics = yield from st.engine.forward_backward_steps(
             model, msg.loss_fn, msg.loss_fn_config, msg.data, not msg.forward_only
         )
         return forward_backward_output(outputs, metrics)
