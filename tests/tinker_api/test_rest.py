@@ -65,7 +65,11 @@ def rests(server):
 @pytest.fixture(scope="module")
 def trained(clients):
     """Three training clients of tenant a in one session, the last one stepped once."""
-    made = [clients[0].create_lora_training_client(base_model=MODEL, rank=4, seed=i).result() for i in range(3)]
+    metadata = [{"renderer_name": "role_colon"}, None, None]  # as the cookbook's training loops tag their runs
+    made = [
+        clients[0].create_lora_training_client(base_model=MODEL, rank=4, seed=i, user_metadata=metadata[i]).result()
+        for i in range(3)
+    ]
     tokens = made[-1].get_tokenizer().encode("What is 12+30? 42")
     datum = types.Datum(
         model_input=types.ModelInput.from_ints(tokens[:-1]),
@@ -98,7 +102,7 @@ def rows(service, tinker_path: str) -> list[str]:
         store.close()
 
 
-def test_training_runs_and_sessions_page_and_belong_to_their_tenant(server, rests, trained):
+def test_training_runs_and_sessions_page_and_belong_to_their_tenant(server, clients, rests, trained):
     mine, theirs = rests
     ids = [tc.model_id for tc in trained]
     first = mine.list_training_runs(limit=2).result()
@@ -107,6 +111,7 @@ def test_training_runs_and_sessions_page_and_belong_to_their_tenant(server, rest
     assert (first.cursor.offset, first.cursor.limit, second.cursor.offset) == (0, 2, 2)
     assert [r.training_run_id for r in first.training_runs + second.training_runs] == ids[::-1]  # newest first
 
+    assert mine.get_training_run(ids[0]).result().user_metadata == {"renderer_name": "role_colon"}
     run = mine.get_training_run(ids[-1]).result()
     assert (run.training_run_id, run.base_model, run.is_lora, run.lora_rank) == (ids[-1], MODEL, True, 4)
     assert run.last_checkpoint is None and run.last_sampler_checkpoint is None
@@ -132,6 +137,11 @@ def test_training_runs_and_sessions_page_and_belong_to_their_tenant(server, rest
     ):
         with pytest.raises(tinker.NotFoundError):
             call().result()
+    session_body = {"session_id": clients[0].holder.get_session_id(), "model_seq_id": 900, "base_model": MODEL}
+    for metadata, needle in (({"a": 1}, "user_metadata['a'] = 1"), ({"k": "v" * 1025}, "at most 1024")):
+        body = session_body | {"lora_config": {"rank": 4}, "user_metadata": metadata}
+        bad = raw(server, "POST", "/api/v1/create_model", json=body)
+        assert bad.status_code == 400 and needle in bad.json()["detail"], bad.text
     bad = raw(server, "GET", "/api/v1/training_runs", params={"limit": 0})
     assert bad.status_code == 400 and "limit 0 must be in [1, 1000]" in bad.json()["detail"]
     bad = raw(server, "GET", "/api/v1/sessions", params={"access_scope": "everyone"})

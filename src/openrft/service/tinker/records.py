@@ -30,8 +30,16 @@ class SessionRecords:
     def __init__(self, store: Store):
         self.store = store
 
-    def started(self, owner: str, model_id: str, base_model: str, lora: dict, source: str | None = None) -> str:
-        """A job row for a new training model; returns its job id."""
+    def started(
+        self,
+        owner: str,
+        model_id: str,
+        base_model: str,
+        lora: dict,
+        source: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> str:
+        """A job row for a new training model (``user_metadata`` as the SDK's training run shows it); its job id."""
         job_id = "tinker-" + uuid.uuid4().hex[:24]
         how = f"from {source}" if source else f"on {base_model}"
         spec = {"name": model_id, "model": base_model, "lora": lora, "tinker": {"model_id": model_id, "from": source}}
@@ -46,6 +54,7 @@ class SessionRecords:
             display_name=model_id,
             total_steps=0,
             started_at=now_s(),
+            user_metadata=user_metadata or None,
         )
         self.store.create_job(job, f"Tinker training client {model_id} {how} (LoRA rank {lora['rank']})")
         return job_id

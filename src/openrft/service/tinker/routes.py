@@ -204,6 +204,27 @@ def _new_model_id(st: TinkerState, who: str, session_id: str, seq_id: int) -> st
     return model_id
 
 
+METADATA_BOUNDS = (64, 128, 1024)  # a training run's user_metadata: entries, characters of a key, of a value
+
+
+def run_metadata(metadata: dict | None) -> dict[str, str] | None:
+    """A training run's ``user_metadata`` as the SDK's ``TrainingRun`` lists it (string keys and values, bounded);
+    anything else is refused naming the entry."""
+    if not metadata:
+        return None
+    entries, key_chars, value_chars = METADATA_BOUNDS
+    if len(metadata) > entries:
+        raise HTTPException(400, f"user_metadata holds {len(metadata)} entries; at most {entries}")
+    for key, value in metadata.items():
+        if not isinstance(value, str) or not 1 <= len(key) <= key_chars or len(value) > value_chars:
+            raise HTTPException(
+                400,
+                f"user_metadata[{checks.shown(key)}] = {checks.shown(value)}: keys of 1 to {key_chars} characters, "
+                f"values strings of at most {value_chars}",
+            )
+    return dict(metadata)
+
+
 def _model(st: TinkerState, who: str, model_id: str):
     model = st.engine.models.get(model_id)
     if model is None or model.owner != who:
@@ -311,6 +332,7 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
         raise refused(exc) from None
     model_id = _new_model_id(st, who, body.session_id, body.model_seq_id)
     cap(st, who, "training clients", st.training_clients(who))
+    metadata = run_metadata(body.user_metadata)
     lora = LoraSettings(
         **body.lora_config.model_dump(include={"rank", "seed", "train_mlp", "train_attn", "train_unembed"})
     )
@@ -318,7 +340,7 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
     def work() -> dict:
         with loading(who):
             model = st.engine.create_model(model_id, who, body.base_model, lora)
-        model.job_id = st.records.started(who, model_id, model.base.name, lora.__dict__)
+        model.job_id = st.records.started(who, model_id, model.base.name, lora.__dict__, user_metadata=metadata)
         return dump(types.CreateModelResponse(model_id=model_id))
 
     return _creating(st, who, model_id, work, model_id=model_id)
@@ -457,6 +479,7 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
     if target is None and (body.session_id is None or body.model_seq_id is None):
         raise HTTPException(400, "load_weights needs model_id, or session_id and model_seq_id for a new model")
     new_id = None if target is not None else _new_model_id(st, who, body.session_id, body.model_seq_id)
+    metadata = run_metadata(body.user_metadata)
     if new_id is not None:
         cap(st, who, "training clients", st.training_clients(who))
 
@@ -473,7 +496,9 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
                 model = st.engine.create_model(
                     new_id, who, body.base_model or meta["base_model"], LoraSettings(**meta["lora"])
                 )
-            model.job_id = st.records.started(who, new_id, model.base.name, meta["lora"], source=body.path)
+            model.job_id = st.records.started(
+                who, new_id, model.base.name, meta["lora"], source=body.path, user_metadata=metadata
+            )
         elif meta["base_model"] != model.base.name or LoraSettings(**meta["lora"]) != model.lora:
             raise UserError(
                 f"checkpoint {body.path} is {meta['base_model']} rank {meta['lora']['rank']}: not this model's"
