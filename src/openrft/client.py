@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 
 from openrft.errors import OpenRFTError
-from openrft.service.dialect_fields import DATA_FIELDS, get_field, set_field
+from openrft.service.dialect_fields import get_field, set_field
 from openrft.service.schemas import FileDeleted, FileObject, FineTuningJob, JobCheckpoint, JobEvent, Page, TuningJob
+from openrft.spec.dialects import registry
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -118,8 +119,10 @@ class Client:
             job = read_document(Path(job))
         document = json.loads(json.dumps(job))
         dialect = dialect or detect_dialect(document)
-        if dialect not in DATA_FIELDS:
-            raise OpenRFTError(f"the service takes OpenAI, Vertex or Nova jobs, not {dialect!r} documents")
+        if dialect not in registry.service_dialects():
+            raise OpenRFTError(
+                f"the service takes {', '.join(registry.service_dialects())} jobs, not {dialect!r} documents"
+            )
         if upload:
             self._upload_datasets(document, dialect, base_dir)
         if dialect == "openai":
@@ -130,7 +133,7 @@ class Client:
         return self.get_job(created.name.rsplit("/", 1)[-1])
 
     def _upload_datasets(self, document: dict[str, Any], dialect: str, base_dir: Path) -> None:
-        for path in DATA_FIELDS[dialect]:
+        for path in registry.fields(dialect).data:
             value = get_field(document, path)
             if not isinstance(value, str) or value.startswith("file-") or "://" in value:
                 continue

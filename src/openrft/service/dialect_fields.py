@@ -1,23 +1,10 @@
-"""Where each job dialect names its datasets, model and reward (shared by the server and the SDK)."""
+"""Reading and writing a field of a job document by its path (each dialect's paths: ``spec.dialects.registry``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 FieldPath = tuple[str, ...]
-
-# (training data, validation data) per dialect
-DATA_FIELDS: dict[str, tuple[FieldPath, FieldPath]] = {
-    "openai": (("training_file",), ("validation_file",)),
-    "vertex": (("reinforcementTuningSpec", "trainingDatasetUri"), ("reinforcementTuningSpec", "validationDatasetUri")),
-    "nova": (("run", "data_s3_path"), ("run", "validation_data_s3_path")),
-}
-MODEL_FIELD = {"openai": "model", "vertex": "baseModel", "nova": "run.model_name_or_path"}
-REWARD_FIELD = {
-    "openai": "method.reinforcement.grader",
-    "vertex": "reinforcementTuningSpec",
-    "nova": "training_config.rollout.rewards",
-}
 
 
 def get_field(document: Any, path: FieldPath) -> Any:

@@ -16,7 +16,6 @@ from openrft.data.loader import DatasetError
 from openrft.errors import OpenRFTError, RewardError
 from openrft.service.admission import refuse_if_never_fits
 from openrft.service.config import ServiceConfig
-from openrft.service.dialect_fields import DATA_FIELDS, MODEL_FIELD, REWARD_FIELD
 from openrft.service.dialect_fields import get_field as _get
 from openrft.service.dialect_fields import set_field as _set
 from openrft.service.errors import ApiError, check_request_document, from_dataset_error, from_spec_error
@@ -26,6 +25,7 @@ from openrft.service.store.base import new_id
 from openrft.service.store.models import Job
 from openrft.service.tenancy import check_model_reference, is_operator, job_problems, raise_problems, tenant_config
 from openrft.spec.dialects import parse_document
+from openrft.spec.dialects.registry import fields as dialect_fields
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.job import JobSpec
 from openrft.spec.locations import is_remote
@@ -62,19 +62,20 @@ class Submitter:
         check_request_document(document, "the job")
         document = _copy(document)
         self._check_lambda_map(owner, document)
+        fields = dialect_fields(dialect)
         shown: dict[str, str] = {}  # server path -> what the user wrote (the file id)
-        for path in DATA_FIELDS[dialect]:
+        for path in fields.data:
             value = _get(document, path)
             field = ".".join(path)
             if isinstance(value, str) and value.startswith("file-"):
                 local = self.file_path(owner, value, field)
                 shown[local] = value
-                if dialect != "openai":  # the OpenAI dialect resolves ids itself, through the resolver
+                if not fields.resolves_file_ids:  # else the parser maps ids itself, through the resolver
                     _set(document, path, local)
 
         def resolver(value: str) -> str:
             """File ids -> stored paths; other values are server paths, the single local user's only."""
-            field = next((".".join(p) for p in DATA_FIELDS[dialect] if _get(document, p) == value), "file")
+            field = next((".".join(p) for p in fields.data if _get(document, p) == value), "file")
             if not value.startswith("file-") and self.allow_server_paths(owner):
                 return value
             try:
@@ -82,8 +83,7 @@ class Submitter:
             except ApiError as exc:
                 raise LookupError(exc.message.split(": ", 1)[-1]) from None
 
-        model_field = MODEL_FIELD[dialect]
-        check_model_reference(self.store, owner, _get(document, tuple(model_field.split("."))), model_field)
+        check_model_reference(self.store, owner, _get(document, _path(fields.model)), fields.model)
         try:
             spec = parse_document(document, dialect, Path.cwd(), None, resolver)  # type: ignore[arg-type]
         except SpecError as exc:
@@ -118,7 +118,8 @@ class Submitter:
             return
         problems = []
         files_dir = str(self.config.files_dir) + "/"
-        for path, location in zip(DATA_FIELDS[dialect], (spec.data.train, spec.data.validation)):
+        fields = dialect_fields(dialect)
+        for path, location in zip(fields.data, (spec.data.train, spec.data.validation)):
             if location and location not in shown and not location.startswith(files_dir) and not is_remote(location):
                 problems.append(
                     FieldProblem(
@@ -126,9 +127,7 @@ class Submitter:
                     )
                 )
         if Path(spec.model.name_or_path).is_absolute():
-            problems.append(
-                FieldProblem(MODEL_FIELD[dialect], "is a server path; use a model name", spec.model.name_or_path)
-            )
+            problems.append(FieldProblem(fields.model, "is a server path; use a model name", spec.model.name_or_path))
         if problems:
             raise from_spec_error(SpecError(problems))
 
@@ -141,13 +140,13 @@ class Submitter:
         except (RewardError, SpecError) as exc:
             if isinstance(exc, SpecError):
                 raise from_spec_error(exc) from None
-            field = REWARD_FIELD[dialect]
+            field = dialect_fields(dialect).reward
             raise ApiError(400, f"{field}: {exc}", "invalid_reward", field) from None
         try:
             load_datasets(spec, reward.requires_reference)
         except DatasetError as exc:
-            train, validation = DATA_FIELDS[dialect]
-            field = ".".join(validation if exc.location == spec.data.validation else train)
+            fields = dialect_fields(dialect)
+            field = fields.validation if exc.location == spec.data.validation else fields.train
             raise from_dataset_error(exc, field, shown.get(exc.location)) from None
         except OpenRFTError as exc:
             raise ApiError(400, str(exc), "invalid_job") from None
@@ -159,8 +158,8 @@ class Submitter:
         prepared = self.prepare(owner, document, dialect)
         spec, body = prepared.spec, document
         # on the server's Ray cluster: a job larger than the whole cluster would wait forever
-        refuse_if_never_fits(self.config.ray_address, spec, "run.replicas" if dialect == "nova" else "openrft.replicas")
-        train_field, validation_field = DATA_FIELDS[dialect]
+        fields = dialect_fields(dialect)
+        refuse_if_never_fits(self.config.ray_address, spec, fields.replicas)
         job = Job(
             id=new_id("ftjob-"),
             owner=owner,
@@ -168,13 +167,13 @@ class Submitter:
             status="queued",
             request=body,
             spec=spec.model_dump(mode="json"),
-            model=_get(body, tuple(MODEL_FIELD[dialect].split("."))) or spec.model.name_or_path,
-            display_name=body.get("tunedModelDisplayName") if dialect == "vertex" else spec.name,
-            training_file=_get(body, train_field),
-            validation_file=_get(body, validation_field),
+            model=_get(body, _path(fields.model)) or spec.model.name_or_path,
+            display_name=_get(body, _path(fields.display_name)) if fields.display_name else spec.name,
+            training_file=_get(body, _path(fields.train)),
+            validation_file=_get(body, _path(fields.validation)),
             seed=spec.training.seed,
-            suffix=body.get("suffix") if dialect == "openai" else None,
-            user_metadata=body.get("metadata") if dialect == "openai" else body.get("labels"),
+            suffix=_get(body, _path(fields.suffix)) if fields.suffix else None,
+            user_metadata=_get(body, _path(fields.user_metadata)) if fields.user_metadata else None,
             total_steps=spec.training.total_steps,
         )
         return self.store.create_job(
@@ -186,21 +185,21 @@ class Submitter:
         return None if is_operator(owner) else self.config.max_queued_jobs_per_tenant
 
 
-OUTPUT_FIELD = {"nova": "run.output_s3_path", "vertex": "outputUri", "openai": "output_dir"}
-MLFLOW_FIELD = {"nova": "run", "vertex": "labels", "openai": "metadata"}
+def _path(dotted: str) -> tuple[str, ...]:
+    return tuple(dotted.split("."))
 
 
 def _user_fields(dialect: str) -> dict[str, str]:
     """Spec paths -> where the user wrote them, for the tenant checks' messages."""
-    train, validation = DATA_FIELDS[dialect]
+    fields = dialect_fields(dialect)
     return {
-        "data.train": ".".join(train),
-        "data.validation": ".".join(validation),
+        "data.train": fields.train,
+        "data.validation": fields.validation,
         "rollout.generator_base_url": "openrft.generator_base_url",
         "rollout.ray_address": "openrft.ray_address",
-        "tracking.mlflow_tracking_uri": f"{MLFLOW_FIELD[dialect]}.mlflow_tracking_uri",
-        "output_dir": OUTPUT_FIELD[dialect],
-        "reward": REWARD_FIELD[dialect],
+        "tracking.mlflow_tracking_uri": f"{fields.tracking}.mlflow_tracking_uri",
+        "output_dir": fields.output,
+        "reward": fields.reward,
     }
 
 

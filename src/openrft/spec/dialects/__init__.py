@@ -13,10 +13,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from openrft.spec.dialects.bedrock import is_bedrock_request
+from openrft.spec.dialects import nova_jobs, openai, registry, vertex  # noqa: F401  (each registers itself)
 from openrft.spec.dialects.common import DatasetSizer, count_examples
 from openrft.spec.dialects.lambdas import resolve_handler
-from openrft.spec.dialects.mtrl import is_mtrl_recipe
 from openrft.spec.dialects.openai import FileResolver
 from openrft.spec.document_limits import MAX_DEPTH, DocumentLimitError, check_document, load_yaml
 from openrft.spec.errors import FieldProblem, SpecError, problems_from_validation
@@ -67,25 +66,19 @@ def read_document(path: Path) -> Any:
 
 
 def detect_dialect(document: Any) -> Dialect:
-    if isinstance(document, dict):
-        if "training_config" in document or "run" in document or is_bedrock_request(document):
-            return "nova"
-        if "reinforcementTuningSpec" in document or "reinforcement_tuning_spec" in document:
-            return "vertex"
-        if "method" in document or "training_file" in document:
-            return "openai"
-        if "training" in document and "model" in document and "reward" in document:
-            return "canonical"
-    raise SpecError(
-        [
-            FieldProblem(
-                "<root>",
-                "is not a job in a known dialect: expected a Nova recipe (run, training_config) or Bedrock request "
-                "(hyperParameters), a Vertex request (reinforcementTuningSpec) or an OpenAI job "
-                "(method.type: reinforcement)",
-            )
-        ]
-    )
+    found = registry.detected(document)
+    if found is None:
+        raise SpecError(
+            [
+                FieldProblem(
+                    "<root>",
+                    "is not a job in a known dialect: expected a Nova recipe (run, training_config) or Bedrock request "
+                    "(hyperParameters), a Vertex request (reinforcementTuningSpec) or an OpenAI job "
+                    "(method.type: reinforcement)",
+                )
+            ]
+        )
+    return found.name  # type: ignore[return-value]
 
 
 def resolve_document(
@@ -119,36 +112,26 @@ def _resolve_dialect(
     file_resolver: FileResolver | None,
     sizer: DatasetSizer,
 ) -> Resolution:
-    if dialect == "nova" and isinstance(document, dict) and is_bedrock_request(document):  # Bedrock's request
-        from openrft.spec.dialects.bedrock import parse_bedrock
-
-        return parse_bedrock(document, base_dir, source, sizer)
-    if dialect == "nova" and is_mtrl_recipe(document):  # Nova's multi-turn (agentic) RFT recipe
-        from openrft.spec.dialects.mtrl import parse_mtrl
-
-        return parse_mtrl(document, base_dir, source, sizer)
-    if dialect == "nova":
-        from openrft.spec.dialects.nova import parse_recipe
-
-        return parse_recipe(document, base_dir, source, sizer)
-    if dialect == "vertex":
-        from openrft.spec.dialects.vertex import parse_request
-
-        return parse_request(document, base_dir, source, sizer)
-    if dialect == "openai":
-        from openrft.spec.dialects.openai import parse_job
-
-        return parse_job(document, base_dir, source, file_resolver, sizer)
-    return _canonical(document, source)
+    return registry.get(dialect).resolve(document, base_dir, source, file_resolver, sizer)
 
 
-def _canonical(document: Any, source: str | None) -> Resolution:
+def _canonical(document: Any, _base_dir: Path, source: str | None, _files: Any, _sizer: Any) -> Resolution:
     try:
         spec = JobSpec.model_validate(document)
     except ValidationError as exc:
         raise SpecError(problems_from_validation(exc, JobSpec), source) from None
     written = {path: Source("user", path) for path in leaf_paths(document)}
     return Resolution(spec, complete(spec, written))
+
+
+registry.register(
+    registry.Dialect(
+        "canonical",
+        lambda document: isinstance(document, dict) and {"training", "model", "reward"} <= set(document),
+        _canonical,
+        order=90,
+    )
+)
 
 
 def parse_document(

@@ -35,6 +35,7 @@ from openrft.spec.dialects.common import (
     validate_all,
     vertex_default_epochs,
 )
+from openrft.spec.dialects.registry import Dialect, DocumentFields, register
 from openrft.spec.errors import FieldProblem, SpecError, outside
 from openrft.spec.job import MAX_SAMPLES_PER_PROMPT, MAX_STEPS
 from openrft.spec.locations import resolve_location
@@ -369,3 +370,25 @@ def _steps(b: SpecBuilder, hp: OpenAIHyperparameters, sizer: DatasetSizer) -> in
         f"{H}.eval_interval",
     )
     return prompts
+
+
+register(
+    Dialect(
+        "openai",
+        lambda document: isinstance(document, dict) and ("method" in document or "training_file" in document),
+        parse_job,
+        DocumentFields(
+            train="training_file",
+            validation="validation_file",
+            model="model",
+            reward="method.reinforcement.grader",
+            output="output_dir",
+            tracking="metadata",
+            replicas="openrft.replicas",
+            user_metadata="metadata",
+            suffix="suffix",
+            resolves_file_ids=True,
+        ),
+        order=30,
+    )
+)

@@ -31,6 +31,7 @@ from openrft.spec.dialects.common import (
     validate_all,
     vertex_default_epochs,
 )
+from openrft.spec.dialects.registry import Dialect, DocumentFields, register
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution, Source
@@ -358,3 +359,27 @@ def _default_autorater_prompts(b: SpecBuilder, config: VertexReward, field: str)
                 "is not set: the judge gets OpenRFT's default prompt (docs/rewards.md, 'Vertex AI rewards'); "
                 "Vertex does not publish the prompt its service uses",
             )
+
+
+register(
+    Dialect(
+        "vertex",
+        lambda document: (
+            isinstance(document, dict)
+            and ("reinforcementTuningSpec" in document or "reinforcement_tuning_spec" in document)
+        ),
+        lambda document, base_dir, source, _files, sizer: parse_request(document, base_dir, source, sizer),
+        DocumentFields(
+            train="reinforcementTuningSpec.trainingDatasetUri",
+            validation="reinforcementTuningSpec.validationDatasetUri",
+            model="baseModel",
+            reward="reinforcementTuningSpec",
+            output="outputUri",
+            tracking="labels",
+            replicas="openrft.replicas",
+            display_name="tunedModelDisplayName",
+            user_metadata="labels",
+        ),
+        order=20,
+    )
+)
