@@ -61,7 +61,7 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
 def mount_tinker(app: FastAPI) -> None:
     """The Tinker API (docs/tinker.md) when the ``tinker`` SDK is installed (its types read the bodies)."""
     try:
-        from openrft.service.tinker.routes import mount
+        from openrft.service.tinker.mount import mount
     except ImportError as exc:
         logging.getLogger("openrft.service").info("Tinker API off: %s (pip install 'openrft[tinker]')", exc)
         return

@@ -691,19 +691,3 @@ async def not_served(path: str) -> None:
     """Every other path under /api/v1: 404 (registered last, so it never hides a route above)."""
     shown = path if len(path) <= 80 else path[:77] + "..."
     raise HTTPException(404, f"/api/v1/{shown} is not a route of this server's Tinker API")
-
-
-def mount(app) -> None:
-    """The Tinker routes on ``app``, next to the others (not in its OpenAPI document)."""
-    config = app.state.config
-    settings = getattr(config, "tinker", None) or TinkerSettings()
-    quota_bytes = getattr(config, "max_stored_bytes_per_tenant", None)
-    app.state.tinker = TinkerState(config.data_dir, app.state.store, app.state.auth, settings, quota_bytes)
-    resumable = app.state.tinker.records.orphaned()
-    if resumable:
-        log.info("Tinker training clients left by a stopped server, marked paused: %s", ", ".join(resumable))
-    from openrft.service.tinker import rest  # the RestClient's routes (rest.py imports this module)
-
-    app.include_router(rest.downloads)
-    app.include_router(rest.router)
-    app.include_router(router)  # last: its catch-all answers every other path
