@@ -167,3 +167,94 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
     for group in actors.values():
         assert {a["Address"]["NodeID"] for a in group} <= nodes
         assert len({a["Address"]["NodeID"] for a in group}) == len(group)  # one CPU a node: one learner a node
+
+
+@pytest.fixture
+def fast_cluster():
+    """As ``cluster``, with the GCS noticing a dead node within about two seconds (it checks every 500 ms and gives
+    up after 4 failed checks; Ray's defaults take about 15 s)."""
+    from ray.cluster_utils import Cluster
+
+    nodes = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {"node_head": 1},
+            "include_dashboard": False,
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4},
+        },
+    )
+    try:
+        for name in ("node_a", "node_b"):
+            nodes.add_node(num_cpus=1, resources={name: 1})
+        nodes.wait_for_nodes()
+        yield nodes
+    finally:
+        nodes.shutdown()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_node_lost_mid_job_its_learners_come_back_on_the_other_nodes_and_the_job_resumes_from_its_checkpoint(
+    fast_cluster, service, tmp_path
+):
+    """A ``runtime: ray`` job with 2 learners (one a node) and a checkpoint every step; once it has passed step 2
+    the node of one of its learners is removed (its raylet and workers killed). The job process hands the job
+    back, its worker frees the attempt's placement group and admits it again on the 2 remaining nodes, and it
+    resumes from its last checkpoint: it succeeds with every step's metrics once, its events saying what
+    happened. Without the hand-back the job fails (``ray_actors_lost``) and this test with it."""
+    cluster = fast_cluster
+    service.serve(workers=1, extra=("--ray-address", cluster.address))
+    client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
+    with small_dataset(tmp_path / "train.jsonl", TRAIN, 20).open("rb") as f:
+        train = client.files.create(file=f, purpose="fine-tune")
+    with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 4).open("rb") as f:
+        validation = client.files.create(file=f, purpose="fine-tune")
+    job = client.fine_tuning.jobs.create(
+        model="openrft-demo",
+        training_file=train.id,
+        validation_file=validation.id,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER,  # a checkpoint at every evaluation: every step
+                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 1, "eval_samples": 1},
+            },
+        },
+        extra_body={"openrft": {**SMALL, "runtime": "ray", "replicas": 2, "eval_max_examples": 2}},
+    )
+
+    def events() -> list:
+        return list(client.fine_tuning.jobs.list_events(job.id, limit=200))
+
+    deadline = time.monotonic() + 240
+    while not any(e.type == "metrics" and e.data["step"] >= 2 for e in events()):
+        assert client.fine_tuning.jobs.retrieve(job.id).status in ("queued", "running") and time.monotonic() < deadline
+        time.sleep(0.5)
+
+    # the node of one of its learners, from Ray's own actor table (the head's is kept: the drivers are there)
+    head = cluster.head_node.node_id
+    alive = [a for a in _learner_actors(cluster).popitem()[1] if a["State"] == "ALIVE"]
+    assert len(alive) == 2, alive
+    lost_node = next(a["Address"]["NodeID"] for a in alive if a["Address"]["NodeID"] != head)
+    cluster.remove_node(next(n for n in cluster.worker_nodes if n.node_id == lost_node), allow_graceful=False)
+
+    done = _wait(lambda: client.fine_tuning.jobs.retrieve(job.id).to_dict(), timeout=300)
+    messages = [e.message for e in reversed(events())]
+    assert done["status"] == "succeeded", (done.get("error"), messages)
+    steps = [e.data["step"] for e in events() if e.type == "metrics"]
+    assert sorted(steps) == list(range(6)), steps  # 20 prompts / 4 a step, and the baseline: each step once
+    lost = [m for m in messages if "Ray actors were lost with node" in m]
+    assert len(lost) == 1 and lost_node[:12] in lost[0] and "attempt 1 of 3" in lost[0], messages
+    assert re.search(r"resumes from its last checkpoint \(step [2-5]\)", lost[0]), lost[0]
+    later = messages[messages.index(lost[0]) :]
+    assert any(m.startswith("Job handed back: its Ray actors were lost") for m in later), messages
+    assert any(re.fullmatch(r"Resuming from the checkpoint at step [2-5]", m) for m in later), messages
+
+    # Ray's record: the first attempt's group removed; the second attempt's learners on the two remaining nodes
+    groups = {g["name"]: g["state"] for g in cluster.global_state.placement_group_table().values()}
+    assert groups.get(f"openrft-{job.id}-a1") == "REMOVED", groups
+    by_job = _learner_actors(cluster)
+    assert len(by_job) == 2, by_job
+    second = [actors for actors in by_job.values() if lost_node not in {a["Address"]["NodeID"] for a in actors}]
+    remaining = {n["NodeID"] for n in cluster.global_state.node_table() if n["Alive"]}
+    assert len(second) == 1 and {a["Address"]["NodeID"] for a in second[0]} == remaining, by_job

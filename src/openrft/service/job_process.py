@@ -3,6 +3,11 @@
 Started by a worker. Runs the engine on the job's spec (resuming from the run directory's latest
 checkpoint if there is one), streams metrics, events and checkpoints into the store, polls the store
 for pause and cancel between steps, and records the outcome. Exits when its worker dies.
+
+A job whose Ray actors were lost (their node died: ``runtime.ray_faults``) is not failed while attempts remain:
+the process says so in an event and exits with ``RESUME_EXIT``; its worker frees the attempt's placement group
+and requeues the job, whose next attempt gets a new group on the remaining nodes and resumes from its last
+checkpoint. On the last attempt it fails naming the loss (``ray_actors_lost``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from openrft.engine.checkpoints import CheckpointManager
 from openrft.engine.job import Command
 from openrft.errors import CheckpointError, ModelNotFoundError, OpenRFTError, RewardError
 from openrft.runtime import runtime_factory
+from openrft.runtime.ray_faults import lost_actors
 from openrft.service.config import ServiceConfig
+from openrft.service.launchers import RESUME_EXIT
 from openrft.service.metrics_events import checkpoint_metrics, event_data, event_message
 from openrft.service.store import CheckpointRecord, Store
 from openrft.service.store.base import new_id
@@ -135,8 +142,14 @@ class JobRunner:
                 # its worker freed the job's placement group on the cancel: its actors were stopped, not lost
                 self.store.finish(self.job.id, self.attempt, "cancelled", "Job cancelled (its Ray actors stopped)")
                 return 0
+            lost = lost_actors(exc)
+            if lost is not None and self.attempt < self.config.max_attempts:
+                return self.hand_back(lost)
             code = next((c for kind, c in ERROR_CODES if isinstance(exc, kind)), "internal_error")
             message = str(exc) if isinstance(exc, OpenRFTError) else f"{exc.__class__.__name__}: {exc}"
+            if lost is not None:
+                code = "ray_actors_lost"
+                message = f"{lost} on attempt {self.attempt} of {self.config.max_attempts}: {message}"
             if is_disk_full(exc):
                 code, message = "insufficient_storage", f"{DISK_FULL_MESSAGE} ({message}); resume the job once "
                 message += "there is space: it continues from its last checkpoint"
@@ -174,6 +187,17 @@ class JobRunner:
         else:
             self.store.finish(self.job.id, self.attempt, "cancelled", f"Job cancelled after step {step}")
         return 0
+
+    def hand_back(self, lost: str) -> int:
+        """The job's Ray actors were lost: say so and exit for its worker to requeue it (``RESUME_EXIT``)."""
+        latest = self.checkpoints.latest()
+        since = f"its last checkpoint (step {latest.step})" if latest is not None else "the start (no checkpoint yet)"
+        self.on_event(
+            "warn",
+            f"{lost[0].upper()}{lost[1:]} on attempt {self.attempt} of {self.config.max_attempts}; the job is "
+            f"requeued and resumes from {since} on the Ray cluster's remaining nodes",
+        )
+        return RESUME_EXIT
 
     def result_file(self) -> str:
         """The run's metrics.jsonl as a file of the job's owner (purpose fine-tune-results)."""

@@ -34,7 +34,13 @@ VERTEX_STATES = {
     "cancelled": "JOB_STATE_CANCELLED",
 }
 # google.rpc.Code numbers for the error codes a job can fail with
-GOOGLE_CODES = {"invalid_training_file": 3, "invalid_job": 3, "model_not_found": 5, "worker_lost": 14}
+GOOGLE_CODES = {
+    "invalid_training_file": 3,
+    "invalid_job": 3,
+    "model_not_found": 5,
+    "worker_lost": 14,
+    "ray_actors_lost": 14,
+}
 
 
 def hyperparameters(spec: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.service.config import ServiceConfig
-from openrft.service.launchers import ForkLauncher, JobHandle, SpawnLauncher
+from openrft.service.launchers import RESUME_EXIT, ForkLauncher, JobHandle, SpawnLauncher
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 
@@ -147,10 +147,10 @@ class Worker:
             code = running.process.poll()
             if code is None:
                 continue
+            if self.admission is not None:  # its placement group goes back to the cluster, before a requeue
+                self.admission.release(job_id)  # (a next attempt must not find this attempt's group held)
             self._process_ended(running, code)
             del self.running[job_id]
-            if self.admission is not None:  # its placement group goes back to the cluster
-                self.admission.release(job_id)
 
     def _process_ended(self, running: RunningJob, code: int) -> None:
         """The job process ended; if it recorded no outcome (killed, out of memory, a crash, a full disk)."""
@@ -160,6 +160,8 @@ class Worker:
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
         if code == 0:
             how = "exit code 0 without recording an outcome"
+        if code == RESUME_EXIT:  # its Ray actors were lost (its event says with which node): resume elsewhere
+            how = "its Ray actors lost"
         if job.control == "cancel":
             self.store.with_room(
                 lambda: self.store.finish(
@@ -177,6 +179,18 @@ class Worker:
                     error_code="job_process_died",
                     error_message=f"the job process ended with {how} on {job.attempts} attempts; "
                     f"its output is in the worker's logs/{job.id}.log",
+                )
+            )
+        elif code == RESUME_EXIT and job.control == "pause":  # a pause asked for meanwhile: at that checkpoint
+            self.store.with_room(
+                lambda: self.store.finish(
+                    job.id, running.attempt, "paused", "Job paused at its last checkpoint (its Ray actors were lost)"
+                )
+            )
+        elif code == RESUME_EXIT:
+            self.store.with_room(
+                lambda: self.store.requeue(
+                    job.id, self.worker_id, "Job handed back: its Ray actors were lost; its placement group freed"
                 )
             )
         else:
