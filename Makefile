@@ -20,8 +20,11 @@ $(BASE_STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $(BASE_STAMP)
 
+# tinker-cookbook 0.6.1 without its dependencies (the index lacks its tml-renderers>=0.4.1; the rest is the dev
+# extra's `cookbook`): its recipes run against the server in tests/tinker_api/test_cookbook.py.
 $(STAMP): $(BASE_STAMP)
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps "tinker-cookbook==0.6.1"
 	touch $(STAMP)
 
 demo: $(BASE_STAMP)
