@@ -35,11 +35,13 @@ SUITES = (
     "real-shape",
     "real-shape-profile",
     "tinker",
+    "tinker-fairness",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
 # run only when named: real-shape, a 0.5B model trained by two systems at two thread counts (and its learner
-# profiled: it builds the same model); tinker, two 100-step trainings (about half an hour)
-HOURS = ("real-shape", "real-shape-profile", "tinker")
+# profiled: it builds the same model); tinker, two 100-step trainings (about half an hour); tinker-fairness, two
+# servers under a backlog (about ten minutes)
+HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness")
 
 
 def _log(message: str) -> None:
@@ -942,6 +944,13 @@ def real_shape_profile_suite(args: argparse.Namespace) -> None:
     write_results("real_shape_profile", title, body, {"rows": rows, "load": load}, args.out)
 
 
+def tinker_fairness_suite(args: argparse.Namespace) -> None:
+    from benchmarks.tinker_fairness import suite
+
+    _log("Tinker fairness: tenant B's short sample behind tenant A's backlog, fair and FIFO schedules")
+    suite(args)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -958,6 +967,7 @@ RUNNERS = {
     "real-shape": real_shape_suite,
     "real-shape-profile": real_shape_profile_suite,
     "tinker": tinker_suite,
+    "tinker-fairness": tinker_fairness_suite,
 }
 
 
@@ -1024,6 +1034,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--tinker-steps", type=int, default=100, help="tinker: steps of each training")
     parser.add_argument("--tinker-rounds", type=int, default=1, help="tinker: rounds (each alternates the order)")
+    from benchmarks.tinker_fairness import add_options as tinker_fairness_options
+
+    tinker_fairness_options(parser)
     parser.add_argument(
         "--tinker-baseline",
         type=Path,
