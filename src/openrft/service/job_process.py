@@ -30,7 +30,7 @@ from openrft.errors import CheckpointError, ModelNotFoundError, OpenRFTError, Re
 from openrft.runtime import runtime_factory
 from openrft.runtime.ray_faults import lost_actors
 from openrft.service.config import ServiceConfig
-from openrft.service.launchers import RESUME_EXIT
+from openrft.service.exit_codes import RESUME_EXIT
 from openrft.service.metrics_events import checkpoint_metrics, event_data, event_message
 from openrft.service.store import CheckpointRecord, Store
 from openrft.service.store.base import new_id

@@ -22,10 +22,6 @@ from typing import Protocol
 
 from openrft.service.config import ServiceConfig
 
-# a job process's exit status saying "requeue my job": its Ray actors were lost (job_process.py), and it resumes
-# from its last checkpoint on a new placement group once its worker has freed this one (worker.py)
-RESUME_EXIT = 75  # EX_TEMPFAIL
-
 
 class JobHandle(Protocol):
     pid: int

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.service.config import ServiceConfig
-from openrft.service.launchers import RESUME_EXIT, ForkLauncher, JobHandle, SpawnLauncher
+from openrft.service.exit_codes import RESUME_EXIT
+from openrft.service.launchers import ForkLauncher, JobHandle, SpawnLauncher
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 
