@@ -205,7 +205,7 @@ def test_a_node_lost_mid_job_its_learners_come_back_on_the_other_nodes_and_the_j
     cluster = fast_cluster
     service.serve(workers=1, extra=("--ray-address", cluster.address))
     client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
-    with small_dataset(tmp_path / "train.jsonl", TRAIN, 20).open("rb") as f:
+    with small_dataset(tmp_path / "train.jsonl", TRAIN, 40).open("rb") as f:  # 10 steps: 8 after the loss
         train = client.files.create(file=f, purpose="fine-tune")
     with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 4).open("rb") as f:
         validation = client.files.create(file=f, purpose="fine-tune")
@@ -242,13 +242,15 @@ def test_a_node_lost_mid_job_its_learners_come_back_on_the_other_nodes_and_the_j
     messages = [e.message for e in reversed(events())]
     assert done["status"] == "succeeded", (done.get("error"), messages)
     steps = [e.data["step"] for e in events() if e.type == "metrics"]
-    assert sorted(steps) == list(range(6)), steps  # 20 prompts / 4 a step, and the baseline: each step once
-    lost = [m for m in messages if "Ray actors were lost with node" in m]
-    assert len(lost) == 1 and lost_node[:12] in lost[0] and "attempt 1 of 3" in lost[0], messages
-    assert re.search(r"resumes from its last checkpoint \(step [2-5]\)", lost[0]), lost[0]
+    assert sorted(steps) == list(range(11)), steps  # 40 prompts / 4 a step, and the baseline: each step once
+    lost = [m for m in messages if m.startswith("Its Ray actors were lost with")]
+    assert len(lost) == 1 and "attempt 1 of 3" in lost[0], messages
+    # the node, where the error names an actor (an object lost with it names none: "with their node or ...")
+    assert lost_node[:12] in lost[0] or "with their node or worker process" in lost[0], (lost_node, lost[0])
+    assert re.search(r"resumes from its last checkpoint \(step [2-9]\)", lost[0]), lost[0]
     later = messages[messages.index(lost[0]) :]
     assert any(m.startswith("Job handed back: its Ray actors were lost") for m in later), messages
-    assert any(re.fullmatch(r"Resuming from the checkpoint at step [2-5]", m) for m in later), messages
+    assert any(re.fullmatch(r"Resuming from the checkpoint at step [2-9]", m) for m in later), messages
 
     # Ray's record: the first attempt's group removed; the second attempt's learners on the two remaining nodes
     groups = {g["name"]: g["state"] for g in cluster.global_state.placement_group_table().values()}

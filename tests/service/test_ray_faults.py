@@ -112,3 +112,29 @@ def test_the_job_process_hands_a_lost_job_back_and_its_worker_frees_the_group_be
     assert (failed.status, failed.error_code) == ("failed", "ray_actors_lost")
     assert failed.error_message.startswith("its Ray actors were lost with their node or worker process")
     assert "on attempt 2 of 2: the learner's step failed" in failed.error_message
+
+
+class FakeRay:
+    """``get``/``wait`` over refs that are the errors their calls end with (None: a result)."""
+
+    def get(self, refs):
+        for ref in refs if isinstance(refs, list) else [refs]:
+            if ref is not None:
+                raise ref
+        return ["result" for _ in refs] if isinstance(refs, list) else "result"
+
+    def wait(self, refs, num_returns, timeout):
+        return refs, []
+
+
+def test_a_broken_collective_is_reported_as_its_lost_peer():
+    from openrft.runtime.ray_faults import get_naming_the_lost
+
+    broken = exceptions.RayTaskError("train", "Traceback", RuntimeError("gloo: Connection closed by peer"))
+    peer = exceptions.ActorUnavailableError("node died", None)
+    with pytest.raises(exceptions.ActorUnavailableError) as raised:
+        get_naming_the_lost(FakeRay(), [broken, peer])  # the survivor's error comes first
+    assert raised.value.__cause__ is broken and lost_actors(raised.value) is not None
+    with pytest.raises(exceptions.RayTaskError):  # no peer lost: the job's own error, as it was
+        get_naming_the_lost(FakeRay(), [broken, None])
+    assert get_naming_the_lost(FakeRay(), [None, None]) == ["result", "result"]

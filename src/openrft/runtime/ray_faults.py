@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
+
+PEER_LOSS_WAIT_S = 30.0  # how long a failed collective waits for its lost peer's error to arrive
 
 LOSS_ERRORS = (
     "RayActorError",  # ActorDiedError, ActorUnavailableError
@@ -75,3 +78,30 @@ def lost_actors(exc: BaseException) -> str | None:
     node = lost_node(error)
     where = f"with node {node}" if node else "with their node or worker process"
     return f"its Ray actors were lost {where} ({type(error).__name__})"
+
+
+def get_naming_the_lost(ray: Any, refs: list, wait_s: float = PEER_LOSS_WAIT_S) -> list:
+    """``ray.get(refs)`` of one call to each of a group of actors that run collectives together (data-parallel
+    learners). When a node dies, a surviving actor's collective usually fails first ("Connection closed by peer")
+    and ``ray.get`` raises that ``RayTaskError``; the cause is the peer's loss, whose ``RayActorError`` arrives a
+    moment later. So on a failure, the other calls are given up to ``wait_s`` to end, and a lost actor's error is
+    raised (from the first error) if there is one: the loss is what the caller sees, not its symptom."""
+    try:
+        return ray.get(refs)
+    except Exception as exc:
+        lost = lost_among(ray, refs, wait_s)
+        if lost is None:
+            raise
+        raise lost from exc
+
+
+def lost_among(ray: Any, refs: list, wait_s: float) -> BaseException | None:
+    """The error of a lost actor among ``refs`` (waiting up to ``wait_s`` for them to end), else None."""
+    done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=wait_s)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except Exception as exc:
+            if lost_error(exc) is exc:
+                return exc
+    return None

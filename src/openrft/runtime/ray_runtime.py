@@ -51,6 +51,7 @@ from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.runtime.cluster_address import unreachable
 from openrft.runtime.placement import RAY_NAMESPACE, bundles
 from openrft.runtime.process_group import all_reduce_gradients, free_port, join_process_group, node_address
+from openrft.runtime.ray_faults import get_naming_the_lost
 from openrft.spec.job import JobSpec
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -235,7 +236,8 @@ class RayLearner:
         minis = [m for m in mini_batches(samples, self.algorithm_mini_batches) if trained(m)]
         tokens = [response_tokens(mini) for mini in minis]
         by_learner = [list(shares) for shares in zip(*(self._shares(mini) for mini in minis), strict=True)]
-        results = self._ray.get([a.train.remote(shares, tokens) for a, shares in zip(self.actors, by_learner)])
+        refs = [a.train.remote(shares, tokens) for a, shares in zip(self.actors, by_learner)]
+        results = get_naming_the_lost(self._ray, refs)  # a lost peer, not the survivors' broken collective
         sums = dict.fromkeys(SUM_KEYS, 0.0)
         for shares, (learner_sums, _, old_logps, _, _) in zip(by_learner, results, strict=True):
             add_sums(sums, learner_sums)

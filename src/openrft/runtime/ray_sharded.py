@@ -64,25 +64,26 @@ class RayShardedLearner:
             rank = pending.pop(ready[0])
             try:
                 ray.get(ready[0])
-            except Exception as exc:
+            except Exception:
                 dead = self._dead_rank({ready[0]: rank, **pending})
                 if dead is None:
                     raise
-                raise LearnerRankDied(
+                dead, lost = dead
+                raise LearnerRankDied(  # from the rank's loss: the service resumes the job (ray_faults.py)
                     f"learner rank {dead} of {len(self.actors)} (rollout.learner_sharding fsdp) died during "
                     f"{method}; the update was not applied: resume the job from its last checkpoint"
-                ) from exc
+                ) from lost
         return ray.get(refs)
 
-    def _dead_rank(self, refs: dict) -> int | None:
+    def _dead_rank(self, refs: dict) -> tuple[int, BaseException] | None:
         from ray.exceptions import RayActorError
 
         done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=DEATH_GRACE_S)
         for ref in done:
             try:
                 self._ray.get(ref)
-            except RayActorError:
-                return refs[ref]
+            except RayActorError as lost:
+                return refs[ref], lost
             except Exception:  # a survivor's failed collective: look further
                 continue
         return None
