@@ -64,8 +64,8 @@ class Ended:
 def test_the_job_process_hands_a_lost_job_back_and_its_worker_frees_the_group_before_requeueing(store, tmp_path):
     from openrft.service.admission import Decision
     from openrft.service.config import ServiceConfig
-    from openrft.service.job_process import JobRunner
     from openrft.service.exit_codes import RESUME_EXIT
+    from openrft.service.job_process import JobRunner
     from openrft.service.worker import Worker
     from tests.service.test_admission import Answers, Launcher, _queued, _spec
 
