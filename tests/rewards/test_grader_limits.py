@@ -256,7 +256,7 @@ def test_judge_replies_are_parsed_in_linear_time(reply):
 
 
 def test_judge_reply_parsing_keeps_its_meaning():
-    from openrft.reasoning import without_thinking
+    from openrft.data.records import without_thinking
     from openrft.rewards.judge import parse_score
 
     assert without_thinking("a<think>x</think>b<think>y</think>c<think>open") == "abc<think>open"

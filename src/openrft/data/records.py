@@ -36,3 +36,15 @@ class Example:
         if "reference_answer" in self.fields:
             return self.fields["reference_answer"]
         return self.fields.get("references")
+
+
+def without_thinking(text: str) -> str:
+    """A message's ``text`` (a model's answer, a judge's reply) without its ``<think>...</think>`` spans, in linear
+    time (``re.sub`` of ``<think>.*?</think>`` rescans to the end from every unclosed ``<think>``: quadratic).
+    Shared by rewards (judges' replies) and tools (an episode's final answer)."""
+    kept, at = [], 0
+    while (start := text.find("<think>", at)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
+        kept.append(text[at:start])
+        at = end + len("</think>")
+    kept.append(text[at:])
+    return "".join(kept)

@@ -20,7 +20,7 @@ from typing import Any
 
 from openrft.calls.endpoints import RemoteEndpoint
 from openrft.calls.failures import CallFailure as RewardFailure
-from openrft.reasoning import without_thinking
+from openrft.data.records import without_thinking
 from openrft.spec.call_options import JudgeSpec
 
 JUDGE_TIMEOUT_S = 60.0

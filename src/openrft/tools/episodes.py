@@ -32,8 +32,7 @@ from typing import Any, TypeVar
 
 from openrft.calls.endpoints import EndpointDown, gather_all
 from openrft.calls.failures import CallFailure
-from openrft.data.records import Example
-from openrft.reasoning import without_thinking
+from openrft.data.records import Example, without_thinking
 from openrft.rollout.harmony import MARKERS as HARMONY_MARKERS
 from openrft.rollout.prompts import render_prompt
 from openrft.rollout.replicas import GeneratorReplica
