@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from openrft.spec.dialects.builder import SpecBuilder, was_set
+from openrft.spec.dialects.interpolation import drop_blanks, resolve_interpolation
 from openrft.spec.error_paths import user_loc
-from openrft.spec.errors import FieldProblem, outside, problems_from_validation
+from openrft.spec.errors import FieldProblem, SpecError, outside, problems_from_validation
 from openrft.spec.job import (
     MAX_AGE_TOLERANCE,
     MAX_EXAMPLES,
@@ -373,6 +374,17 @@ def build_reward(b: SpecBuilder, model: type[M], field: str, **values: Any) -> M
     except ValidationError as exc:
         b.problems.extend(problems_from_validation(exc, model, field, skip=1))
         return None
+
+
+def read_recipe(model: type[M], raw: Any, source: str | None) -> tuple[M, list[FieldProblem]]:
+    """A recipe read as its launchers read it (OmegaConf ``${...}`` resolved, blank values unset) and validated,
+    every problem kept for the resolver to report at once; unreadable even so: the problems as a ``SpecError``."""
+    resolved, problems = resolve_interpolation(raw)
+    recipe, more = validate_all(model, drop_blanks(resolved, model))
+    problems += more
+    if recipe is None:
+        raise SpecError(problems, source)
+    return recipe, problems
 
 
 def validate_all(model: type[M], raw: dict[str, Any]) -> tuple[M | None, list[FieldProblem]]:

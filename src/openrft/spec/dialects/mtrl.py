@@ -30,14 +30,13 @@ from openrft.spec.dialects.common import (
     closed,
     count_examples,
     exact,
+    read_recipe,
     run_locations,
     steps_for_epochs,
     training_prompts,
-    validate_all,
 )
-from openrft.spec.dialects.interpolation import drop_blanks, resolve_interpolation
 from openrft.spec.dialects.lambdas import ANY_LAMBDA, lambda_reward
-from openrft.spec.errors import FieldProblem, SpecError
+from openrft.spec.errors import FieldProblem
 from openrft.spec.provenance import Resolution
 
 SECTIONS = (
@@ -202,11 +201,7 @@ def parse_mtrl(
 ) -> Resolution:
     """Validate an MTRL recipe (already loaded from YAML, OmegaConf ``${...}`` resolved as its launcher does)
     and resolve it, every problem reported at once."""
-    resolved, problems = resolve_interpolation(raw)
-    recipe, more = validate_all(MtrlRecipe, drop_blanks(resolved, MtrlRecipe))
-    problems += more
-    if recipe is None:
-        raise SpecError(problems, source)
+    recipe, problems = read_recipe(MtrlRecipe, raw, source)
     return _resolve(recipe, base_dir or Path.cwd(), source, dataset_size, problems)
 
 

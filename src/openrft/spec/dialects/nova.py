@@ -25,13 +25,12 @@ from openrft.spec.dialects.common import (
     base_learning_rate,
     closed,
     count_examples,
+    read_recipe,
     rollout_strategy,
     run_locations,
     steps_for_epochs,
     training_prompts,
-    validate_all,
 )
-from openrft.spec.dialects.interpolation import drop_blanks, resolve_interpolation
 from openrft.spec.dialects.lambdas import ANY_LAMBDA, lambda_reward
 from openrft.spec.errors import FieldProblem, SpecError
 from openrft.spec.provenance import Resolution
@@ -198,11 +197,7 @@ def parse_recipe(
     if not isinstance(raw, dict):
         problem = FieldProblem("<root>", "a Nova recipe is a YAML mapping with run and training_config")
         raise SpecError([problem], source)
-    resolved, problems = resolve_interpolation(raw)
-    recipe, more = validate_all(NovaRecipe, drop_blanks(resolved, NovaRecipe))
-    problems += more
-    if recipe is None:
-        raise SpecError(problems, source)
+    recipe, problems = read_recipe(NovaRecipe, raw, source)
     return _resolve(recipe, base_dir or Path.cwd(), source, dataset_size, problems)
 
 
