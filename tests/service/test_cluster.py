@@ -34,15 +34,12 @@ GRADER = {
 SMALL = {"max_new_tokens": 6, "eval_max_examples": 4, "tensorboard": False, "threads": 1, "device": "cpu"}
 
 
-@pytest.fixture
-def cluster():
-    """Three Ray nodes of one CPU each on this machine, torn down after the test."""
+def three_nodes(**system_config):
+    """Three Ray nodes of one CPU each on this machine (``system_config``: the GCS's settings), torn down after."""
     from ray.cluster_utils import Cluster
 
-    nodes = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"node_head": 1}, "include_dashboard": False},
-    )
+    head = {"num_cpus": 1, "resources": {"node_head": 1}, "include_dashboard": False}
+    nodes = Cluster(initialize_head=True, head_node_args={**head, "_system_config": system_config})
     try:
         for name in ("node_a", "node_b"):
             nodes.add_node(num_cpus=1, resources={name: 1})
@@ -50,6 +47,11 @@ def cluster():
         yield nodes
     finally:
         nodes.shutdown()
+
+
+@pytest.fixture
+def cluster():
+    yield from three_nodes()
 
 
 def _learner_actors(cluster) -> dict[str, list[dict]]:
@@ -173,24 +175,7 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
 def fast_cluster():
     """As ``cluster``, with the GCS noticing a dead node within about two seconds (it checks every 500 ms and gives
     up after 4 failed checks; Ray's defaults take about 15 s)."""
-    from ray.cluster_utils import Cluster
-
-    nodes = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "resources": {"node_head": 1},
-            "include_dashboard": False,
-            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4},
-        },
-    )
-    try:
-        for name in ("node_a", "node_b"):
-            nodes.add_node(num_cpus=1, resources={name: 1})
-        nodes.wait_for_nodes()
-        yield nodes
-    finally:
-        nodes.shutdown()
+    yield from three_nodes(health_check_period_ms=500, health_check_failure_threshold=4)
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
