@@ -86,6 +86,7 @@ class Decision:
     group: str | None = None
     reason: str | None = None
     devices: str | None = None  # CUDA_VISIBLE_DEVICES of the job's process ("": no GPU); None: left as it is
+    reserved: dict[str, float] | None = None  # the placement group's resources in all (a tenant's quota counts them)
 
 
 class ClusterAdmission:
@@ -141,7 +142,7 @@ class ClusterAdmission:
             shape = " + ".join(f"{_amount(value)} {name}" for name, value in group[0].items())
             return Decision(reason=f"waiting for room on the Ray cluster for {len(group)} bundles of {shape} each")
         self.reserved[job_id] = reserved
-        return Decision(group=name)
+        return Decision(group=name, reserved=_total(group))
 
     def totals(self) -> dict[str, float]:
         """The cluster's resources in all (CPU, GPU, ...)."""

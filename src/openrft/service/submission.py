@@ -20,6 +20,7 @@ from openrft.service.dialect_fields import get_field as _get
 from openrft.service.dialect_fields import set_field as _set
 from openrft.service.errors import ApiError, check_request_document, from_dataset_error, from_spec_error
 from openrft.service.mcp_registry import resolve_registered
+from openrft.service.quotas import refuse_if_over_quota
 from openrft.service.store import Store
 from openrft.service.store.base import new_id
 from openrft.service.store.models import Job
@@ -160,6 +161,7 @@ class Submitter:
         # on the server's Ray cluster: a job larger than the whole cluster would wait forever
         fields = dialect_fields(dialect)
         refuse_if_never_fits(self.config.ray_address, spec, fields.replicas)
+        refuse_if_over_quota(self.store, owner, spec, self.config.ray_address)  # the operator's CPU/GPU-seconds
         job = Job(
             id=new_id("ftjob-"),
             owner=owner,
@@ -175,6 +177,7 @@ class Submitter:
             suffix=_get(body, _path(fields.suffix)) if fields.suffix else None,
             user_metadata=_get(body, _path(fields.user_metadata)) if fields.user_metadata else None,
             total_steps=spec.training.total_steps,
+            priority=spec.runtime.priority,
         )
         return self.store.create_job(
             job, f"Validated {job.training_file or 'the training data'}; job queued", self.max_queued(owner)

@@ -71,24 +71,19 @@ class Worker:
             if self.store.reserve is not None:
                 self.store.reserve.ensure()  # laid again once a full disk has room
             self.store.heartbeat(self.worker_id, list(self.running))
+            self.store.touch_usage([(r.job_id, r.attempt) for r in self.running.values()])  # tenants' quotas
             for job_id in self.store.reap_expired(self.config.heartbeat_timeout_s, self.config.max_attempts):
                 log.warning("requeued job %s: its worker stopped heartbeating", job_id)
         self._collect_finished()
         self._enforce_cancels()
         while len(self.running) < self.concurrency:
-            if self.admission is not None:
-                if not self._admit_next():
-                    break
-                continue
-            job = self.store.claim_job(self.worker_id)
-            if job is None:
+            if not self._admit_next():
                 break
-            self._start(job.id, job.attempts)
 
     def _admit_next(self) -> bool:
-        """On the server's cluster: reserve the next queued job's placement group, then claim that job; if its
-        resources are not free, it stays queued with the reason and the jobs behind it wait (no overtaking).
-        False when nothing was started."""
+        """Claim the next queued job (``_next_fair``). On the server's cluster (or this machine's GPUs) its placement
+        group (its GPUs) is reserved first; if its resources are not free, it stays queued with the reason and the
+        jobs behind it wait (no overtaking). False when nothing was started."""
         from openrft.service.admission import Decision
         from openrft.spec.job import JobSpec
 
@@ -101,7 +96,8 @@ class Worker:
         except ValueError:  # a spec this version cannot read: its job process fails it by name, not the queue
             spec = None
         try:
-            decision = self.admission.reserve(job.id, attempt, spec) if spec is not None else Decision()
+            admitted = spec is not None and self.admission is not None
+            decision = self.admission.reserve(job.id, attempt, spec) if admitted else Decision()
         except Exception as exc:  # the cluster is unreachable: the job waits, saying so
             log.warning("admission of job %s failed: %s", job.id, exc)
             decision = Decision(reason=f"cannot reach the Ray cluster: {exc}")
@@ -110,19 +106,25 @@ class Worker:
             return False
         claimed = self.store.claim_job(self.worker_id, job.id)
         if claimed is None:  # another worker took it, or it was cancelled or paused meanwhile
-            self.admission.release(job.id)
+            if self.admission is not None:
+                self.admission.release(job.id)
             return True
+        from openrft.service.quotas import reserved
+
+        use = reserved(spec, decision.reserved, decision.devices)  # what its tenant's quota counts while it runs
+        self.store.start_usage(claimed.id, claimed.attempts, claimed.owner, use.cpu, use.gpu)
         self._start(claimed.id, claimed.attempts, decision.group, decision.devices)
         return True
 
     def _next_fair(self):
-        """The queued job admission tries next: the oldest of the tenant holding the least of the cluster (its
-        dominant share), ties in the store's round-robin order; the store's order alone when the cluster is out of
-        reach or a single tenant waits."""
+        """The queued job admission tries next: the next (``queued_heads``: by priority, then oldest) of the tenant
+        holding the least of the cluster (its dominant share), ties in the store's round-robin order; the store's
+        order alone without a cluster, when it is out of reach or a single tenant waits. A tenant whose use reached
+        its quota is passed over, its job queued with the reason (``quotas.py``)."""
         from openrft.service.admission import dominant_shares
 
-        heads = self.store.queued_heads()
-        if len(heads) <= 1:
+        heads = [job for job in self.store.queued_heads() if not self._waits_for_quota(job)]
+        if len(heads) <= 1 or self.admission is None:
             return heads[0] if heads else None
         try:
             shares = dominant_shares(self.store.active_specs(), self.admission.totals())
@@ -130,6 +132,27 @@ class Worker:
             log.warning("tenants' shares of the Ray cluster unknown: %s", exc)
             return heads[0]
         return min(heads, key=lambda job: shares.get(job.owner, 0.0))  # min keeps the first of equals
+
+    def _waits_for_quota(self, job) -> bool:
+        """Whether ``job``'s tenant has used up a quota the job needs (then it stays queued, saying which)."""
+        from openrft.service.quotas import waiting_reason
+        from openrft.spec.job import JobSpec
+
+        try:
+            spec = JobSpec.model_validate(job.spec)
+        except ValueError:
+            spec = None
+        reason = waiting_reason(self.store, job.owner, spec, self._gpus)
+        if reason is not None:
+            self.store.set_queue_reason(job.id, reason)
+        return reason is not None
+
+    def _gpus(self) -> float:
+        """The GPUs jobs may be given: the cluster's, or this machine's the workers hand out; 0 when unknown."""
+        try:
+            return self.admission.totals().get("GPU", 0.0) if self.admission is not None else 0.0
+        except Exception:  # the cluster is out of reach: reserve() says so on the job
+            return 0.0
 
     def _start(self, job_id: str, attempt: int, placement_group: str | None = None, devices: str | None = None) -> None:
         logs = self.config.data_dir / "logs"
@@ -150,6 +173,7 @@ class Worker:
                 continue
             if self.admission is not None:  # its placement group goes back to the cluster, before a requeue
                 self.admission.release(job_id)  # (a next attempt must not find this attempt's group held)
+            self.store.touch_usage([(job_id, running.attempt)])  # its use counts up to its end
             self._process_ended(running, code)
             del self.running[job_id]
 
@@ -251,6 +275,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 running.process.kill()
                 running.process.wait(30)
+            self.store.touch_usage([(running.job_id, running.attempt)])
             self.store.requeue(running.job_id, self.worker_id, "Worker shut down")
             if self.admission is not None:
                 self.admission.release(running.job_id)

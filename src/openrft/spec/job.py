@@ -27,6 +27,7 @@ MAX_LENGTH = 131_072  # the longest context of the supported model families
 MAX_NEW_TOKENS = 32_768  # Vertex's maxOutputTokens
 MAX_AGE_TOLERANCE = 64
 MAX_REPLICAS = 64
+MAX_PRIORITY = 100  # a job's priority among its tenant's queued jobs: [-100, 100]
 MAX_STEPS = 100_000
 MAX_PPO_MINI_BATCHES = 1024
 MAX_LEARNING_RATE = 1.0
@@ -348,6 +349,13 @@ class RuntimeSpec(_Strict):
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     threads: int | None = Field(
         None, ge=1, le=MAX_THREADS, description="torch intra-op threads; None = one per physical core"
+    )
+    priority: int = Field(
+        0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="the job service's order among this tenant's queued jobs, higher first (never ahead of another "
+        "tenant's fair share); openrft train ignores it",
     )
 
 

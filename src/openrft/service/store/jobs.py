@@ -170,32 +170,46 @@ class JobsRepo(Repo):
     # workers ---------------------------------------------------------------------------------------------
 
     def _next_queued(self, column):
-        """The next queued job's ``column``: the oldest of the tenant claimed least recently (round-robin)."""
-        candidate, other = aliased(Job), aliased(Job)
+        """The next queued job's ``column``: of the tenant claimed least recently (round-robin; between tenants never
+        claimed, the one whose oldest job waits longest), that tenant's job of the highest priority, then the
+        oldest. A priority orders a tenant's own jobs only."""
+        candidate, other, mine = aliased(Job), aliased(Job), aliased(Job)
         last_claim = (
             select(func.max(other.claimed_at)).where(other.owner == candidate.owner).correlate(candidate)
+        ).scalar_subquery()
+        tenant_oldest = (
+            select(func.min(mine.seq))
+            .where(mine.owner == candidate.owner, mine.status == "queued")
+            .correlate(candidate)
         ).scalar_subquery()
         return (
             select(getattr(candidate, column))
             .where(candidate.status == "queued")
-            .order_by(func.coalesce(last_claim, -1.0), candidate.seq)
+            .order_by(func.coalesce(last_claim, -1.0), tenant_oldest, candidate.priority.desc(), candidate.seq)
             .limit(1)
         ), candidate
 
     def queued_heads(self) -> list[Job]:
-        """Each tenant's oldest queued job, in ``claim_job``'s order (the tenant claimed least recently first)."""
-        other = aliased(Job)
-        oldest = select(func.min(other.seq)).where(other.status == "queued").group_by(other.owner).scalar_subquery()
+        """Each tenant's next queued job (its highest priority, then its oldest), in ``claim_job``'s order (the tenant
+        claimed least recently first)."""
+        order = func.row_number().over(partition_by=Job.owner, order_by=(Job.priority.desc(), Job.seq))
+        ranked = select(Job.seq, order.label("place")).where(Job.status == "queued").subquery()
         with self.session() as s:
-            heads = list(s.scalars(select(Job).where(Job.seq.in_(oldest))))
+            heads = list(s.scalars(select(Job).join(ranked, Job.seq == ranked.c.seq).where(ranked.c.place == 1)))
+            owners = [h.owner for h in heads]
             claims = dict(
                 s.execute(
-                    select(Job.owner, func.max(Job.claimed_at))
-                    .where(Job.owner.in_([h.owner for h in heads]))
+                    select(Job.owner, func.max(Job.claimed_at)).where(Job.owner.in_(owners)).group_by(Job.owner)
+                ).all()
+            )
+            oldest = dict(
+                s.execute(
+                    select(Job.owner, func.min(Job.seq))
+                    .where(Job.owner.in_(owners), Job.status == "queued")
                     .group_by(Job.owner)
                 ).all()
             )
-        return sorted(heads, key=lambda job: (claims.get(job.owner) or -1.0, job.seq))
+        return sorted(heads, key=lambda job: (claims.get(job.owner) or -1.0, oldest[job.owner]))
 
     def active_specs(self) -> list[tuple[str, Any]]:
         """(owner, spec) of every running or pausing job: what each tenant holds now."""

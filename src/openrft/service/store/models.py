@@ -83,8 +83,41 @@ class Job(Base):
     error_param: Mapped[str | None] = mapped_column(String(200), nullable=True)
     # what a queued job waits for on the server's Ray cluster ("2 CPU, 1 free"; migration 0005); None: its turn
     queue_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # its place among its tenant's queued jobs, higher first (openrft.priority; migration 0006); never across tenants
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (Index(None, "owner", "seq"), Index(None, "status", "seq"), Index(None, "owner", "claimed_at"))
+
+
+class TenantQuota(Base):
+    """The CPU- and GPU-seconds a tenant's jobs may reserve, counted from ``since`` (None: no limit). The owner
+    ``*`` holds the default of tenants without a row of their own. Set by the operator (``openrft keys quota``)."""
+
+    __tablename__ = "tenant_quotas"
+
+    owner: Mapped[str] = mapped_column(String(40), primary_key=True)
+    cpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    since: Mapped[float] = mapped_column(Float)  # use before it is not counted (a reset)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class JobUsage(Base):
+    """What one attempt of a job reserved (CPUs, GPUs) and from when to when its worker last saw it running:
+    its CPU-seconds are ``cpu * (last_seen - started_at)``. The worker writes ``last_seen`` at each heartbeat and
+    when the attempt ends, so a worker that dies leaves at most one heartbeat uncounted."""
+
+    __tablename__ = "job_usage"
+
+    job_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(40))
+    cpu: Mapped[float] = mapped_column(Float)
+    gpu: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index(None, "owner", "last_seen"),)
 
 
 class Event(Base):

@@ -14,11 +14,12 @@ from openrft.service.store.keys import KeysRepo
 from openrft.service.store.progress import ProgressRepo
 from openrft.service.store.reserve import SpaceReserve
 from openrft.service.store.samples import SamplesRepo
+from openrft.service.store.usage import UsageRepo
 
 T = TypeVar("T")
 
 
-class Store(KeysRepo, FilesRepo, JobsRepo, ProgressRepo, SamplesRepo):
+class Store(KeysRepo, FilesRepo, JobsRepo, ProgressRepo, SamplesRepo, UsageRepo):
     reserve: SpaceReserve | None = None  # room beside an SQLite database file (store/reserve.py)
 
     @classmethod

@@ -24,6 +24,7 @@ from openrft.spec.job import (
     MAX_MICRO_BATCH_TOKENS,
     MAX_NEW_TOKENS,
     MAX_PPO_MINI_BATCHES,
+    MAX_PRIORITY,
     MAX_REPLICAS,
     MAX_SAMPLES_PER_PROMPT,
     MAX_SEED,
@@ -101,6 +102,9 @@ class OpenRFTExtensions(Strict):
     ignore_eos: bool = False
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
+    priority: Annotated[int, closed(-MAX_PRIORITY, MAX_PRIORITY)] = Field(
+        0, description="the service's order among this tenant's queued jobs, higher first"
+    )
     tensorboard: bool = True
     sample_prompts_per_step: Annotated[int, closed(0, MAX_SAMPLE_PROMPTS)] = 2
     eval_samples: bool = True
@@ -159,6 +163,7 @@ EXTENSION_TARGETS = {
     "ignore_eos": "sampling.ignore_eos",
     "device": "runtime.device",
     "threads": "runtime.threads",
+    "priority": "runtime.priority",
     "tensorboard": "tracking.tensorboard",
     "sample_prompts_per_step": "tracking.sample_prompts_per_step",
     "eval_samples": "tracking.eval_samples",
