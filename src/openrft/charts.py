@@ -40,6 +40,8 @@ CHARTS: tuple[Chart, ...] = (
         also=("rollout_correction/truncated_fraction",),
     ),
     Chart("Engine log-probs missing", "rollout_correction/missing_logprobs"),
+    # the sync probe after each weight sync, overall and per replica (engine/sync_check.py; docs/monitoring.md)
+    Chart("Sync probe max |log-prob diff|", "sync/max_logprob_diff", prefix_match=True),
 )
 
 REWARD_CHARTS = CHARTS[:2]

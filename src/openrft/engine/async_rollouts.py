@@ -29,6 +29,7 @@ from openrft.data.records import Example
 from openrft.data.sampler import EpochSampler
 from openrft.engine.rollouts import RolloutGroup, reward_samples, split_outcomes
 from openrft.engine.staleness import StalenessManager
+from openrft.engine.sync_check import SyncChecker
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.replicas import GenerationReplica
 from openrft.rollout.types import Completion, SamplingParams
@@ -63,6 +64,7 @@ class AsyncRolloutSource:
         age_tolerance: int,
         adapter_state: Callable[[], Any],
         on_event: Callable[[str, str], None] | None = None,
+        checker: SyncChecker | None = None,
     ):
         if not replicas:
             raise ValueError("asynchronous rollouts need at least one generation replica")
@@ -71,6 +73,7 @@ class AsyncRolloutSource:
         self.batch_size = batch_size
         self.chunk_size = math.ceil(batch_size / len(replicas))
         self.adapter_state = adapter_state
+        self.checker = checker  # the sync probe after each load (engine/sync_check.py)
         self.on_event = on_event or (lambda level, message: None)
         self.staleness = StalenessManager(batch_size, age_tolerance)
         self._cond = threading.Condition()
@@ -127,6 +130,8 @@ class AsyncRolloutSource:
     def policy_updated(self, version: int) -> None:
         """The learner finished a batch: publish its adapter and move the admission window."""
         weights = self.adapter_state()
+        if self.checker is not None:  # the learner's scores of this version, in its own thread
+            self.checker.published(version)
         with self._cond:
             self._weights, self._version = weights, version
             self.staleness.batch_trained(version)
@@ -149,6 +154,8 @@ class AsyncRolloutSource:
         )
         restarts = sum(getattr(r, "restarts", 0) for r in self.replicas)
         metrics["rollout/replica_restarts"] = float(restarts)
+        if self.checker is not None:
+            metrics.update(self.checker.metrics())
         self._step = {"dropped": 0, "wait_s": 0.0}
         return metrics
 
@@ -159,6 +166,8 @@ class AsyncRolloutSource:
             return
         with self._cond:
             self._weights, self._version = self.adapter_state(), self.staleness.version
+        if self.checker is not None:
+            self.checker.published(self._version)
         for r in range(len(self.replicas)):
             thread = threading.Thread(target=self._work, args=(r,), name=f"openrft-gen-{r}", daemon=True)
             thread.start()
@@ -175,6 +184,8 @@ class AsyncRolloutSource:
             try:
                 if loaded != version:
                     replica.load_adapter(weights, version)
+                    if self.checker is not None:
+                        self.checker.check(r, replica, weights, version)
                     loaded = version
                 examples = [self.examples[i] for _, i in chunk.items]
                 groups, rng_after = replica.generate(

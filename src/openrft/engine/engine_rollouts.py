@@ -18,6 +18,7 @@ from openrft.data.records import Example
 from openrft.data.sampler import EpochSampler
 from openrft.engine.async_rollouts import GenerationReplica
 from openrft.engine.rollouts import RolloutGroup, SyncRolloutSource, score_groups
+from openrft.engine.sync_check import SyncChecker
 from openrft.rewards.runner import RewardRunner
 from openrft.rollout.remote import GenerationServerError
 from openrft.rollout.types import Completion, SamplingParams
@@ -37,11 +38,13 @@ class EngineRolloutSource(SyncRolloutSource):
         *,
         adapter_state: Callable[[], Any],
         version: Callable[[], int],
+        checker: SyncChecker | None = None,
     ):
         if not replicas:
             raise ValueError("engine rollouts need at least one generation replica")
         super().__init__(None, rewards, sampler, examples, prompt_ids, params)  # type: ignore[arg-type]
         self.replicas, self.adapter_state, self.version = replicas, adapter_state, version
+        self.checker = checker  # the sync probe after each load (engine/sync_check.py)
         self._loaded: list[int | None] = [None] * len(replicas)  # the version each replica serves
         self._pool = ThreadPoolExecutor(max_workers=len(replicas), thread_name_prefix="engine-rollouts")
 
@@ -64,9 +67,13 @@ class EngineRolloutSource(SyncRolloutSource):
         if not stale:
             return
         weights = self.adapter_state()
+        if self.checker is not None:
+            self.checker.published(version)
         for index in stale:
             self._loaded[index] = None  # a failed load leaves the replica's version unknown
             self.replicas[index].load_adapter(weights, version)
+            if self.checker is not None:
+                self.checker.check(index, self.replicas[index], weights, version)
             self._loaded[index] = version
 
     def _generate(self, prompts: list[list[int]]) -> list[list[Completion]]:
@@ -74,6 +81,9 @@ class EngineRolloutSource(SyncRolloutSource):
         chunks = [(r, prompts[i * size : (i + 1) * size]) for i, r in enumerate(self.replicas)]
         futures = [self._pool.submit(r.generate, chunk, self.params, None) for r, chunk in chunks if chunk]
         return [group for future in futures for group in future.result()[0]]
+
+    def step_metrics(self) -> dict[str, float]:
+        return self.checker.metrics() if self.checker is not None else {}
 
     def policy_updated(self, version: int) -> None:
         """Nothing now: the weights are sent before the next generation (``_publish``), also after a resume."""

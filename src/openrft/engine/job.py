@@ -27,6 +27,7 @@ from openrft.engine.progress import ProgressReporter
 from openrft.engine.rollouts import RolloutGroup, SyncRolloutSource
 from openrft.engine.samples import SampleKind, SampleListener, SampleLog, sample_records
 from openrft.engine.setup import JobParts, build_parts
+from openrft.engine.sync_check import SyncChecker
 from openrft.engine.train_batch import build_train_batch
 from openrft.errors import CheckpointError, OpenRFTError
 from openrft.rewards.capture import REWARD_OUTPUT_FILE, output_log
@@ -147,6 +148,11 @@ class RFTJob:
         sampler = EpochSampler(
             len(self.parts.datasets.train), spec.training.prompts_per_step, spec.data.shuffle, spec.training.seed
         )
+        checker = None
+        if spec.rollout.strategy != "sync" or spec.rollout.generation_engine != "local":  # weights are sent
+            checker = SyncChecker.for_job(
+                spec.rollout.sync_probe, self.parts.train_prompts, learner_parts.probe_scores, self.on_event
+            )
         if spec.rollout.strategy == "sync" and spec.rollout.generation_engine != "local":
             self.rollouts = EngineRolloutSource(
                 [wrap(r) for r in self.runtime.generation_replicas(spec, self.parts, learner_parts, self.run_dir)],
@@ -157,6 +163,7 @@ class RFTJob:
                 self.train_params,
                 adapter_state=learner_parts.adapter_state,
                 version=lambda: self.learner.version,
+                checker=checker,
             )
         elif spec.rollout.strategy == "sync":
             self.rollouts = SyncRolloutSource(
@@ -182,6 +189,7 @@ class RFTJob:
                 age_tolerance=spec.rollout.age_tolerance,
                 adapter_state=learner_parts.adapter_state,
                 on_event=self.on_event,
+                checker=checker,
             )
         self.sampler = sampler
         # generation and learning take turns in this process only with sync rollouts from the local generator

@@ -25,6 +25,7 @@ from openrft.engine.setup import JobParts
 from openrft.learner import Learner, LearnerConfig, Policy
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.replicas import GeneratorReplica
+from openrft.rollout.sync_probe import ProbeSet, score_with_model
 from openrft.spec.job import JobSpec, RolloutCorrectionSpec
 
 
@@ -34,6 +35,7 @@ class LearnerParts:
     model: Any  # what checkpoints save: a PeftModel, or an object with save_pretrained(directory)
     generator: Any  # evaluation (and synchronous rollouts): a Generator with an ``rng``
     adapter_state: Callable[[], Any]  # the current policy's weights, as the runtime broadcasts them
+    probe_scores: Callable[[ProbeSet], list[list[float]]] | None = None  # the learner's sync-probe scores
 
 
 class AdapterFilesWriter:
@@ -147,7 +149,9 @@ class LocalRuntime:
             policy.model, parts.tokenizer, parts.eos_ids, parts.tokenizer.pad_token_id, seed=spec.training.seed
         )
         self._policy = policy
-        return LearnerParts(learner, policy.model, generator, policy.adapter_state)
+        return LearnerParts(
+            learner, policy.model, generator, policy.adapter_state, lambda probe: score_with_model(policy.model, probe)
+        )
 
     def generation_replicas(
         self, spec: JobSpec, parts: JobParts, learner: LearnerParts, run_dir: Path
@@ -187,6 +191,13 @@ class FullWeightsLoader:
 
     def generate(self, prompts, params, seed=None):
         return self.generator.generate(prompts, params, seed)
+
+    def score(self, probe):
+        return self.generator.score(probe)
+
+    @property
+    def probe_engine(self) -> tuple[str, str]:
+        return self.generator.probe_engine
 
     @property
     def policy_version(self) -> int:

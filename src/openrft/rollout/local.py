@@ -26,6 +26,7 @@ from openrft.rollout.continuous import DecodeSession
 from openrft.rollout.kv import cache_keyword, left_pad, prefill
 from openrft.rollout.onednn import packed_linears
 from openrft.rollout.sampling import sample_tokens
+from openrft.rollout.sync_probe import ProbeSet, score_with_model
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 
 # Rows that have ended are dropped from the decode batch (their KV cache gathered away) once this
@@ -71,6 +72,15 @@ class TransformersGenerator(PolicyVersioned):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def probe_engine(self) -> tuple[str, str]:
+        """The engine and dtype whose sync-probe tolerance applies (``rollout/sync_probe.py``)."""
+        return "transformers", str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
+    def score(self, probe: ProbeSet) -> list[list[float]]:
+        """The probe's continuation log-probs under the model this generator samples from."""
+        return score_with_model(self.model, probe)
 
     def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> None:
         from peft import set_peft_model_state_dict

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from openrft.rollout.sync_probe import ProbeSet
 from openrft.rollout.types import Completion, Generator, SamplingParams
 
 
@@ -27,6 +28,15 @@ class GenerationReplica(Protocol):
         own stream); returns the stream's state after sampling."""
         ...
 
+    def score(self, probe: ProbeSet) -> list[list[float]]:
+        """The sync probe's continuation log-probs under the policy this replica serves (``engine/sync_check.py``)."""
+        ...
+
+    @property
+    def probe_engine(self) -> tuple[str, str]:
+        """(engine, dtype): which sync-probe tolerance applies (``rollout/sync_probe.py``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -36,6 +46,7 @@ class GeneratorReplica:
 
     def __init__(self, generator: Generator, name: str, seed: int | None = None):
         self.generator, self.name = generator, name
+        self.scorer = generator  # kept: tool episodes wrap ``generator`` later, and score through this one
         rng = getattr(generator, "rng", None)
         if rng is not None and seed is not None:
             rng.manual_seed(seed)
@@ -51,6 +62,13 @@ class GeneratorReplica:
             rng.set_state(rng_state)
         groups = self.generator.generate(prompts, params)
         return groups, rng.get_state() if rng is not None else rng_state
+
+    def score(self, probe: ProbeSet) -> list[list[float]]:
+        return self.scorer.score(probe)
+
+    @property
+    def probe_engine(self) -> tuple[str, str]:
+        return self.scorer.probe_engine
 
     def close(self) -> None:
         close = getattr(self.generator, "close", None)

@@ -125,6 +125,17 @@ class RolloutCorrectionSpec(_Strict):
     cap: float = Field(2.0, gt=1, le=1e6, description="the bound of rho (verl's rollout_is_threshold)")
 
 
+class SyncProbeSpec(_Strict):
+    """After each weight sync, the sampler and the learner score a fixed probe (docs/monitoring.md, "Sync probe")."""
+
+    enabled: bool = True
+    prompts: int = Field(2, ge=1, le=64, description="probe prompts, the job's first training prompts")
+    tokens: int = Field(16, ge=1, le=1024, description="continuation tokens scored per prompt")
+    tolerance: float | None = Field(
+        None, gt=0, le=100, description="largest |log-prob difference| accepted; None: the engine's and dtype's"
+    )
+
+
 class RolloutSpec(_Strict):
     strategy: Literal["sync", "off_policy_async"] = "sync"
     age_tolerance: int = Field(
@@ -157,6 +168,7 @@ class RolloutSpec(_Strict):
         "generator_base_url is set, else local",
     )
     correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
+    sync_probe: SyncProbeSpec = SyncProbeSpec()
 
     @field_validator("generator_base_url", mode="before")
     @classmethod

@@ -33,6 +33,7 @@ from openrft.spec.job import (
     DataSpec,
     ModelSpec,
     RolloutCorrectionSpec,
+    SyncProbeSpec,
 )
 from openrft.spec.locations import is_remote, resolve_location
 from openrft.spec.provenance import OPENRFT_DEFAULT
@@ -98,6 +99,7 @@ class OpenRFTExtensions(Strict):
     generator_base_url: str | list[str] | None = None
     generation_engine: Literal["auto", "local", "server", "vllm"] = "auto"
     rollout_correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
+    sync_probe: SyncProbeSpec = SyncProbeSpec()
     min_p: float = Field(0.0, ge=0, lt=1)
     ignore_eos: bool = False
     device: str = "auto"
@@ -159,6 +161,7 @@ EXTENSION_TARGETS = {
     "generator_base_url": "rollout.generator_base_url",
     "generation_engine": "rollout.engine",
     "rollout_correction": "rollout.correction",
+    "sync_probe": "rollout.sync_probe",
     "min_p": "sampling.min_p",
     "ignore_eos": "sampling.ignore_eos",
     "device": "runtime.device",

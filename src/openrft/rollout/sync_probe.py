@@ -1,0 +1,104 @@
+"""The sync probe's fixed parts: the probe set, the scoring of its continuations by a transformers model, the
+comparison, and the tolerance of each engine and dtype.
+
+After a weight sync, a generation replica and the learner both score the same few continuations (the
+log-prob of each continuation token given what precedes it, at temperature 1, no truncation: vLLM's
+``prompt_logprobs``); the largest absolute difference says whether the replica serves the learner's
+policy. A replica that kept the old adapter, cached a LoRA by a reused name, or loaded wrongly scaled
+weights differs by the size of the policy's change; one that serves the right weights differs by the
+engines' numerics only (kernels, dtype, batching), which ``TOLERANCES`` bounds (measured in
+docs/performance.md, "Sync probe").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from openrft.errors import OpenRFTError
+
+# Largest |log-prob difference| accepted from a replica that holds the learner's weights, by (engine, dtype).
+# fp32 learner (CPU). transformers: the same model code as the learner's, different batching; vllm: vLLM-CPU's
+# kernels; server: a remote server whose dtype the client cannot see (vLLM or openrft serve-model), bounded by
+# the loosest known one. Measured with `python -m benchmarks sync` (docs/performance.md).
+TOLERANCES: dict[tuple[str, str], float] = {
+    ("transformers", "float32"): 1e-3,
+    ("transformers", "bfloat16"): 0.25,
+    ("vllm", "float32"): 0.02,
+    ("vllm", "bfloat16"): 0.5,
+    ("server", "unknown"): 0.5,
+}
+
+
+def tolerance_for(engine: str, dtype: str) -> float:
+    """The tolerance of an engine and dtype (``TOLERANCES``), refused by name when unknown."""
+    try:
+        return TOLERANCES[(engine, dtype)]
+    except KeyError:
+        known = ", ".join(f"{e}/{d}" for e, d in TOLERANCES)
+        raise OpenRFTError(
+            f"no sync-probe tolerance for engine {engine!r} with dtype {dtype!r} (known: {known})"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """Prompts and a continuation of each, as token ids."""
+
+    prompts: list[list[int]]
+    continuations: list[list[int]]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(p) + len(c) for p, c in zip(self.prompts, self.continuations))
+
+
+def probe_from_prompts(prompt_ids: list[list[int]], count: int = 2, tokens: int = 16) -> ProbeSet:
+    """A fixed probe from the job's own prompts: the first ``count`` prompts, each continued by the first
+    ``tokens`` tokens of the prompt ``count`` places after it (text of the job's own kind, so that what the
+    policy learns on its data moves their log-probs). Deterministic: the same job has the same probe."""
+    usable = [p for p in prompt_ids if p]
+    if not usable:
+        raise ValueError("the sync probe needs at least one non-empty prompt")
+    count = min(count, len(usable))
+    prompts = [list(usable[i]) for i in range(count)]
+    continuations = [list(usable[(i + count) % len(usable)][:tokens]) for i in range(count)]
+    return ProbeSet(prompts, continuations)
+
+
+@torch.no_grad()
+def score_with_model(model: torch.nn.Module, probe: ProbeSet) -> list[list[float]]:
+    """log p(continuation token | prompt, earlier continuation tokens) under ``model``, at temperature 1, one
+    forward per probe row, in eval mode (no dropout); the model's mode is restored."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        scores = []
+        for prompt, continuation in zip(probe.prompts, probe.continuations):
+            ids = torch.tensor([prompt + continuation], device=device)
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            scores.append(logp.gather(-1, torch.tensor(continuation, device=device).unsqueeze(-1)).squeeze(-1).tolist())
+        return scores
+    finally:
+        if was_training:
+            model.train()
+
+
+def max_abs_diff(sampler: list[list[float]], learner: list[list[float]]) -> float:
+    """The largest |difference| between two scorings of the same probe; a missing or non-finite value of the
+    sampler's (a row of the wrong length, NaN) counts as infinitely far."""
+    if len(sampler) != len(learner):
+        return float("inf")
+    worst = 0.0
+    for row_s, row_l in zip(sampler, learner):
+        if len(row_s) != len(row_l):
+            return float("inf")
+        for a, b in zip(row_s, row_l):
+            diff = abs(float(a) - float(b))
+            if diff != diff:  # NaN
+                return float("inf")
+            worst = max(worst, diff)
+    return worst

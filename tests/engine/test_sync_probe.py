@@ -1,0 +1,149 @@
+"""The sync probe in real jobs on the demo model with in-process generation replicas (asynchronous rollouts, each
+replica its own copy of the policy): a correct sync passes with its metric in metrics.jsonl every step; a
+replica planted with a fault (the sync skipped, so it keeps the old adapter; full weights scaled by 1.01) fails
+the job with an error naming the replica, the version and the difference; a sync that fails once is repaired by
+the one re-load."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from openrft.engine import RFTJob
+from openrft.engine.local_runtime import LocalRuntime
+from openrft.engine.sync_check import SyncProbeError
+from openrft.rollout.sync_probe import TOLERANCES
+from openrft.spec.dialects import load_job
+from openrft.spec.rewards import RewardSpec
+from tests.conftest import FUZZY_REWARD
+
+
+class FaultyReplica:
+    """A real in-process replica whose loads go wrong as ``fault`` says (the fault planted, the rest real)."""
+
+    def __init__(self, replica, fault: str, failures: int = 10**9):
+        self.replica, self.name, self.fault, self.failures = replica, replica.name, fault, failures
+        self.loads = 0
+
+    def load_adapter(self, weights, version: int) -> None:
+        self.loads += 1
+        if self.loads == 1 or self.failures <= 0:  # the first load (version 0) and loads after the faults
+            self.replica.load_adapter(weights, version)
+            return
+        self.failures -= 1
+        if self.fault == "skip":  # the sync skipped: the old weights stay, the new version is claimed
+            self.replica.scorer.generator.set_policy_version(version)
+        elif self.fault == "scale":  # every weight 1.01 times what the learner has
+            self.replica.load_adapter({k: v * 1.01 for k, v in weights.items()}, version)
+
+    def generate(self, prompts, params, rng_state):
+        return self.replica.generate(prompts, params, rng_state)
+
+    def score(self, probe):
+        return self.replica.score(probe)
+
+    @property
+    def probe_engine(self):
+        return self.replica.probe_engine
+
+    def close(self) -> None:
+        self.replica.close()
+
+
+class PlantedRuntime(LocalRuntime):
+    def __init__(self, fault: str, failures: int = 10**9):
+        self.fault, self.failures = fault, failures
+
+    def generation_replicas(self, spec, parts, learner, run_dir):
+        replicas = super().generation_replicas(spec, parts, learner, run_dir)
+        return [FaultyReplica(replicas[0], self.fault, self.failures), *replicas[1:]]
+
+
+def _spec(recipe_factory, steps=3, full_rank=False):
+    spec = load_job(recipe_factory(max_steps=steps, save_steps=100))
+    spec.reward = RewardSpec.model_validate(FUZZY_REWARD)
+    spec.rollout.strategy, spec.rollout.age_tolerance = "off_policy_async", 0
+    spec.evaluation.at_start = False
+    if full_rank:
+        spec.lora = spec.lora.model_copy(update={"enabled": False})
+        spec.optimizer = spec.optimizer.model_copy(update={"learning_rate": 1e-4})
+    return spec
+
+
+def _rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("full_rank", [False, True], ids=["lora", "full"])
+def test_a_correct_sync_passes_with_its_metric_every_step(recipe_factory, tmp_path, full_rank):
+    spec = _spec(recipe_factory, full_rank=full_rank)
+    RFTJob(spec, tmp_path / "run", show_progress=False).run()
+    rows = [r for r in _rows(tmp_path / "run") if "perf/time_per_step" in r]
+    assert len(rows) == 3
+    tolerance = TOLERANCES[("transformers", "float32")]
+    for row in rows:
+        assert 0 <= row["sync/max_logprob_diff"] <= tolerance
+        assert row["sync/max_logprob_diff/replica_0"] == row["sync/max_logprob_diff"]
+        assert row["sync/probe_s"] > 0
+
+
+@pytest.mark.parametrize(("fault", "full_rank"), [("skip", False), ("skip", True), ("scale", True)])
+def test_a_planted_fault_fails_the_job_naming_the_replica_version_and_difference(
+    recipe_factory, tmp_path, fault, full_rank
+):
+    events = []
+    job = RFTJob(
+        _spec(recipe_factory, full_rank=full_rank),
+        tmp_path / "run",
+        show_progress=False,
+        runtime=PlantedRuntime(fault),
+        on_event=lambda level, message: events.append((level, message)),
+    )
+    with pytest.raises(SyncProbeError) as caught:
+        job.run()
+    message = str(caught.value)
+    match = re.search(r"replica (\S+) serves policy version (\d+) .* differ from the learner's by (\S+) on", message)
+    assert match, message
+    assert match.group(1) == "thread-0" and int(match.group(2)) >= 1
+    assert float(match.group(3)) > TOLERANCES[("transformers", "float32")]
+    assert any("loading the weights again" in m for level, m in events if level == "warn")  # re-synced once first
+
+
+def test_a_sync_that_fails_once_is_repaired_by_the_reload(recipe_factory, tmp_path):
+    events = []
+    job = RFTJob(
+        _spec(recipe_factory, steps=2),
+        tmp_path / "run",
+        show_progress=False,
+        runtime=PlantedRuntime("skip", failures=1),
+        on_event=lambda level, message: events.append((level, message)),
+    )
+    assert job.run()["status"] == "succeeded"
+    warnings = [m for level, m in events if level == "warn" and "sync probe" in m]
+    assert len(warnings) == 1 and "thread-0 (policy version 1)" in warnings[0]
+    rows = [r for r in _rows(tmp_path / "run") if "perf/time_per_step" in r]
+    assert all(r["sync/max_logprob_diff"] <= TOLERANCES[("transformers", "float32")] for r in rows)
+
+
+def test_the_probe_can_be_turned_off(recipe_factory, tmp_path):
+    spec = _spec(recipe_factory, steps=1)
+    spec.rollout.sync_probe.enabled = False
+    RFTJob(spec, tmp_path / "run", show_progress=False, runtime=PlantedRuntime("skip")).run()
+    assert not any(k.startswith("sync/") for row in _rows(tmp_path / "run") for k in row)
+
+
+def test_scaled_weights_change_the_probe(recipe_factory):
+    """The 1.01 fault is visible to the probe at all: the demo model's log-probs move by more than the tolerance."""
+    from openrft.engine.setup import build_parts
+    from openrft.rollout.sync_probe import max_abs_diff, probe_from_prompts, score_with_model
+
+    parts = build_parts(_spec(recipe_factory))
+    probe = probe_from_prompts(parts.train_prompts)
+    before = score_with_model(parts.model, probe)
+    with torch.no_grad():
+        for p in parts.model.parameters():
+            p.mul_(1.01)
+    assert max_abs_diff(score_with_model(parts.model, probe), before) > TOLERANCES[("transformers", "float32")]
