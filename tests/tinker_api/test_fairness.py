@@ -176,8 +176,9 @@ def test_a_call_in_chunks_computes_what_it_computes_whole(monkeypatch):
                 return parts, outputs, metrics, [p.grad.clone() for p in params]
 
     whole_parts, whole, whole_metrics, whole_grads = run(4096)
-    parts, chunked, metrics, grads = run(12)  # about one datum a chunk
-    assert whole_parts == 0 and parts == len(texts) - 1
+    longest = max(len(d.tokens) for d in data)
+    parts, chunked, metrics, grads = run(longest)  # about one datum a chunk, none in pieces
+    assert whole_parts == 0 and parts == len(engine_module._chunks(data, longest)) - 1 >= 2
     assert metrics["loss:sum"] == pytest.approx(whole_metrics["loss:sum"], rel=1e-5)
     for a, b in zip(chunked["logprobs"], whole["logprobs"]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
@@ -191,3 +192,156 @@ def test_a_call_in_chunks_computes_what_it_computes_whole(monkeypatch):
         engine.forward_backward(model, "cross_entropy", {}, [*data[:2], bad], True)
     for a, b in zip(params, before):
         torch.testing.assert_close(a.grad, b, atol=0, rtol=0)
+
+
+def _drive(steps, stop_after: int | None = None):
+    """Runs a call's generator to its end (its value and how many parts it yielded between), or closes it after
+    ``stop_after`` parts as the worker does for a cancelled call."""
+    parts = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value, parts
+        parts += 1
+        if parts == stop_after:
+            steps.close()
+            return None, parts
+
+
+@pytest.fixture
+def long_datum_model():
+    pytest.importorskip("tinker")
+    import torch
+
+    from openrft.service.tinker.engine import Engine, LoraSettings
+    from openrft.service.tinker.wire import WireDatum
+
+    engine = Engine()
+    model = engine.create_model("s:train:0", "A", "openrft-demo", LoraSettings(rank=4, seed=0))
+    for name, p in model.base.peft.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(0, 0.05)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 90, (61,), generator=generator).tolist()
+    inputs = {
+        "target_tokens": torch.tensor(tokens[1:]),
+        "weights": torch.rand(60, generator=generator),
+        "logprobs": -torch.rand(60, generator=generator),  # the sampler's, for the importance-weighted losses
+        "advantages": torch.randn(60, generator=generator),
+    }
+    return engine, model, WireDatum(tokens[:-1], inputs)
+
+
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "ppo"])
+def test_a_long_datum_in_pieces_computes_what_it_computes_whole(monkeypatch, long_datum_model, loss_fn):
+    """A datum longer than a chunk runs in pieces along its sequence (pieces.py), other tenants' calls between
+    them: the same log-probs, loss and gradient as in one pass."""
+    import torch
+
+    from openrft.service.tinker import engine as engine_module
+
+    engine, model, datum = long_datum_model
+    if loss_fn == "cross_entropy":
+        datum.inputs = {k: datum.inputs[k] for k in ("target_tokens", "weights")}
+    else:
+        datum.inputs = {k: v for k, v in datum.inputs.items() if k != "weights"}
+    params = model.base.adapter_parameters(model.model_id)
+
+    def run(chunk_tokens: int, piece_tokens: int):
+        monkeypatch.setattr(engine_module, "CHUNK_TOKENS", chunk_tokens)
+        monkeypatch.setattr(engine_module, "PIECE_TOKENS", piece_tokens)
+        model.optimizer.zero_grad(set_to_none=True)
+        (outputs, metrics), parts = _drive(engine.forward_backward_steps(model, loss_fn, {}, [datum], True))
+        return parts, outputs["logprobs"][0], metrics["loss:sum"], [p.grad.clone() for p in params]
+
+    whole_parts, whole_logp, whole_loss, whole_grads = run(4096, 4096)
+    parts, logp, loss, grads = run(16, 8)  # 60 tokens: 8 pieces, each forward and backward a part of its own
+    assert whole_parts == 0 and parts == 2 * 8 - 1
+    assert loss == pytest.approx(whole_loss, rel=1e-5)
+    torch.testing.assert_close(logp, whole_logp, atol=1e-5, rtol=0)
+    for a, b in zip(grads, whole_grads):
+        assert float((a - b).norm()) <= 1e-4 * float(b.norm()) + 1e-7, (float((a - b).norm()), float(b.norm()))
+
+
+def test_a_call_stopped_between_its_parts_leaves_the_gradients_as_they_were(monkeypatch, long_datum_model):
+    """What the worker does for a cancelled call (futures.py): the generator closed between two parts, in its
+    forward pieces and in its backward pieces; the gradients accumulated before the call stay, nothing of it."""
+    from openrft.service.tinker import engine as engine_module
+
+    engine, model, datum = long_datum_model
+    datum.inputs = {k: datum.inputs[k] for k in ("target_tokens", "weights")}
+    monkeypatch.setattr(engine_module, "CHUNK_TOKENS", 16)
+    monkeypatch.setattr(engine_module, "PIECE_TOKENS", 8)
+    params = model.base.adapter_parameters(model.model_id)
+    short = type(datum)(datum.tokens[:10], {k: v[:10] for k, v in datum.inputs.items()})
+    engine.forward_backward(model, "cross_entropy", {}, [short], True)
+    before = [p.grad.clone() for p in params]
+    for stop_after in (3, 10, 14):  # in the forward pieces; in the backward pieces; one before its end
+        _, parts = _drive(engine.forward_backward_steps(model, "cross_entropy", {}, [datum, datum], True), stop_after)
+        assert parts == stop_after
+        for p, grad in zip(params, before):
+            assert p.grad is not None and bool((p.grad == grad).all())
+
+
+def _long_call(order: list[str], cleaned: list[str], name: str, parts: int = 5, part_s: float = 0.0):
+    def call():
+        try:
+            for i in range(parts):
+                order.append(f"{name}-part{i}")
+                time.sleep(part_s)
+                if i < parts - 1:
+                    yield
+        finally:
+            cleaned.append(name)
+        return "whole"
+
+    return call
+
+
+def test_cancel_drops_a_queued_call_and_stops_a_running_one_at_its_next_part():
+    futures = Futures()
+    order: list[str] = []
+    cleaned: list[str] = []
+    release = _held(futures, "C")
+    running = futures.submit("A", _long_call(order, cleaned, "A", 100, 0.05), ())
+    queued = futures.submit("A", lambda: order.append("A-next"), ())
+    other = futures.submit("B", lambda: "B", ())
+    assert futures.cancel(queued, "B") is None  # another tenant's id reads as not found
+    assert futures.cancel(queued, "A") == "dropped"
+    release.set()
+    futures.get(other, "B").future.result(20)  # B's first part ran after A's first: A is running in parts now
+    assert futures.cancel(running, "A") == "stopping"
+    result = futures.get(running, "A").future.result(20)
+    assert isinstance(result, Failure) and "cancelled between its parts" in result.message
+    assert "cancel_future" in futures.get(queued, "A").future.result(1).message
+    assert cleaned == ["A"]  # the stopped call's own cleanup ran
+    assert "A-next" not in order and "A-part99" not in order
+    assert futures.cancel(running, "A") == "finished"
+    futures.close()
+
+
+def test_a_session_without_heartbeats_has_its_calls_dropped_and_stopped():
+    """A client gone: its session's heartbeats stopped, though its futures are still being retrieved (so only
+    the heartbeat can tell); another session's heartbeat keeps its calls."""
+    futures = Futures(abandon_s=0.4)
+    order: list[str] = []
+    cleaned: list[str] = []
+    futures.beat("gone")
+    futures.beat("here")
+    release = _held(futures, "C")
+    running = futures.submit("A", _long_call(order, cleaned, "gone", 100, 0.05), (), session="gone")
+    queued = futures.submit("A", lambda: order.append("gone-next"), (), session="gone")
+    kept = futures.submit("B", _long_call(order, cleaned, "here", 3), (), session="here")
+    release.set()
+    deadline = time.monotonic() + 20
+    while not futures.get(running, "A").future.done() and time.monotonic() < deadline:
+        futures.beat("here")
+        futures.get(queued, "A")  # its futures retrieved all along
+        time.sleep(0.05)
+    result = futures.get(running, "A").future.result(1)
+    assert isinstance(result, Failure) and "session gone sent no heartbeat" in result.message, result
+    assert "session gone sent no heartbeat" in futures.get(queued, "A").future.result(5).message
+    assert futures.get(kept, "B").future.result(5) == "whole"
+    assert "gone-next" not in order and "gone" in cleaned
+    futures.close()

@@ -32,6 +32,7 @@ from openrft.engine.phase_threads import PhaseThreads
 from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from openrft.rollout.local import TransformersGenerator
 from openrft.rollout.types import SamplingParams
+from openrft.service.tinker import pieces
 from openrft.service.tinker.prefix import logprobs as shared_prefix_logprobs
 from openrft.service.tinker.prefix import whole_logprobs
 from openrft.service.tinker.stability import StabilityRecords
@@ -42,7 +43,12 @@ MLP = ["gate_proj", "up_proj", "down_proj"]
 UNEMBED = ["lm_head"]
 DEFAULT_MAX_TOKENS = 16
 KEEP_SNAPSHOTS = 16
-CHUNK_TOKENS = 4096  # a forward_backward is computed in chunks of about this many tokens, other tenants between
+# a forward_backward is computed in chunks of about CHUNK_TOKENS tokens (datums together), a longer datum in pieces
+# of PIECE_TOKENS along its sequence (pieces.py), other tenants' calls between them: on the demo model and two
+# cores, no part takes more than about 0.6 s at the default --tinker-max-sequence-tokens 8192
+# (benchmarks/results/tinker_fairness.md)
+CHUNK_TOKENS = 2048
+PIECE_TOKENS = 1024
 
 
 class UserError(ValueError):
@@ -206,9 +212,10 @@ class Engine:
 
     def forward_backward_steps(self, model: TrainingModel, loss_fn: str, config, data, backward: bool):
         """A generator that computes the call in chunks of at most ``CHUNK_TOKENS`` tokens (a longer datum is a
-        chunk of its own), yielding between them so that the worker can serve other tenants' calls there, and
-        returns ``(outputs, metrics)``. Gradients accumulate chunk by chunk; a chunk that fails (a loss that is
-        not finite) puts them back as they were before the call. Everything is checked before the first chunk."""
+        chunk of its own, run in pieces along its sequence), yielding between them so that the worker can serve
+        other tenants' calls there, and returns ``(outputs, metrics)``. Gradients accumulate chunk by chunk; a
+        call that fails (a loss that is not finite) or is stopped between parts (closed: cancel_future, a client
+        gone) puts them back as they were before the call. Everything is checked before the first chunk."""
         settings = resolve_config(loss_fn, config)
         if not data:
             raise LossInputError("data is empty: forward_backward needs at least one datum")
@@ -231,24 +238,29 @@ class Engine:
                         f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})"
                     )
         chunks = _chunks(data, CHUNK_TOKENS)
-        parameters = model.base.adapter_parameters(model.model_id) if backward and len(chunks) > 1 else []
-        before = [None if p.grad is None else p.grad.clone() for p in parameters]  # undone if a later chunk fails
+        parts = len(chunks) > 1 or len(chunks[0][0].tokens) > CHUNK_TOKENS
+        parameters = model.base.adapter_parameters(model.model_id) if backward and parts else []
+        before = [None if p.grad is None else p.grad.clone() for p in parameters]  # undone if the call stops
         logps: list[torch.Tensor] = []
         totals: list[torch.Tensor] = []
-        for i, chunk in enumerate(chunks):
-            if i:
-                yield  # another tenant's call may run here (futures.py); this tenant's next call waits
-                if self.models.get(model.model_id) is not model:
-                    raise UserError(f"training client {model.model_id} was freed (its session finished)")
-            try:
-                chunk_logps, total = self._forward_backward(model, loss_fn, settings, chunk, backward)
-            except BaseException:
+        finished = False
+        try:
+            for i, chunk in enumerate(chunks):
+                if i:
+                    yield  # another tenant's call may run here (futures.py); this tenant's next call waits
+                    self._still_there(model)
+                if len(chunk[0].tokens) > CHUNK_TOKENS:  # a chunk of its own, in pieces along its sequence
+                    chunk_logps, total = yield from self._long_datum(model, loss_fn, settings, chunk[0], backward)
+                else:
+                    chunk_logps, total = self._forward_backward(model, loss_fn, settings, chunk, backward)
+                logps += chunk_logps
+                totals.append(total)
+            finished = True
+        finally:  # failed, or stopped between parts (cancel_future, a client gone): the gradients as before
+            if not finished:
                 with torch.no_grad():
                     for p, grad in zip(parameters, before):
                         p.grad = grad
-                raise
-            logps += chunk_logps
-            totals.append(total)
         total = torch.stack(totals).sum()
         if backward:
             model.pending_grads = True
@@ -256,6 +268,38 @@ class Engine:
             for key, value in added.items():
                 model.pending[key] = model.pending.get(key, 0.0) + value
         return {"logprobs": logps}, {"loss:sum": float(total)}
+
+    def _still_there(self, model: TrainingModel) -> None:
+        if self.models.get(model.model_id) is not model:
+            raise UserError(f"training client {model.model_id} was freed (its session finished)")
+
+    def _long_datum(self, model: TrainingModel, loss_fn: str, settings, datum, backward: bool):
+        """A generator: one datum longer than ``CHUNK_TOKENS``, in pieces of ``PIECE_TOKENS`` along its sequence
+        (pieces.py: the same log-probs, loss and gradient as whole), yielding between pieces; returns as
+        ``_forward_backward`` does."""
+
+        def loss_of(logp: torch.Tensor) -> torch.Tensor:
+            loss = LOSSES[loss_fn](logp, datum.inputs, settings)
+            _check_finite(loss, backward)
+            return loss
+
+        model.base.activate(model.model_id)
+        steps = pieces.run(
+            model.base.model, datum.tokens, datum.inputs["target_tokens"], PIECE_TOKENS, loss_of, backward
+        )
+        while True:
+            with (
+                timed(model.pending, "forward_backward" if backward else "forward"),
+                self.threads.phase("learn", measured=False),
+            ):
+                model.base.activate(model.model_id)  # another tenant's call may have activated its own adapter
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    logp, loss = done.value
+                    return [logp], loss
+            yield
+            self._still_there(model)
 
     def _forward_backward(self, model: TrainingModel, loss_fn: str, settings, data, backward: bool):
         """One chunk of a call: its log-probs (detached) and its loss (detached), its gradient accumulated."""
@@ -271,11 +315,7 @@ class Engine:
             )
             losses = [LOSSES[loss_fn](lp, d.inputs, settings) for lp, d in zip(logps, data)]
             total = torch.stack(losses).sum()
-            if backward and not bool(torch.isfinite(total)):
-                raise LossInputError(
-                    f"the loss is {float(total.detach())}: not finite, so no gradient was accumulated "
-                    "(look for extreme weights, advantages or logprobs)"
-                )
+            _check_finite(total, backward)
             if backward:
                 total.backward()
         return [lp.detach() for lp in logps], total.detach()
@@ -457,6 +497,14 @@ class Engine:
                 else:
                     strings.append(s)
         return ids, strings
+
+
+def _check_finite(loss: torch.Tensor, backward: bool) -> None:
+    if backward and not bool(torch.isfinite(loss)):
+        raise LossInputError(
+            f"the loss is {float(loss.detach())}: not finite, so no gradient was accumulated "
+            "(look for extreme weights, advantages or logprobs)"
+        )
 
 
 def _chunks(data: list, tokens: int) -> list[list]:

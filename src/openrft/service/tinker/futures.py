@@ -9,9 +9,14 @@ Another tenant's call waits for at most the part of a call already running, not 
 a call whose work is a generator (``forward_backward``, in chunks of ``engine.CHUNK_TOKENS``) runs one part per
 turn, other tenants' calls between its parts; every other call is bounded by the operator's
 ``--tinker-max-*`` options. ``schedule="fifo"`` serves every call whole in arrival order instead (the old order,
-kept to measure against). A queued call whose future nobody has asked for within ``abandon_s`` (a client gone:
-the SDK polls each future from the moment it has its id), or whose session finished, is dropped before it
-runs."""
+kept to measure against).
+
+Stopped calls: a call is dropped before it runs, and a call in parts stops at its next part boundary (its
+generator closed: ``engine.forward_backward_steps`` puts the gradients back as they were), when its client
+cancels it (``cancel``: the API's ``cancel_future``) or is gone: nobody has asked for its future within
+``abandon_s`` (the SDK polls each future from the moment it has its id), or its session sent no heartbeat for
+``abandon_s`` (the SDK sends one every 10 s while its ServiceClient lives; ``beat``). A finished session's
+queued calls are dropped too (``drop_session``)."""
 
 from __future__ import annotations
 
@@ -80,6 +85,8 @@ class Pending:
     session: str | None = None  # the SDK session its model or sampler belongs to
     seen: float = field(default_factory=time.monotonic)  # when it was submitted or last retrieved
     waiting: int = 0  # retrieves waiting on it now
+    stop: str | None = None  # why it was cancelled while running: it stops at its next part boundary
+    in_parts: bool = False  # running in parts (a generator): it can stop between two
 
 
 @dataclass
@@ -88,6 +95,7 @@ class _Task:
     run: Callable[[], bool]  # one turn of it: True when it is done, False when it yielded and wants another
     pending: Pending | None  # None: work of the server's own (a sampler being loaded, a session freed)
     started: bool = False
+    stop: Callable[[str], None] | None = None  # ends a call in parts between two parts, answering why
 
 
 class Futures:
@@ -103,6 +111,7 @@ class Futures:
         self._closed = False
         self._last: str | None = None  # the lane of the call run last
         self.ran: list[str] = []  # the owners of the last calls run, newest last (tests and the benchmark)
+        self._beats: dict[str, float] = {}  # session -> when it last sent a heartbeat (or was created)
         self._thread = threading.Thread(target=self._serve, name="openrft-tinker", daemon=True)
         self._thread.start()
 
@@ -136,6 +145,10 @@ class Futures:
         while (task := self._next()) is not None:
             if not task.started and task.pending is not None and self._dropped(task.pending):
                 continue
+            if task.started and task.stop is not None and (why := self._stopped(task.pending)) is not None:
+                task.stop(why)
+                log.info("Tinker: stopped a call of %s between its parts: %s", task.owner, why)
+                continue
             task.started = True
             if len(self.ran) >= 1000:
                 del self.ran[:500]
@@ -152,27 +165,58 @@ class Futures:
                     if self.schedule == "fair":
                         self._tenants.move_to_end(lane)
 
-    def _abandoned(self, item: Pending) -> bool:
-        return item.waiting == 0 and time.monotonic() - item.seen > self.abandon_s
+    def _gone(self, item: Pending) -> str | None:
+        """Why ``item``'s client counts as gone (None: it is there)."""
+        now = time.monotonic()
+        if item.waiting == 0 and now - item.seen > self.abandon_s:
+            return f"nobody retrieved this request for {self.abandon_s:g} s (a disconnected client)"
+        beat = self._beats.get(item.session or "")
+        if beat is not None and now - beat > self.abandon_s:
+            return f"session {item.session} sent no heartbeat for {self.abandon_s:g} s (a disconnected client)"
+        return None
+
+    def _stopped(self, item: Pending) -> str | None:
+        """Why a running call in parts stops before its next part (None: it goes on)."""
+        return item.stop or self._gone(item)
 
     def _dropped(self, item: Pending) -> bool:
-        """Whether a call about to run is dropped instead (answered so): its session finished, or its client
-        stopped asking for it. One that is not is marked running (``drop_session`` leaves it be)."""
+        """Whether a call about to run is dropped instead (answered so): cancelled, its session finished, or its
+        client gone. One that is not is marked running (``drop_session`` and ``cancel`` leave it be)."""
         with self._lock:
-            if item.future.done():  # dropped with its session
+            if item.future.done():  # cancelled, or dropped with its session
                 return True
-            if not self._abandoned(item):
+            why = self._gone(item)
+            if why is None:
                 item.future.set_running_or_notify_cancel()
                 return False
-            item.future.set_result(
-                Failure(
-                    f"cancelled before it ran: nobody retrieved this request for {self.abandon_s:g} s "
-                    "(a disconnected client's queued calls are dropped)",
-                    "user",
-                )
-            )
-        log.info("Tinker: dropped a queued call of %s nobody retrieved for %g s", item.owner, self.abandon_s)
+            item.future.set_result(Failure(f"cancelled before it ran: {why}", "user"))
+        log.info("Tinker: dropped a queued call of %s: %s", item.owner, why)
         return True
+
+    def beat(self, session: str) -> None:
+        """``session``'s client is there (a heartbeat, or the session just made)."""
+        self._beats[session] = time.monotonic()
+
+    def forget_session(self, session: str) -> None:
+        self._beats.pop(session, None)
+
+    def cancel(self, request_id: str, owner: str) -> str | None:
+        """``cancel_future``: a queued call is dropped (answered ``cancelled``), a running call in parts stops at
+        its next part boundary. Returns what happened ("dropped", "stopping", "finished", "running": a call
+        not in parts, or a sample in its decode batch, runs to its end), None when ``owner`` has no such call."""
+        item = self._items.get(request_id)
+        if item is None or item.owner != owner:
+            return None
+        with self._lock:
+            future = item.future
+            if future.done():
+                return "finished"
+            if not future.running():
+                future.set_result(Failure("cancelled before it ran: cancel_future", "user"))
+                log.info("Tinker: dropped a queued call of %s: cancel_future", owner)
+                return "dropped"
+            item.stop = "cancelled by cancel_future"
+            return "stopping" if item.in_parts else "running"
 
     def _remember(self, request_id: str, item: Pending) -> None:
         self._items[request_id] = item
@@ -215,8 +259,23 @@ class Futures:
                 item.future.set_result(result)
             return True
 
+        def stop(why: str) -> None:
+            try:
+                steps.close()  # GeneratorExit at its yield: its own cleanup runs (the gradients put back)
+            except Exception as exc:
+                log.error("Tinker: a stopped call's cleanup failed", exc_info=exc)
+            answer(Failure(f"cancelled between its parts: {why}; nothing of it was kept", "user"))
+
+        def run_in_parts() -> bool:
+            done = run()
+            if not done:
+                item.in_parts = True
+                task.stop = stop
+            return done
+
+        task = _Task(owner, run_in_parts, item)
         self._remember(request_id, item)
-        self._enqueue(_Task(owner, run, item))
+        self._enqueue(task)
         return request_id
 
     def call(self, owner: str, work: Callable[[], Any]) -> Future:

@@ -252,7 +252,8 @@ async def client_config() -> dict:
 
 @router.post("/client/dynamic_config")
 async def client_dynamic_config() -> dict:
-    return dump(types.ClientDynamicConfigResponse())
+    # the SDK then sends cancel_future for a sample future it abandons (a timeout, a cancelled task)
+    return dump(types.ClientDynamicConfigResponse(sample_cancel_enabled=True))
 
 
 @router.get("/healthz")
@@ -271,12 +272,20 @@ async def capabilities(request: Request) -> dict:
 async def create_session(request: Request, who: str = Depends(owner)) -> dict:
     await read_body(request, types.CreateSessionRequest)
     session_id = "sess_" + uuid.uuid4().hex
-    state(request).sessions[session_id] = who
+    st = state(request)
+    st.sessions[session_id] = who
+    st.futures.beat(session_id)
     return dump(types.CreateSessionResponse(session_id=session_id))
 
 
 @router.post("/session_heartbeat")
-async def heartbeat() -> dict:
+async def heartbeat(request: Request, who: str = Depends(owner)) -> dict:
+    """The SDK's heartbeat, every 10 s while its ServiceClient lives: a session silent for
+    ``--tinker-abandon-after-s`` is a client gone, its queued calls dropped (futures.py)."""
+    body = await read_body(request, types.SessionHeartbeatRequest)
+    st = state(request)
+    if st.sessions.get(body.session_id) == who:
+        st.futures.beat(body.session_id)
     return {"type": "session_heartbeat"}
 
 
@@ -286,6 +295,7 @@ async def finish(session_id: str, request: Request, who: str = Depends(owner)) -
     if st.sessions.get(session_id) == who:
         st.sessions.pop(session_id)
         st.futures.drop_session(session_id, f"session {session_id} finished")
+        st.futures.forget_session(session_id)
         for model in list(st.engine.models.values()):
             if model.owner == who and model.model_id.startswith(session_id + ":") and model.job_id:
                 st.records.ended(model.job_id, "succeeded", f"Session {session_id} finished at step {model.steps}")
@@ -307,8 +317,17 @@ async def telemetry() -> dict:
 
 
 @router.post("/cancel_future")
-async def cancel_future() -> dict:
-    return {}
+async def cancel_future(request: Request, who: str = Depends(owner)) -> dict:
+    """A queued call is dropped; a running ``forward_backward`` stops at its next chunk (its gradients as
+    before the call); a call already done, or one that cannot stop (a sample in its decode batch), is left."""
+    body = await json_body(request)
+    request_id = body.get("request_id") if isinstance(body, dict) else None
+    if not isinstance(request_id, str):
+        raise HTTPException(400, f"request_id: expected a request id string, got {checks.shown(request_id)}")
+    outcome = state(request).futures.cancel(request_id, who)
+    if outcome is None:
+        raise HTTPException(404, f"no request {checks.shown(request_id)}")
+    return {"request_id": request_id, "cancel": outcome}
 
 
 # training ----------------------------------------------------------------------------------------
