@@ -245,3 +245,62 @@ def test_a_node_lost_mid_job_its_learners_come_back_on_the_other_nodes_and_the_j
     second = [actors for actors in by_job.values() if lost_node not in {a["Address"]["NodeID"] for a in actors}]
     remaining = {n["NodeID"] for n in cluster.global_state.node_table() if n["Alive"]}
     assert len(second) == 1 and {a["Address"]["NodeID"] for a in second[0]} == remaining, by_job
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_server_killed_mid_job_and_restarted_resumes_its_cluster_job_from_its_checkpoint(
+    cluster, service, tmp_path
+):
+    """A ``runtime: ray`` job with 2 learners and a checkpoint every step; past step 2 the server (its embedded
+    worker, the job's placement group's owner) is killed with SIGKILL, and its job process ends with it. A new server
+    on the same data directory and cluster, whose heartbeat timeout (10 minutes) is far beyond this test, hands the
+    job back at once because the old worker's process is gone, reserves a new placement group and resumes from the
+    last checkpoint: the job succeeds with every step's metrics once, nothing of the first attempt left on the
+    cluster. Without the hand-back the job stays ``running`` and the test times out."""
+    first = service.serve(workers=1, extra=("--ray-address", cluster.address))
+    client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
+    with small_dataset(tmp_path / "train.jsonl", TRAIN, 32).open("rb") as f:  # 8 steps
+        train = client.files.create(file=f, purpose="fine-tune")
+    with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 2).open("rb") as f:
+        validation = client.files.create(file=f, purpose="fine-tune")
+    job = client.fine_tuning.jobs.create(
+        model="openrft-demo",
+        training_file=train.id,
+        validation_file=validation.id,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER,  # a checkpoint at every evaluation: every step
+                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 1, "eval_samples": 1},
+            },
+        },
+        extra_body={"openrft": {**SMALL, "runtime": "ray", "replicas": 2, "eval_max_examples": 2}},
+    )
+    deadline = time.monotonic() + 240
+    while not any(
+        e.type == "metrics" and e.data["step"] >= 2 for e in client.fine_tuning.jobs.list_events(job.id, limit=200)
+    ):
+        assert client.fine_tuning.jobs.retrieve(job.id).status in ("queued", "running") and time.monotonic() < deadline
+        time.sleep(0.5)
+    import psutil
+
+    job_processes = psutil.Process(first.proc.pid).children()
+    first.kill()
+    _gone, alive = psutil.wait_procs(job_processes, timeout=15)
+    assert not alive, "the job process outlived its server"
+
+    service.serve(workers=1, heartbeat_timeout=600, extra=("--ray-address", cluster.address))
+    client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
+    done = _wait(lambda: client.fine_tuning.jobs.retrieve(job.id).to_dict(), timeout=300)
+    messages = [e.message for e in reversed(list(client.fine_tuning.jobs.list_events(job.id, limit=200)))]
+    assert done["status"] == "succeeded", (done.get("error"), messages)
+    ended = [m for m in messages if re.fullmatch(r"worker \S+ ended \(its process is gone\); requeued.*", m)]
+    assert len(ended) == 1, messages
+    assert any(re.fullmatch(r"Resuming from the checkpoint at step [2-8]", m) for m in messages), messages
+    steps = [e.data["step"] for e in client.fine_tuning.jobs.list_events(job.id, limit=200) if e.type == "metrics"]
+    assert sorted(steps) == list(range(9)), steps  # 32 prompts / 4 a step, and the baseline: each step once
+
+    groups = {g["name"]: g["state"] for g in cluster.global_state.placement_group_table().values()}
+    assert groups.get(f"openrft-{job.id}-a1") == "REMOVED" and groups.get(f"openrft-{job.id}-a2") == "REMOVED", groups
+    attempts = _learner_actors(cluster)
+    assert len(attempts) == 2 and all(a["State"] == "DEAD" for group in attempts.values() for a in group), attempts

@@ -119,6 +119,21 @@ def test_reaper_requeues_cancels_and_gives_up(store):
     assert failed.status == "failed" and failed.error_code == "worker_lost"
 
 
+def test_a_gone_worker_s_jobs_are_requeued_once_silent_and_only_that_worker_s(store):
+    """A host's workers are found by prefix (a ``_`` in the host name is no wildcard); the jobs of one known gone
+    go back to the queue only once they have been silent for ``silent_s``, the others' jobs stay theirs."""
+    gone, alive, elsewhere = make_job(store), make_job(store), make_job(store)
+    store.claim_job("host_a:101:x", gone.id)
+    store.claim_job("host_a:102:y", alive.id)
+    store.claim_job("hostXa:103:z", elsewhere.id)
+    assert store.workers_holding_jobs("host_a:") == {"host_a:101:x", "host_a:102:y"}
+    assert store.reap_worker("host_a:101:x", "ended", 3, silent_s=60) == []  # it beat just now
+    assert store.reap_worker("host_a:101:x", "ended", 3, silent_s=-1) == [gone.id]
+    assert [store.get_job(None, j.id).status for j in (gone, alive, elsewhere)] == ["queued", "running", "running"]
+    messages = [e.message for e in store.list_events(gone.id, limit=10)[0]]
+    assert "worker host_a:101:x ended; requeued to resume from the last checkpoint" in messages
+
+
 def test_steps_are_recorded_once_and_truncated_on_resume(store):
     job = make_job(store)
     for step in range(4):

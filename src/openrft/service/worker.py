@@ -15,6 +15,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import psutil
+
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.service.config import ServiceConfig
 from openrft.service.exit_codes import RESUME_EXIT
@@ -74,11 +76,25 @@ class Worker:
             self.store.touch_usage([(r.job_id, r.attempt) for r in self.running.values()])  # tenants' quotas
             for job_id in self.store.reap_expired(self.config.heartbeat_timeout_s, self.config.max_attempts):
                 log.warning("requeued job %s: its worker stopped heartbeating", job_id)
+            self._reclaim_from_dead_workers()
         self._collect_finished()
         self._enforce_cancels()
         while len(self.running) < self.concurrency:
             if not self._admit_next():
                 break
+
+    def _reclaim_from_dead_workers(self) -> None:
+        """The jobs of this host's workers whose process is gone (a server killed and restarted) go back to the
+        queue within seconds, to resume from their last checkpoint, not once their heartbeat expires. Their job
+        processes ended with their worker; on a cluster, their placement groups went with its connection."""
+        host = self.worker_id.split(":", 1)[0]
+        silent = 3 * self.config.heartbeat_interval_s
+        for worker_id in self.store.workers_holding_jobs(f"{host}:"):
+            if worker_id != self.worker_id and not _process_alive(worker_id):
+                for job_id in self.store.reap_worker(
+                    worker_id, "ended (its process is gone)", self.config.max_attempts, silent_s=silent
+                ):
+                    log.warning("requeued job %s: its worker %s ended", job_id, worker_id)
 
     def _admit_next(self) -> bool:
         """Claim the next queued job (``_next_fair``). On the server's cluster (or this machine's GPUs) its placement
@@ -280,6 +296,16 @@ class Worker:
             if self.admission is not None:
                 self.admission.release(running.job_id)
         self.running.clear()
+
+
+def _process_alive(worker_id: str) -> bool:
+    """Whether the process of a worker id of this host (``HOST:PID:...``) runs; True when unsure (another pid
+    namespace may have written it: its heartbeat decides)."""
+    try:
+        pid = int(worker_id.split(":")[1])
+    except (IndexError, ValueError):
+        return True
+    return psutil.pid_exists(pid)
 
 
 def start_in_thread(worker: Worker) -> tuple[threading.Thread, threading.Event]:

@@ -281,9 +281,29 @@ class JobsRepo(Repo):
         deadline = now() - timeout_s
         with self.session() as s:
             stale = list(s.scalars(select(Job).where(Job.status.in_(ACTIVE), Job.heartbeat_at < deadline)))
+        return self._reap(stale, "stopped heartbeating", max_attempts)
+
+    def workers_holding_jobs(self, prefix: str) -> set[str]:
+        """The ids of the workers starting with ``prefix`` (a host's workers: ``HOST:``) that hold active jobs."""
+        with self.session() as s:
+            query = select(Job.worker_id).where(
+                Job.status.in_(ACTIVE), Job.worker_id.startswith(prefix, autoescape=True)
+            )
+            return set(s.scalars(query.distinct()))
+
+    def reap_worker(self, worker_id: str, why: str, max_attempts: int, silent_s: float) -> list[str]:
+        """The active jobs of ``worker_id``, known gone (``why``) and silent for ``silent_s`` (a live worker of
+        the same name elsewhere keeps beating), handled as ``reap_expired`` handles them."""
+        deadline = now() - silent_s
+        with self.session() as s:
+            query = select(Job).where(Job.status.in_(ACTIVE), Job.worker_id == worker_id, Job.heartbeat_at < deadline)
+            held = list(s.scalars(query))
+        return self._reap(held, why, max_attempts)
+
+    def _reap(self, lost_jobs: list[Job], why: str, max_attempts: int) -> list[str]:
         reaped = []
-        for job in stale:
-            lost = f"worker {job.worker_id} stopped heartbeating"
+        for job in lost_jobs:
+            lost = f"worker {job.worker_id} {why}"
             base = {"worker_id": None, "heartbeat_at": None}
             if job.control == "cancel":
                 ok = self._transition(
