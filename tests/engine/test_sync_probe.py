@@ -34,8 +34,10 @@ class FaultyReplica:
             self.replica.load_adapter(weights, version)
             return
         self.failures -= 1
-        if self.fault == "skip":  # the sync skipped: the old weights stay, the new version is claimed
-            self.replica.scorer.generator.set_policy_version(version)
+        if self.fault == "skip":  # the sync skipped: the old weights stay (in-process: the new version claimed)
+            scorer = getattr(self.replica, "scorer", None)
+            if scorer is not None:
+                scorer.generator.set_policy_version(version)
         elif self.fault == "scale":  # every weight 1.01 times what the learner has
             self.replica.load_adapter({k: v * 1.01 for k, v in weights.items()}, version)
 

@@ -40,6 +40,7 @@ import torch
 
 from openrft.algo.rollout_correction import truncates
 from openrft.errors import OpenRFTError
+from openrft.rollout.sync_probe import ProbeSet
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.rollout.weight_files import write_weight_files
 from openrft.spec.job import LoraSpec
@@ -157,8 +158,9 @@ class RemoteGenerator(PolicyVersioned):
             return
         name = f"{self.adapter_prefix}-v{version}"
         path = write_peft_adapter(weights, self.lora, self.base_model, self.adapter_dir / name)
-        if name != self._adapter:
-            self._load_lora(name, path)
+        if name == self._adapter:  # the same version again (the sync probe's re-load): replace it on the server
+            self._post("/unload_lora_adapter", {"lora_name": name})
+        self._load_lora(name, path)
         previous, self._adapter, self._version = self._adapter, name, version
         if previous and previous != name:
             self._post("/unload_lora_adapter", {"lora_name": previous})
@@ -202,6 +204,37 @@ class RemoteGenerator(PolicyVersioned):
                 raise GenerationServerError(f"the generation server at {root} {NO_WEIGHTS_ROUTE}", exc.status) from None
             raise
         self._call("POST", f"{root}/reset_prefix_cache", None)
+
+    # the sync probe -------------------------------------------------------------------------------
+
+    probe_engine = ("server", "unknown")  # the server's dtype is not visible to its client
+
+    def score(self, probe: ProbeSet) -> list[list[float]]:
+        """The probe's continuation log-probs as the server computes them for the policy it serves: one
+        ``/completions`` request per probe row with ``prompt_logprobs: 0`` (vLLM's prompt log-probs, each
+        position's entry keyed by the prompt token's id), temperature 1, one token generated."""
+        scores = []
+        for prompt, continuation in zip(probe.prompts, probe.continuations):
+            body = {
+                "model": self._adapter or self._base_name(),
+                "prompt": [list(prompt) + list(continuation)],
+                "max_tokens": 1,
+                "temperature": 1.0,
+                "prompt_logprobs": 0,
+                "return_tokens_as_token_ids": True,
+            }
+            entries = self._post("/completions", body).json()["choices"][0].get("prompt_logprobs")
+            if not entries or len(entries) != len(prompt) + len(continuation):
+                raise GenerationServerError(
+                    f"{self.base_url}/completions returned no prompt_logprobs for the sync probe (vLLM and openrft "
+                    "serve-model return them): turn the probe off with rollout.sync_probe.enabled false"
+                )
+            row = []
+            for token, entry in zip(continuation, entries[len(prompt) :]):
+                value = (entry or {}).get(str(token))
+                row.append(float("nan") if value is None else float(value["logprob"]))
+            scores.append(row)
+        return scores
 
     # log-prob density -----------------------------------------------------------------------------
 

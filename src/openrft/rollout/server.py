@@ -68,6 +68,7 @@ class CompletionRequest(_Request):
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool | None = False
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # vLLM's: each prompt token's log-prob
     suffix: str | None = None
     return_tokens_as_token_ids: bool | None = None
 
@@ -266,6 +267,37 @@ class ModelServer:
         values, indices = scaled_log_probs(logits, temperature).topk(k, dim=-1)
         return [list(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
 
+    @torch.no_grad()
+    def prompt_logprobs(self, name: str | None, prompt: list[int], k: int) -> list[dict[str, dict] | None]:
+        """vLLM's ``prompt_logprobs``: for each prompt position after the first, the log-prob of the prompt's
+        token there given the ones before (temperature 1, the model's own distribution), with its rank and the
+        ``k`` most likely tokens; None for the first. Keys are token ids (JSON object keys, as vLLM's)."""
+        ids = torch.tensor([prompt], device=self.generator.device)
+        with self.lock, self._select(name or self.served_name):
+            logits = self.model(input_ids=ids).logits[0, :-1].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        targets = torch.tensor(prompt[1:], device=logp.device)
+        chosen = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        ranks = (logp > chosen.unsqueeze(-1)).sum(-1) + 1
+        tops = logp.topk(k, dim=-1) if k else None
+        entries: list[dict[str, dict] | None] = [None]
+        for i, token in enumerate(prompt[1:]):
+            entry = {}
+            if tops is not None:
+                for value, index in zip(tops.values[i].tolist(), tops.indices[i].tolist()):
+                    entry[str(index)] = {
+                        "logprob": value,
+                        "rank": len(entry) + 1,
+                        "decoded_token": self.tokenizer.decode([index]),
+                    }
+            entry[str(token)] = {
+                "logprob": float(chosen[i]),
+                "rank": int(ranks[i]),
+                "decoded_token": self.tokenizer.decode([token]),
+            }
+            entries.append(entry)
+        return entries
+
     def token_text(self, token_id: int, as_id: bool) -> str:
         return f"token_id:{token_id}" if as_id else self.tokenizer.decode([token_id])
 
@@ -343,8 +375,9 @@ def completions(server: ModelServer, request: CompletionRequest) -> dict:
     params = _params(request, request.max_tokens or 16)
     groups = server.generate(request.model, prompts, params, request.seed, request.stop_token_ids)
     as_ids = bool(request.return_tokens_as_token_ids)
+    scored: dict[int, list] = {}  # prompt_logprobs of each prompt, computed once for its n choices
     choices = []
-    for completion in (c for g in groups for c in g):
+    for number, completion in ((p, c) for p, g in enumerate(groups) for c in g):
         choice: dict[str, Any] = {
             "index": len(choices),
             "text": completion.text,
@@ -367,6 +400,10 @@ def completions(server: ModelServer, request: CompletionRequest) -> dict:
                 ],
                 "text_offset": offsets,
             }
+        if request.prompt_logprobs is not None:
+            if number not in scored:
+                scored[number] = server.prompt_logprobs(request.model, prompts[number], request.prompt_logprobs)
+            choice["prompt_logprobs"] = scored[number]
         choices.append(choice)
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",

@@ -149,6 +149,12 @@ class LearnerActor:
     def adapter_state(self) -> dict[str, torch.Tensor]:
         return self.policy.adapter_state()
 
+    def probe_scores(self, probe) -> list[list[float]]:
+        """The sync probe's continuation log-probs under the current policy (``rollout/sync_probe.py``)."""
+        from openrft.rollout.sync_probe import score_with_model
+
+        return score_with_model(self.policy.model, probe)
+
     def adapter_files(self) -> dict[str, bytes]:
         from openrft.engine.checkpoints import save_adapter
 
@@ -185,6 +191,12 @@ class GenerationActor:
             self.generator.model.load_state_dict(weights)
             self.generator.set_policy_version(version)
         return os.getpid()
+
+    def score(self, probe) -> list[list[float]]:
+        return self.generator.score(probe)
+
+    def probe_engine(self) -> tuple[str, str]:
+        return self.generator.probe_engine
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, rng_state: torch.Tensor | None
@@ -305,6 +317,13 @@ class RayReplica:
         self, prompts: list[list[int]], params: SamplingParams, rng_state: Any | None
     ) -> tuple[list[list[Completion]], Any]:
         return self._call(lambda actor: actor.generate.remote(prompts, params, rng_state))
+
+    def score(self, probe) -> list[list[float]]:
+        return self._call(lambda actor: actor.score.remote(probe))
+
+    @property
+    def probe_engine(self) -> tuple[str, str]:
+        return tuple(self._call(lambda actor: actor.probe_engine.remote()))
 
     def _call(self, submit: Callable[[Any], Any]) -> Any:
         import ray
@@ -439,6 +458,7 @@ class RayRuntime:
             AdapterFilesWriter(lambda: ray.get(actor.adapter_files.remote())),
             RayLearnerGenerator(self._learners),
             lambda: actor.adapter_state.remote(),
+            lambda probe: ray.get(actor.probe_scores.remote(probe)),
         )
 
     def generation_replicas(
@@ -490,6 +510,13 @@ class _FetchingReplica:
 
     def generate(self, prompts, params, rng_state):
         return self.replica.generate(prompts, params, rng_state)
+
+    def score(self, probe):
+        return self.replica.score(probe)
+
+    @property
+    def probe_engine(self) -> tuple[str, str]:
+        return self.replica.probe_engine
 
     def close(self) -> None:
         self.replica.close()
