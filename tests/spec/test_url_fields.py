@@ -67,6 +67,7 @@ def test_the_tenant_checks_refuse_every_declared_address_outside_the_reward():
         ("TrackingSpec", "mlflow_tracking_uri"),
         ("HttpToolSpec", "url"),
         ("McpServerSpec", "url"),
+        ("AgentSpec", "url"),  # a job with an agent has no tools block: test_an_agents_url_is_checked_too
         ("JobSpec", "output_dir"),
         ("JudgeSpec", "base_url"),  # inside the reward: reward_problems refuses it (test_security)
     }
@@ -109,3 +110,17 @@ def test_several_generator_servers_are_a_list():
     assert spec.rollout.generator_base_url == [INTERNAL, "http://[::1]:8000/v1"]
     one = spec.rollout.model_copy(update={}).model_validate({"generator_base_url": "http://h:1/v1"})
     assert one.generator_base_url == ["http://h:1/v1"]
+
+
+def test_an_agents_url_is_checked_too():
+    spec = JobSpec.model_validate(
+        {
+            "model": {"name_or_path": "openrft-demo"},
+            "data": {"train": "t.jsonl"},
+            "training": {"prompts_per_step": 2, "total_steps": 1},
+            "reward": {"function": {"type": "preset", "name": "exact_match"}},
+            "rollout": {"agent": {"url": INTERNAL}},
+        }
+    )
+    problems = job_problems(spec, ServiceConfig.build("/tmp/unused"), FIELDS, {})
+    assert {field for _, field, _, _ in problems} == {"rollout.agent.url"}

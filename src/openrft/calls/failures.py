@@ -10,13 +10,26 @@
   example lacks a field the call needs.
 - ``template_error``: the model's chat template raised (or could not continue) while an episode's tool
   results were rendered; that episode ends there (docs/tools.md, Failures).
+- ``agent_error``: the user's own agent (``rollout.agent``) failed a trajectory: its endpoint or function
+  failed after its retries, or it marked the trajectory failed (docs/agents.md).
+- ``history_changed``: the agent sent back a conversation that does not extend the turns recorded for its
+  trajectory (edited or dropped messages), so the trajectory cannot be trained on as sampled.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-ErrorKind = Literal["parse_error", "timeout", "runtime_error", "server_error", "invalid_output", "template_error"]
+ErrorKind = Literal[
+    "parse_error",
+    "timeout",
+    "runtime_error",
+    "server_error",
+    "invalid_output",
+    "template_error",
+    "agent_error",
+    "history_changed",
+]
 ERROR_KINDS: tuple[ErrorKind, ...] = (
     "parse_error",
     "timeout",
@@ -24,6 +37,8 @@ ERROR_KINDS: tuple[ErrorKind, ...] = (
     "server_error",
     "invalid_output",
     "template_error",
+    "agent_error",
+    "history_changed",
 )
 
 

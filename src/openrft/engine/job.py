@@ -35,6 +35,7 @@ from openrft.rewards.runner import RewardRunner
 from openrft.rollout.types import SamplingParams
 from openrft.spec.job import JobSpec
 from openrft.storage import StorageError
+from openrft.tools.agent_runtime import agent_generators
 from openrft.tools.episodes import tool_generators
 from openrft.tools.metrics import check_error_budget
 
@@ -72,11 +73,15 @@ class RFTJob:
         sample_listeners: tuple[SampleListener, ...] = (),
         on_event: Callable[[str, str], None] | None = None,
         runtime: Runtime | None = None,
+        agent_base: str | None = None,
     ):
         """``runtime`` places the learner and generation replicas (default: this process); a spec with
         ``rollout.runtime: ray`` needs ``openrft.runtime.runtime_for(spec)``. ``listeners`` get each step's
-        metrics, ``sample_listeners`` the samples recorded (``engine/samples.py``)."""
+        metrics, ``sample_listeners`` the samples recorded (``engine/samples.py``). ``agent_base``: where
+        ``rollout.agent``'s agent reaches this job's agent routes (the job service's address; None: the
+        routes the job serves on 127.0.0.1)."""
         self.spec = spec
+        self.agent_base = agent_base
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.show_progress = show_progress
@@ -121,6 +126,9 @@ class RFTJob:
         self.tool_service, wrap = None, (lambda generator: generator)
         if spec.tools is not None:  # multi-turn rollouts: every generator's completions become tool episodes
             self.tool_service, wrap = tool_generators(spec, self.parts)
+            self.generator = wrap(self.generator)
+        elif spec.rollout.agent is not None:  # the user's agent drives every trajectory (docs/agents.md)
+            self.tool_service, wrap = agent_generators(spec, self.parts, self.run_dir, self.agent_base)
             self.generator = wrap(self.generator)
         self.rewards = RewardRunner(self.parts.reward)
         self.train_params = SamplingParams(
@@ -431,9 +439,10 @@ class RFTJob:
     def _check_episode_errors(self, groups: list[RolloutGroup], batch: str) -> None:
         """Tool episodes end on their own errors and the job goes on, until a batch's share of them is
         past ``tools.error_budget`` (after the batch's samples are recorded, for a look at them)."""
-        if self.spec.tools is not None:
+        budget = self.spec.tools or self.spec.rollout.agent
+        if budget is not None:
             completions = [c for g in groups for c in g.completions]
-            check_error_budget(completions, self.spec.tools.error_budget, batch)
+            check_error_budget(completions, budget.error_budget, batch)
 
     def _record_samples(
         self, kind: SampleKind, step: int, groups: list[RolloutGroup], advantages: torch.Tensor | None = None

@@ -129,6 +129,8 @@ def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
     reward = build_reward(spec.reward)
     if spec.tools is not None:  # episodes a tool could not finish fail; an environment's own score counts
         reward = EpisodeReward(reward, spec.tools.turn_rewards)
+    elif spec.rollout.agent is not None:  # so do an agent's dropped trajectories; its UpdateReward counts
+        reward = EpisodeReward(reward)
     datasets = load_datasets(spec, reward.requires_reference)
     if spec.tools is not None and spec.tools.mcp_servers:  # the servers' tools join every row before rendering
         from openrft.tools.mcp import add_mcp_tools

@@ -95,7 +95,7 @@ def build_train_batch(
                 continue
             samples.append(
                 TrainSample(
-                    prompt_ids=group.prompt_ids,
+                    prompt_ids=completion.prompt_ids or group.prompt_ids,  # an agent's trajectory has its own
                     response_ids=completion.token_ids,
                     advantage=advantage_rows[i][j],
                     behaviour_logp=completion.logprobs if age > 0 else None,

@@ -1,5 +1,6 @@
 """The reward of tool-using episodes: an episode a tool could not finish is a failure of that tool's kind
-(never a silent 0); an episode whose environment scored it takes that score; the rest go to the job's reward.
+(never a silent 0); an episode whose environment scored it takes that score, a trajectory whose agent sent
+UpdateReward its rewards' sum; the rest go to the job's reward.
 
 Per-turn rewards (an environment's ``step`` returning ``Step(reward=...)``) are ignored by default; with
 ``tools.turn_rewards: sum`` the sample's reward is its return over the episode: the episode's score plus
@@ -25,11 +26,14 @@ class EpisodeReward:
         for i, sample in enumerate(samples):
             failure = sample.metadata.get("tool_failure")
             environment = sample.metadata.get("environment_reward")
+            agent = sample.metadata.get("agent_reward")
             if failure:
                 kind, message = failure
                 outcomes[i] = RewardOutcome.failure(kind, f"the episode ended on a tool failure: {message}")
             elif environment is not None:
                 outcomes[i] = RewardOutcome(score=float(environment), sub_scores={"environment": float(environment)})
+            elif agent is not None:  # the agent's UpdateReward (docs/agents.md)
+                outcomes[i] = RewardOutcome(score=float(agent), sub_scores={"agent": float(agent)})
             else:
                 rest.append(i)
         if rest:

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from openrft import __version__
-from openrft.service import dashboard, routes_files, routes_nova, routes_openai, routes_vertex
+from openrft.service import dashboard, routes_agents, routes_files, routes_nova, routes_openai, routes_vertex
 from openrft.service.auth import Authenticator
 from openrft.service.config import ServiceConfig
 from openrft.service.errors import install_handlers
@@ -43,6 +43,7 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
     app.add_middleware(InternalErrors)
     app.include_router(routes_files.router)
     app.include_router(routes_openai.router)
+    app.include_router(routes_agents.router)
     app.include_router(routes_nova.router)
     app.include_router(routes_vertex.build_router("v1"))
     app.include_router(routes_vertex.build_router("v1beta1", include_in_schema=False))

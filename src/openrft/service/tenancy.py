@@ -133,6 +133,10 @@ def job_problems(spec: JobSpec, config: ServiceConfig, fields: dict[str, str], s
     problems += reward_problems(spec.reward, config, fields["reward"], None)
     if spec.tools is not None:
         problems += tool_problems(spec.tools)
+    agent = spec.rollout.agent
+    if agent is not None and agent.callable is not None:
+        what = "an agent run as Python code in the job's process (a tenant's agent is an http endpoint: url)"
+        problems.append(_operator_only(_user_field("rollout.agent.callable", fields), agent.callable, what))
     return problems
 
 

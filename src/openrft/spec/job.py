@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from openrft.spec.agents import AgentSpec
 from openrft.spec.rewards import RewardSpec
 from openrft.spec.tools import ToolsSpec
 from openrft.spec.urls import HttpUrl, Location, OperatorUrl, OutboundUrl
@@ -169,6 +170,9 @@ class RolloutSpec(_Strict):
     )
     correction: RolloutCorrectionSpec = RolloutCorrectionSpec()
     sync_probe: SyncProbeSpec = SyncProbeSpec()
+    agent: AgentSpec | None = Field(
+        None, description="the user's own agent drives each trajectory through OpenRFT's agent routes (docs/agents.md)"
+    )
 
     @field_validator("generator_base_url", mode="before")
     @classmethod
@@ -403,5 +407,10 @@ class JobSpec(_Strict):
             raise ValueError(
                 f"algorithm.ppo_mini_batches ({self.algorithm.ppo_mini_batches}) is more than the prompts of a "
                 f"step ({self.training.prompts_per_step}): each mini-batch holds at least one whole group"
+            )
+        if self.rollout.agent is not None and self.tools is not None:
+            raise ValueError(
+                "rollout.agent and tools are both set: with your own agent, the agent runs its tools itself "
+                "(unset tools), or let OpenRFT run the tools (unset rollout.agent)"
             )
         return self

@@ -220,6 +220,22 @@ def without_reasoning(text: str) -> str:
     return text.strip()
 
 
+def decode_turn(tokenizer, tokens: list[int], eos_token_ids: set[int], skip_special_tokens: bool = True) -> str:
+    """A model turn's text, without its end token."""
+    if tokens and tokens[-1] in eos_token_ids:
+        tokens = tokens[:-1]
+    return tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+
+
+def call_text(tokenizer, text: str, tokens: list[int], eos_token_ids: set[int]) -> str:
+    """The text a turn's calls are read from: the turn's text, or the turn with its special tokens kept when
+    those hold the call markup (Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``, harmony's
+    channels are special tokens of their tokenizers)."""
+    raw = decode_turn(tokenizer, tokens, eos_token_ids, skip_special_tokens=False)
+    markers = (*CALL_MARKERS, *HARMONY_MARKERS)
+    return raw if any(m in raw and m not in text for m in markers) else text
+
+
 def _row(prompt: list[int]) -> tuple[Example, int]:
     if not isinstance(prompt, RowPrompt):
         raise TypeError(
@@ -418,17 +434,10 @@ class ToolGenerator:
         return {"id": id, "type": "function", "function": {"name": name, "arguments": block}}
 
     def _decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
-        if tokens and tokens[-1] in self.eos_token_ids:
-            tokens = tokens[:-1]
-        return self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+        return decode_turn(self.tokenizer, tokens, self.eos_token_ids, skip_special_tokens)
 
     def _call_text(self, text: str, tokens: list[int]) -> str:
-        """The text the calls are read from: the turn's text, or the turn with its special tokens kept when
-        those hold the call markup (Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``, harmony's
-        channels are special tokens of their tokenizers)."""
-        raw = self._decode(tokens, skip_special_tokens=False)
-        markers = (*CALL_MARKERS, *HARMONY_MARKERS)
-        return raw if any(m in raw and m not in text for m in markers) else text
+        return call_text(self.tokenizer, text, tokens, self.eos_token_ids)
 
     async def _start_environments(self, episodes: list[Episode]) -> None:
         factory = self.service.box.environment
@@ -591,13 +600,26 @@ def tool_generators(spec, parts) -> tuple[ToolService, Any]:
     """The job's ToolService and a function that wraps a generator, an in-process replica's generator, or
     a replica (a Ray actor) so that its completions are tool episodes. ``spec``: the JobSpec; ``parts``:
     its JobParts (tokenizer, datasets, prompts)."""
-    datasets = parts.datasets
-    parts.train_prompts[:] = row_prompts(datasets.train, parts.train_prompts)
-    parts.val_prompts[:] = row_prompts(datasets.validation, parts.val_prompts, start=len(datasets.train))
+    with_rows(parts)
     service = ToolService(spec.tools, spec.reward.sandbox)
 
     def episodes(generator) -> ToolGenerator:
         return ToolGenerator(generator, service, parts.tokenizer, parts.eos_ids, spec.sampling.reasoning_effort)
+
+    return service, wrapper(episodes)
+
+
+def with_rows(parts) -> None:
+    """The job's prompts as ``RowPrompt``s (each with its dataset row), as episodes start from."""
+    datasets = parts.datasets
+    parts.train_prompts[:] = row_prompts(datasets.train, parts.train_prompts)
+    parts.val_prompts[:] = row_prompts(datasets.validation, parts.val_prompts, start=len(datasets.train))
+
+
+def wrapper(episodes: Any) -> Any:
+    """A function that wraps a generator, an in-process replica's generator, or a replica (a Ray actor) so
+    that its completions are whole episodes, each made by ``episodes(generator)`` (a ToolGenerator, or an
+    agent's: ``tools.agent_generator``)."""
 
     def wrap(generator):
         if isinstance(generator, GeneratorReplica):
@@ -607,4 +629,4 @@ def tool_generators(spec, parts) -> tuple[ToolService, Any]:
             return ToolReplica(generator, episodes)  # a GenerationReplica: generate(prompts, params, rng_state)
         return episodes(generator)
 
-    return service, wrap
+    return wrap

@@ -101,6 +101,8 @@ def resolve_document(
     resolution = _resolve_dialect(document, dialect, base_dir, source, file_resolver, dataset_size or count_examples)
     if resolution.spec.tools is not None:  # tool files are named relative to the job file
         resolution.spec.tools = resolution.spec.tools.relative_to(base_dir)
+    if resolution.spec.rollout.agent is not None:  # so is an agent's file.py:function
+        resolution.spec.rollout.agent = resolution.spec.rollout.agent.relative_to(base_dir)
     return resolution
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from openrft.spec.agents import AgentSpec
 from openrft.spec.dialects.builder import SpecBuilder, was_set
 from openrft.spec.dialects.interpolation import drop_blanks, resolve_interpolation
 from openrft.spec.error_paths import user_loc
@@ -131,6 +132,7 @@ class OpenRFTExtensions(Strict):
         default_factory=dict, description="a cloud-only model name or ARN -> a local path or Hugging Face id"
     )
     tools: ToolsSpec | None = None
+    agent: AgentSpec | None = Field(None, description="your own agent drives the trajectories (docs/agents.md)")
     sandbox_isolation: Literal["strict", "weak"] = Field(
         "strict", description="the reward and tool sandbox: strict needs bubblewrap; weak is a plain subprocess"
     )
@@ -176,6 +178,7 @@ EXTENSION_TARGETS = {
     "learner_offload": "rollout.learner_offload",
     "generation_replicas": "rollout.generation_replicas",
     "tools": "tools",
+    "agent": "rollout.agent",
     "sandbox_isolation": "reward.sandbox.isolation",
 }
 """Extension settings copied as they are; base_learning_rate, max_length and max_new_tokens the dialects
