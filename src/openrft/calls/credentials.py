@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
+from openrft.calls.outbound import POLICY_ENV
+
 SECRET_NAMES = ("OPENRFT_GENERATOR_API_KEY",)
 SECRET_PREFIXES = ("MLFLOW_TRACKING_", "DATABRICKS_")
 KEPT = ("MLFLOW_TRACKING_URI",)  # an address, not a credential (a tenant's job names its own URI)
@@ -52,7 +54,8 @@ def drop_operator_secrets(environ: MutableMapping[str, str]) -> list[str]:
 
 def ray_worker_env() -> dict[str, str] | None:
     """The ``env_vars`` of a Ray ``runtime_env`` for this process's actors: in a tenant's job, every known
-    secret blank (a blank key is never sent); None elsewhere."""
+    secret blank (a blank key is never sent) and the job's outbound policy; None elsewhere."""
     if os.environ.get(TENANT_JOB) != "1":
         return None
-    return {name: "" for name in KNOWN_SECRETS}
+    # and the job's outbound policy (``openrft.calls.outbound.POLICY_ENV``): its actors call out too
+    return {name: "" for name in KNOWN_SECRETS} | {POLICY_ENV: os.environ.get(POLICY_ENV, "")}

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import httpx
 
 from openrft.calls.failures import CallFailure
-from openrft.calls.outbound import redirect_refusal
+from openrft.calls.outbound import OutboundPolicy, OutboundRefused, process_policy, redirect_refusal
 from openrft.errors import RewardError
 from openrft.spec.call_options import RemoteCallSpec
 
@@ -125,6 +125,8 @@ class RemoteEndpoint:
         try:
             async with asyncio.timeout(self.timeout_s):
                 status, body = await self._read(payload)
+        except OutboundRefused as exc:  # asking again reaches the same address
+            return CallFailure("server_error", f"{self.label}: {exc}"), False, None
         except (TimeoutError, httpx.TimeoutException):
             return CallFailure("timeout", f"{self.label} did not answer within {self.timeout_s:g} s"), True, None
         except httpx.TransportError as exc:
@@ -220,23 +222,66 @@ class Timer:
         return time.perf_counter() - self.start
 
 
-def outbound_client() -> httpx.AsyncClient:
-    """An HTTP client that follows only the redirects the outbound policy allows (``outbound.redirect_refusal``);
-    make it inside the event loop that uses it."""
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+def _policy(operator: bool, policy: OutboundPolicy | None) -> OutboundPolicy | None:
+    return None if operator else (policy or process_policy())
+
+
+# Every HTTP client a job calls out with is made by these two (or ``openrft.calls.transport`` for the MCP SDK's and
+# MLflow's libraries): in a tenant's job they connect only to addresses the outbound policy checked at call time
+# (``transport``); tests/calls/test_outbound_clients.py fails when a client is made anywhere else.
+
+
+def async_client(
+    *, operator: bool = False, policy: OutboundPolicy | None = None, limits: httpx.Limits | None = None, **kwargs: Any
+) -> httpx.AsyncClient:
+    """An httpx.AsyncClient for a job's calls out (make it inside the event loop that uses it). It follows only
+    the redirects ``outbound.redirect_refusal`` allows; in a tenant's job it connects only to checked addresses.
+    ``operator``: the endpoint is the operator's own (a tenant cannot set it). ``policy``: instead of this
+    process's (tests)."""
+    checked = _policy(operator, policy)
+    limits = limits or httpx.Limits(max_connections=512, max_keepalive_connections=64)
     hooks = {"response": [_refuse_inward_redirects]}
-    return httpx.AsyncClient(limits=limits, follow_redirects=True, event_hooks=hooks)
+    if checked is not None:
+        from openrft.calls.transport import async_transport
+
+        kwargs.update(transport=async_transport(checked, limits=limits), trust_env=False)
+    kwargs.setdefault("follow_redirects", True)
+    return httpx.AsyncClient(limits=limits, event_hooks=hooks, **kwargs)
+
+
+def sync_client(
+    *, operator: bool = False, policy: OutboundPolicy | None = None, limits: httpx.Limits | None = None, **kwargs: Any
+) -> httpx.Client:
+    """``async_client``'s blocking twin (a generation server's client, MLflow's reachability probe)."""
+    checked = _policy(operator, policy)
+    limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    hooks = {"response": [_refuse_inward_redirects_sync]}
+    if checked is not None:
+        from openrft.calls.transport import sync_transport
+
+        kwargs.update(transport=sync_transport(checked, limits=limits), trust_env=False)
+    kwargs.setdefault("follow_redirects", True)
+    return httpx.Client(limits=limits, event_hooks=hooks, **kwargs)
 
 
 class RedirectRefused(httpx.TransportError):
     """A redirect the outbound policy does not follow (``openrft.calls.outbound.redirect_refusal``)."""
 
 
-async def _refuse_inward_redirects(response: httpx.Response) -> None:
+def _redirect_problem(response: httpx.Response) -> RedirectRefused | None:
     if not response.has_redirect_location:
-        return
+        return None
     source = str(response.request.url)
     target = str(response.request.url.join(response.headers["location"]))
-    reason = await asyncio.to_thread(redirect_refusal, source, target)
-    if reason:
-        raise RedirectRefused(f"{source} {reason}", request=response.request)
+    reason = redirect_refusal(source, target)
+    return RedirectRefused(f"{source} {reason}", request=response.request) if reason else None
+
+
+async def _refuse_inward_redirects(response: httpx.Response) -> None:
+    if response.has_redirect_location and (problem := await asyncio.to_thread(_redirect_problem, response)):
+        raise problem
+
+
+def _refuse_inward_redirects_sync(response: httpx.Response) -> None:
+    if problem := _redirect_problem(response):
+        raise problem

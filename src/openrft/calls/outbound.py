@@ -8,7 +8,11 @@ multicast or reserved address is refused unless the operator allows private netw
 (``openrft serve --allow-private-urls``); ``file://`` and other schemes are refused, and so are
 local paths (the caller checks those, since only it knows which fields are paths).
 
-Host names are resolved when the job is submitted; every address they resolve to must pass.
+Host names are resolved when the job is submitted; every address they resolve to must pass. In a tenant's
+job the same rule holds again when each connection is made (``OutboundPolicy``, applied by the clients of
+``openrft.calls.transport``): the name is resolved once, every address checked, and the connection made to a
+checked address, so a name that answered a public address at submission and a loopback one later (DNS
+rebinding) is refused then. The job process learns whether it is a tenant's from ``POLICY_ENV``.
 
 Object stores are reached with the operator's credentials, so the service only names, for a tenant, a
 location under a prefix the operator allowed that tenant (``store_refusal``).
@@ -17,14 +21,23 @@ location under a prefix the operator allowed that tenant (``store_refusal``).
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 FETCH_SCHEMES = ("http", "https")
 STORE_SCHEMES = ("s3", "gs", "gcs", "hf")  # reached through the operator's configured clients and endpoints
 
 
-def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+POLICY_ENV = "OPENRFT_OUTBOUND_POLICY"
+"""Set to ``public`` in a tenant's job process (and its Ray workers) whose operator did not allow private
+networks: its clients then connect only to public addresses. Unset: the operator's own job, nothing checked."""
+
+
+def _addresses(host: str) -> list[Address]:
     try:
         return [ipaddress.ip_address(host.strip("[]"))]
     except ValueError:
@@ -33,7 +46,16 @@ def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError, OSError):
         return []
-    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    return _unique(str(info[4][0]) for info in infos)
+
+
+def _unique(addresses) -> list[Address]:
+    found: list[Address] = []
+    for text in addresses:
+        address = ipaddress.ip_address(text.split("%")[0])
+        if address not in found:
+            found.append(address)
+    return found
 
 
 def _is_internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -121,3 +143,60 @@ def redirect_refusal(source: str, target: str) -> str | None:
         if internal:
             return f"redirects to {target!r}, an internal address ({internal[0]}) of another host"
     return None
+
+
+class OutboundRefused(Exception):
+    """A connection the outbound policy does not make (the host resolved, at call time, to an internal address,
+    or did not resolve). Raised where the connection would be made; never retried."""
+
+
+@dataclass(frozen=True)
+class OutboundPolicy:
+    """The addresses a tenant's job may connect to: public ones only. ``resolve`` is the one lookup of a host
+    name (``socket.getaddrinfo`` unless given: a test answers from a table of its own)."""
+
+    resolve: Callable[[str, int], list[str]] | None = None
+
+    def refuses(self, address: Address) -> bool:
+        return _is_internal(address)
+
+    def connect_addresses(self, host: str, port: int) -> list[str]:
+        """The addresses to connect ``host:port`` to, each checked; OutboundRefused when any address the one
+        lookup answered is internal (or there is none). The caller connects to these, never to the name."""
+        try:
+            answers = _unique([host.strip("[]")])
+        except ValueError:
+            answers = _unique(self._lookup(host, port))
+        if not answers:
+            raise OutboundRefused(f"{host} does not resolve (the service connects to tenants' hosts it can check)")
+        internal = [str(a) for a in answers if self.refuses(a)]
+        if internal:
+            raise OutboundRefused(
+                f"{host} resolved, when the call was made, to {internal[0]}, a loopback, link-local or private "
+                "address: the service does not call internal addresses for tenants"
+            )
+        return [str(a) for a in answers]
+
+    def _lookup(self, host: str, port: int) -> list[str]:
+        if self.resolve is not None:
+            return list(self.resolve(host, port))
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError, OSError):
+            return []
+        return [str(info[4][0]) for info in infos]
+
+
+def tenant_job(environ: MutableMapping[str, str], allow_private: bool) -> None:
+    """Mark ``environ`` as a tenant's job's: its connections follow the policy the submission check applied
+    (none when the operator allows private networks: ``openrft serve --allow-private-urls``)."""
+    if allow_private:
+        environ.pop(POLICY_ENV, None)
+    else:
+        environ[POLICY_ENV] = "public"
+
+
+def process_policy() -> OutboundPolicy | None:
+    """This process's policy for the URLs a tenant wrote: None in the operator's own jobs (``openrft train``,
+    a loopback server without API keys), where loopback reward servers are normal."""
+    return OutboundPolicy() if os.environ.get(POLICY_ENV) == "public" else None

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from openrft.calls.endpoints import sync_client
+from openrft.calls.outbound import OutboundRefused
+from openrft.calls.transport import use_for_mlflow
 from openrft.errors import OpenRFTError
 from openrft.spec.job import JobSpec
 
@@ -66,8 +69,9 @@ def _check_reachable(uri: str) -> None:
     import httpx
 
     try:
-        httpx.get(uri, timeout=CONNECT_TIMEOUT_S)
-    except httpx.HTTPError as exc:
+        with sync_client(timeout=CONNECT_TIMEOUT_S, follow_redirects=False) as client:
+            client.get(uri)
+    except (httpx.HTTPError, OutboundRefused) as exc:
         raise MlflowError(f"MLflow tracking server {uri} cannot be reached ({type(exc).__name__}: {exc})") from None
 
 
@@ -97,6 +101,7 @@ class MlflowTracker:
         uri = tracking.mlflow_tracking_uri
         assert uri is not None
         _require_mlflow(uri)
+        use_for_mlflow()  # a tenant's job: MLflow's sessions connect only to checked addresses
         _check_reachable(uri)
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient

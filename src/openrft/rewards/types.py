@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from openrft.calls.endpoints import RemoteEndpoint, outbound_client
+from openrft.calls.endpoints import RemoteEndpoint, async_client
 from openrft.calls.failures import ERROR_KINDS as ERROR_KINDS  # re-exported: the kinds a reward fails with
 from openrft.calls.failures import CallFailure, ErrorKind
 from openrft.calls.sandbox import SandboxPool, SandboxUnavailable
@@ -297,23 +297,30 @@ def check_source(source: str, entry: str, arity: int, path: str) -> list[FieldPr
 class RewardContext:
     def __init__(self, spec: RewardSpec):
         self.spec = spec
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._clients: dict[bool, tuple[httpx.AsyncClient, asyncio.AbstractEventLoop]] = {}  # by operator's own
         self._pool: SandboxPool | None = None
         self._judge: ChatJudge | None = None
         self.endpoints: list[RemoteEndpoint] = []
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self, operator: bool = False) -> httpx.AsyncClient:
+        """The client of this loop for the job's own endpoints, or (``operator``) the operator's (the judge)."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = outbound_client()
-            self._client_loop = loop
-        return self._client
+        made = self._clients.get(operator)
+        if made is None or made[1] is not loop:
+            made = self._clients[operator] = (async_client(operator=operator), loop)
+        return made[0]
 
     def endpoint(
-        self, url: str, default_timeout_s: float, label: str, headers: dict[str, str] | None = None
+        self,
+        url: str,
+        default_timeout_s: float,
+        label: str,
+        headers: dict[str, str] | None = None,
+        operator: bool = False,
     ) -> RemoteEndpoint:
-        endpoint = RemoteEndpoint(url, self.spec.remote, default_timeout_s, label, _LazyClient(self), headers)
+        """``operator``: the URL is the operator's (a tenant cannot set it), reached whatever a tenant may reach."""
+        client = _LazyClient(self, operator)
+        endpoint = RemoteEndpoint(url, self.spec.remote, default_timeout_s, label, client, headers)  # type: ignore[arg-type]
         self.endpoints.append(endpoint)
         return endpoint
 
@@ -337,29 +344,34 @@ class RewardContext:
                 return None
             key = judge_api_key(self.spec.judge)
             headers = {"Authorization": f"Bearer {key}"} if key else None
-            endpoint = self.endpoint(url.rstrip("/") + "/chat/completions", JUDGE_TIMEOUT_S, "LLM judge", headers)
+            # judge.base_url is the operator's (tenant_config refuses it from tenants): the judge is theirs
+            endpoint = self.endpoint(
+                url.rstrip("/") + "/chat/completions", JUDGE_TIMEOUT_S, "LLM judge", headers, operator=True
+            )
             self._judge = ChatJudge(endpoint, self.spec.judge)
         return self._judge
 
     async def aclose(self) -> None:
         if self._pool is not None:
             await self._pool.aclose()
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = None
+        loop = asyncio.get_running_loop()
+        for client, client_loop in self._clients.values():
+            if client_loop is loop:
+                await client.aclose()
+        self._clients.clear()
 
 
 class _LazyClient:
     """Stands in for an httpx client until the first request, made inside the running loop."""
 
-    def __init__(self, context: RewardContext):
-        self.context = context
+    def __init__(self, context: RewardContext, operator: bool):
+        self.context, self.operator = context, operator
 
     def build_request(self, *args, **kwargs) -> httpx.Request:
-        return self.context.client().build_request(*args, **kwargs)
+        return self.context.client(self.operator).build_request(*args, **kwargs)
 
     async def send(self, *args, **kwargs) -> httpx.Response:
-        return await self.context.client().send(*args, **kwargs)
+        return await self.context.client(self.operator).send(*args, **kwargs)
 
 
 class ManagedReward:

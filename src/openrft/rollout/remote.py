@@ -39,6 +39,8 @@ import httpx
 import torch
 
 from openrft.algo.rollout_correction import truncates
+from openrft.calls.endpoints import sync_client
+from openrft.calls.outbound import OutboundRefused
 from openrft.errors import OpenRFTError
 from openrft.rollout.sync_probe import ProbeSet
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
@@ -141,7 +143,7 @@ class RemoteGenerator(PolicyVersioned):
         self.base_url = root if root.endswith("/v1") else f"{root}/v1"
         api_key = api_key or os.environ.get("OPENRFT_GENERATOR_API_KEY")  # openrft serve-model --api-key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
+        self.client = sync_client(base_url=self.base_url, timeout=timeout_s, headers=headers, follow_redirects=False)
         self.adapter_dir, self.lora, self.base_model = Path(adapter_dir), lora, base_model
         self.eos_token_ids, self.adapter_prefix, self.retries = list(eos_token_ids), adapter_prefix, retries
         self.served_model = served_model
@@ -352,6 +354,8 @@ class RemoteGenerator(PolicyVersioned):
         for attempt in range(self.retries + 1):
             try:
                 response = self.client.request(method, path, json=body)
+            except OutboundRefused as exc:  # the same address again: not worth a retry
+                raise GenerationServerError(f"the generation server at {url} is not called: {exc}") from None
             except httpx.TransportError as exc:
                 if attempt == self.retries:
                     raise GenerationServerError(

@@ -21,6 +21,7 @@ import time
 import traceback
 
 from openrft.calls.credentials import drop_operator_secrets
+from openrft.calls.outbound import tenant_job
 from openrft.data.loader import DatasetError
 from openrft.disk_full import DISK_FULL_MESSAGE, is_disk_full
 from openrft.engine import JobControl, RFTJob
@@ -72,6 +73,7 @@ class JobRunner:
         self.job: Job = store.get_job(None, job_id)
         if not is_operator(self.job.owner):  # before anything runs: no operator credential reaches a tenant's URL
             dropped = drop_operator_secrets(os.environ)
+            tenant_job(os.environ, config.allow_private_urls)  # its calls out follow the submission's policy
             if dropped:
                 print(f"operator credentials kept from this tenant's job: {', '.join(dropped)}", flush=True)
         self.attempt = attempt
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-address", default=None, help="the operator's Ray cluster the job runs on")
     parser.add_argument("--placement-group", default=None, help="the placement group its worker reserved for it")
     parser.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES its worker gave it ('': none)")
+    parser.add_argument("--allow-private-urls", action="store_true", help="the server's: tenants' calls unchecked")
     args = parser.parse_args(argv)
     if args.gpus is not None:  # before anything initialises CUDA
         os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
@@ -240,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parent_pid:
         watch_parent(args.parent_pid)
     config = ServiceConfig.build(args.data_dir, args.database_url, ray_address=args.ray_address)
+    config.allow_private_urls = args.allow_private_urls
     store = Store.open(config.database_url, run_migrations=False)
     try:
         return JobRunner(store, config, args.job_id, args.attempt, args.placement_group).run()

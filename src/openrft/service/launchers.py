@@ -45,6 +45,8 @@ def job_args(
         cluster += ["--placement-group", placement_group]
     if devices is not None:
         cluster += [f"--gpus={devices}"]
+    if config.allow_private_urls:  # a tenant's job then calls private addresses, as its submission allowed
+        cluster += ["--allow-private-urls"]
     return [
         job_id,
         "--attempt",

@@ -22,9 +22,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from openrft.calls.transport import mcp_http_client
 from openrft.data.records import Example
 from openrft.errors import OpenRFTError
 from openrft.spec.tools import McpServerSpec, ToolsSpec
@@ -97,11 +100,21 @@ def _target(name: str, spec: McpServerSpec) -> Any:
             "openrft serve --mcp-servers; only a job submitted to that service can use it: give a command or a url"
         )
     if spec.url is not None:
-        return spec.url
+        return _http_transport(str(spec.url))
     from mcp import StdioServerParameters
 
     command, *args = spec.command or []
     return StdioServerParameters(command=command, args=args, env=spec.env or None, cwd=spec.cwd)
+
+
+@asynccontextmanager
+async def _http_transport(url: str) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport over a client of ``openrft.calls.transport`` (in a tenant's job it
+    connects only to addresses the outbound policy checked)."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with mcp_http_client() as client, streamable_http_client(url, http_client=client) as streams:
+        yield streams
 
 
 class McpSession:

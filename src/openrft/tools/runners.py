@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from openrft.calls.endpoints import RemoteEndpoint, Timer
+from openrft.calls.endpoints import RemoteEndpoint, Timer, async_client
 from openrft.calls.failures import CallFailure
 from openrft.calls.sandbox import SandboxPool
 from openrft.spec.call_options import SandboxSpec
@@ -346,7 +346,8 @@ class ToolBox:
         self.spec = spec
         self.sandbox = sandbox
         self.semaphore = asyncio.Semaphore(spec.max_concurrency)
-        self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=spec.max_concurrency))
+        limits = httpx.Limits(max_connections=spec.max_concurrency)
+        self.client = async_client(limits=limits, follow_redirects=False)
         self.pool = (
             SandboxPool(sandbox)
             if any(isinstance(r, PythonToolSpec) and r.sandboxed for r in spec.functions.values())
