@@ -46,6 +46,8 @@ def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts if p)])
 
 
+HTTP_TIMEOUT_S = 60.0
+"""How long a dataset URL may take between bytes (connect and each read)."""
 REACH_TIMEOUT_S = 3.0
 """How long the object store's endpoint may take to accept a connection before a location is unreachable."""
 _REACHED: dict[tuple[str, int], tuple[float, str | None]] = {}
@@ -101,12 +103,39 @@ def check_reachable(uri: str) -> None:
         )
 
 
+HTTP_SCHEMES = ("http", "https")
+
+
+def _http_bytes(uri: str) -> bytes:
+    """A dataset at an http(s) URL, fetched with a client of ``openrft.calls.endpoints`` (in a tenant's job, or
+    while the service validates a tenant's job, it connects only to addresses the outbound policy checked then)."""
+    import httpx
+
+    from openrft.calls.endpoints import sync_client
+    from openrft.calls.outbound import OutboundRefused
+
+    try:
+        with sync_client(timeout=HTTP_TIMEOUT_S) as client:
+            response = client.get(uri)
+    except OutboundRefused as exc:
+        raise StorageError(uri, f"is not fetched: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise StorageError(uri, f"cannot be read ({_describe(exc)})") from None
+    if response.status_code in (404, 410):
+        raise StorageError(uri, f"no such file (HTTP {response.status_code})")
+    if response.status_code >= 400:
+        raise StorageError(uri, f"cannot be read (HTTP {response.status_code})")
+    return response.content
+
+
 def _filesystem(uri: str) -> tuple[Any, str]:
     """The fsspec filesystem of a URI and the path within it; a missing store package, or a store that
-    cannot be reached, is a clear error."""
+    cannot be reached, is a clear error. An http(s) URL is a dataset to read (``read_bytes``), nothing more."""
     import fsspec
 
     scheme = urlparse(uri).scheme
+    if scheme in HTTP_SCHEMES:
+        raise StorageError(uri, "is an http(s) URL: a dataset is read from one; outputs go to a path or a bucket")
     check_reachable(uri)
     try:
         return fsspec.core.url_to_fs(uri)
@@ -159,6 +188,8 @@ def read_text(uri: str) -> str:
 
 def read_bytes(uri: str) -> bytes:
     """The whole content at a URI or path."""
+    if urlparse(uri).scheme in HTTP_SCHEMES:
+        return _http_bytes(uri)
     fs, path = _filesystem(uri)
     try:
         with fs.open(path, "rb") as f:

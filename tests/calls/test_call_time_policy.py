@@ -326,3 +326,42 @@ def test_a_tenants_job_process_applies_the_policy_its_submission_did(tmp_path, m
     assert POLICY_ENV not in environ
     monkeypatch.delenv(POLICY_ENV)
     assert process_policy() is None
+
+
+def test_the_service_reads_a_tenants_dataset_url_only_at_a_checked_address(tmp_path, serve, dns):
+    """Validating a tenant's job, the service itself reads its dataset URL (in its own process, where the
+    operator's calls are unchecked): rebound to 127.0.0.1 after the submission check, it is refused, by field."""
+    from fastapi.testclient import TestClient
+
+    from openrft.service.app import create_app
+    from openrft.service.config import ServiceConfig
+    from openrft.service.store import Store
+    from tests.service.svc_helpers import VALIDATION, small_dataset, tiny_recipe
+
+    config = ServiceConfig.build(tmp_path / "data", f"sqlite:///{tmp_path / 'openrft.db'}")
+    store = Store.open(config.database_url)
+    try:
+        _, key = store.create_key("alice")
+        client = TestClient(create_app(config, store), headers={"Authorization": f"Bearer {key}"})
+        validation = small_dataset(tmp_path / "validation.jsonl", VALIDATION, 4)
+        answer = client.post(
+            "/v1/files", files={"file": ("v.jsonl", validation.read_bytes())}, data={"purpose": "fine-tune"}
+        )
+        port = serve()
+        recipe = tiny_recipe(f"http://{rebinding(dns)}:{port}/train.jsonl", answer.json()["id"])
+        response = client.post("/v1/nova/jobs", json=recipe)
+    finally:
+        store.close()
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "run.data_s3_path" and "resolved, when the call was made, to 127.0.0.1" in error["message"]
+    assert Hits.seen == []
+
+
+def test_the_operators_own_dataset_url_on_loopback_is_read(serve, dns):
+    from openrft.storage import read_bytes
+
+    port = serve()
+    dns[0]["inside.test"] = ["127.0.0.1"]
+    assert b'"content": "ok"' in read_bytes(f"http://inside.test:{port}/train.jsonl")
+    assert Hits.seen == ["127.0.0.1 GET /train.jsonl"]

@@ -23,7 +23,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -196,7 +198,24 @@ def tenant_job(environ: MutableMapping[str, str], allow_private: bool) -> None:
         environ[POLICY_ENV] = "public"
 
 
+_APPLIED: ContextVar[OutboundPolicy | None] = ContextVar("openrft_outbound_policy", default=None)
+
+
+@contextmanager
+def applying(policy: OutboundPolicy | None) -> Iterator[None]:
+    """``policy`` for the calls made in this context (the service validating a tenant's job reads its dataset URLs
+    in the server's own process, whose other calls are the operator's)."""
+    token = _APPLIED.set(policy)
+    try:
+        yield
+    finally:
+        _APPLIED.reset(token)
+
+
 def process_policy() -> OutboundPolicy | None:
-    """This process's policy for the URLs a tenant wrote: None in the operator's own jobs (``openrft train``,
-    a loopback server without API keys), where loopback reward servers are normal."""
+    """The policy for the URLs a tenant wrote, here: the context's (``applying``), else this process's. None in
+    the operator's own jobs (``openrft train``, a loopback server without API keys): loopback servers are normal."""
+    applied = _APPLIED.get()
+    if applied is not None:
+        return applied
     return OutboundPolicy() if os.environ.get(POLICY_ENV) == "public" else None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from openrft.calls.outbound import OutboundPolicy, applying
 from openrft.data.loader import DatasetError
 from openrft.errors import OpenRFTError, RewardError
 from openrft.service.admission import refuse_if_never_fits
@@ -85,8 +86,11 @@ class Submitter:
                 raise LookupError(exc.message.split(": ", 1)[-1]) from None
 
         check_model_reference(self.store, owner, _get(document, _path(fields.model)), fields.model)
+        # a tenant's dataset URLs are read here (their sizes, their rows): connected to checked addresses only
+        tenant_calls = OutboundPolicy() if not (is_operator(owner) or self.config.allow_private_urls) else None
         try:
-            spec = parse_document(document, dialect, Path.cwd(), None, resolver)  # type: ignore[arg-type]
+            with applying(tenant_calls):
+                spec = parse_document(document, dialect, Path.cwd(), None, resolver)  # type: ignore[arg-type]
         except SpecError as exc:
             raise from_spec_error(exc) from None
         self._check_locations(owner, spec, dialect, shown)
@@ -95,7 +99,8 @@ class Submitter:
             assert tenant is not None
             raise_problems(job_problems(spec, tenant, _user_fields(dialect), shown))
         spec = resolve_registered(spec, self.config.mcp_servers)  # after the tenant checks: the operator's servers
-        self._validate_data(spec, dialect, shown)
+        with applying(tenant_calls):
+            self._validate_data(spec, dialect, shown)
         return Prepared(spec, document)
 
     def _check_lambda_map(self, owner: str, document: dict[str, Any]) -> None:
