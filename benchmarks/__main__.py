@@ -36,12 +36,13 @@ SUITES = (
     "real-shape-profile",
     "tinker",
     "tinker-fairness",
+    "cluster",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
 # run only when named: real-shape, a 0.5B model trained by two systems at two thread counts (and its learner
 # profiled: it builds the same model); tinker, two 100-step trainings (about half an hour); tinker-fairness, two
 # servers under a backlog (about ten minutes)
-HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness")
+HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster")
 
 
 def _log(message: str) -> None:
@@ -951,6 +952,13 @@ def tinker_fairness_suite(args: argparse.Namespace) -> None:
     suite(args)
 
 
+def cluster_suite(args: argparse.Namespace) -> None:
+    from benchmarks.cluster import suite
+
+    _log("cluster: eight jobs of two tenants on a 3-node Ray cluster and on the embedded single worker")
+    suite(args)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -968,6 +976,7 @@ RUNNERS = {
     "real-shape-profile": real_shape_profile_suite,
     "tinker": tinker_suite,
     "tinker-fairness": tinker_fairness_suite,
+    "cluster": cluster_suite,
 }
 
 
@@ -1037,6 +1046,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     from benchmarks.tinker_fairness import add_options as tinker_fairness_options
 
     tinker_fairness_options(parser)
+    from benchmarks.cluster import add_options as cluster_options
+
+    cluster_options(parser)
     parser.add_argument(
         "--tinker-baseline",
         type=Path,
