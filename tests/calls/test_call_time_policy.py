@@ -365,3 +365,30 @@ def test_the_operators_own_dataset_url_on_loopback_is_read(serve, dns):
     dns[0]["inside.test"] = ["127.0.0.1"]
     assert b'"content": "ok"' in read_bytes(f"http://inside.test:{port}/train.jsonl")
     assert Hits.seen == ["127.0.0.1 GET /train.jsonl"]
+
+
+def test_a_tenants_grader_endpoint_called_by_the_service_is_checked_at_call_time(tmp_path, serve, dns):
+    """Vertex's reward validation calls a tenant's Cloud Run scorer from the API server's own process: a name
+    rebound to 127.0.0.1 after the request's check is refused when the call is made; the server never reached."""
+    from fastapi.testclient import TestClient
+
+    from openrft.service.app import create_app
+    from openrft.service.config import ServiceConfig
+    from openrft.service.store import Store
+
+    config = ServiceConfig.build(tmp_path / "data", f"sqlite:///{tmp_path / 'openrft.db'}")
+    store = Store.open(config.database_url)
+    port = serve()
+    body = {
+        "singleRewardConfig": {"cloudRunRewardScorer": {"cloudRunUri": f"http://{rebinding(dns)}:{port}/score"}},
+        "example": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        "sampleResponse": {"parts": [{"text": "x"}]},
+    }
+    try:
+        _, key = store.create_key("alice")
+        with TestClient(create_app(config, store), headers={"Authorization": f"Bearer {key}"}) as client:
+            response = client.post("/v1/projects/p/locations/l/tuningJobs:validateReinforcementTuningReward", json=body)
+    finally:
+        store.close()
+    assert "resolved, when the call was made, to 127.0.0.1" in response.text, response.text
+    assert Hits.seen == []

@@ -198,24 +198,25 @@ def tenant_job(environ: MutableMapping[str, str], allow_private: bool) -> None:
         environ[POLICY_ENV] = "public"
 
 
-_APPLIED: ContextVar[OutboundPolicy | None] = ContextVar("openrft_outbound_policy", default=None)
+TENANT_CALLS: ContextVar[OutboundPolicy | None] = ContextVar("openrft_outbound_policy", default=None)
+"""The policy of the calls made in this context for a tenant, in a process whose other calls are the operator's."""
 
 
 @contextmanager
 def applying(policy: OutboundPolicy | None) -> Iterator[None]:
     """``policy`` for the calls made in this context (the service validating a tenant's job reads its dataset URLs
     in the server's own process, whose other calls are the operator's)."""
-    token = _APPLIED.set(policy)
+    token = TENANT_CALLS.set(policy)
     try:
         yield
     finally:
-        _APPLIED.reset(token)
+        TENANT_CALLS.reset(token)
 
 
 def process_policy() -> OutboundPolicy | None:
     """The policy for the URLs a tenant wrote, here: the context's (``applying``), else this process's. None in
     the operator's own jobs (``openrft train``, a loopback server without API keys): loopback servers are normal."""
-    applied = _APPLIED.get()
+    applied = TENANT_CALLS.get()
     if applied is not None:
         return applied
     return OutboundPolicy() if os.environ.get(POLICY_ENV) == "public" else None

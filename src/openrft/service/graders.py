@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
+from openrft.calls.outbound import TENANT_CALLS, OutboundPolicy
 from openrft.data.records import Example
 from openrft.errors import OpenRFTError
 from openrft.rewards.kinds.openai_graders import run_view
@@ -83,11 +84,23 @@ async def in_pool(request: Request, owner: str, function: Callable[..., dict[str
     return await pool.run(function, *args, tenant=owner, disconnected=disconnected, cancellable=True)
 
 
-def _score(reward: ManagedReward, example: Example, response: str, cancellation: Cancellable | None) -> RewardOutcome:
+def _score(
+    reward: ManagedReward,
+    example: Example,
+    response: str,
+    cancellation: Cancellable | None,
+    tenant: ServiceConfig | None,
+) -> RewardOutcome:
+    """One score; a tenant's endpoints (a Cloud Run scorer, a Nova Lambda's URL) are called here, in the server's
+    process, at addresses the outbound policy checks when each connection is made (``openrft.calls.transport``)."""
+    policy = OutboundPolicy() if tenant is not None and not tenant.allow_private_urls else None
+    token = TENANT_CALLS.set(policy)  # the variable itself: ``outbound.applying`` would add a file to every walk
     try:
         return reward.score_one(example, response, cancellation=cancellation)
     except asyncio.CancelledError:
         raise ApiError(499, "the client closed the connection; the grader call was stopped", "client_closed") from None
+    finally:
+        TENANT_CALLS.reset(token)
 
 
 def run(
@@ -100,7 +113,7 @@ def run(
 ) -> dict[str, Any]:
     spec, reward = _checked_reward(grader, "grader", tenant)
     example = _item_example(item, reference_answer)
-    outcome = _score(reward, example, model_sample, cancellation)
+    outcome = _score(reward, example, model_sample, cancellation, tenant)
     _refuse_over_limit(outcome, "model_sample")
     return run_view(spec, outcome)
 
@@ -129,7 +142,7 @@ def validate_vertex_reward(
         raise ApiError(400, str(exc), "invalid_example", "example") from None
     parts = body["sampleResponse"].get("parts") or []
     response = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-    outcome = _score(reward, example, response, cancellation)
+    outcome = _score(reward, example, response, cancellation, tenant)
     _refuse_over_limit(outcome, "sampleResponse")
     return validate_view(spec, outcome)
 
