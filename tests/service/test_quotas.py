@@ -123,3 +123,35 @@ def test_priorities_order_a_tenants_own_jobs_never_ahead_of_another_tenants_turn
         worker.tick()
         worker.running.clear()
     assert [job_id for job_id, _ in worker.launcher.started] == expected
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_cluster_page_without_a_cluster_shows_this_machine_and_each_tenant_only_its_own(store, tmp_path):
+    """No --ray-address: one node, this machine; what the running jobs reserved (their attempts' rows); the queue
+    and the quotas, a tenant seeing its own jobs and use, another tenant's job without its id, the operator all."""
+    import os
+
+    from openrft.service.dashboard.cluster import OTHERS, cluster_page
+
+    worker = _worker(store, tmp_path, concurrency=1)
+    spec = _spec(threads=2).model_dump(mode="json")
+    running, waiting = _queued(store, spec, owner="alice"), _queued(store, spec, owner="bob")
+    worker.tick()  # alice's starts, holding 2 CPUs; bob's waits for the one worker
+    store.set_quota("bob", 100, None)
+    store.set_queue_reason(waiting.id, "its turn")
+
+    alice = cluster_page(store, worker.config, "alice")
+    assert alice["source"] == "local" and [n["id"] for n in alice["nodes"]] == ["local"]
+    assert alice["nodes"][0]["cpu"] == float(os.cpu_count()) and alice["nodes"][0]["held"]["cpu"] == 2.0
+    assert [(h["job"], h["cpu"]) for h in alice["held"]] == [(running.id, 2.0)]
+    assert alice["queue"] == {"jobs": [], "others_waiting": 1}
+    assert [q["tenant"] for q in alice["quotas"]] == ["alice"] and alice["quotas"][0]["cpu_seconds"]["limit"] is None
+
+    bob = cluster_page(store, worker.config, "bob")
+    assert [(h["job"], h["name"], h["cpu"]) for h in bob["held"]] == [(None, OTHERS, 2.0)]
+    assert [(j["job"], j["reason"]) for j in bob["queue"]["jobs"]] == [(waiting.id, "its turn")]
+    assert bob["quotas"][0]["cpu_seconds"]["limit"] == 100
+
+    operator = cluster_page(store, worker.config, "local")
+    assert [h["job"] for h in operator["held"]] == [running.id]
+    assert {q["tenant"] for q in operator["quotas"]} >= {"alice", "bob"}

@@ -15,6 +15,7 @@ from openrft.service.errors import install_handlers
 from openrft.service.graders import WorkPool
 from openrft.service.internal_errors import InternalErrors
 from openrft.service.limits import BodyLimit
+from openrft.service.routes_quota import router as quota_router
 from openrft.service.store import Store
 from openrft.service.submission import Submitter
 
@@ -47,6 +48,7 @@ def create_app(config: ServiceConfig, store: Store | None = None) -> FastAPI:
     app.include_router(routes_nova.router)
     app.include_router(routes_vertex.build_router("v1"))
     app.include_router(routes_vertex.build_router("v1beta1", include_in_schema=False))
+    app.include_router(quota_router)  # GET /v1/openrft/quota
 
     if store is not None:
         mount_tinker(app)

@@ -106,7 +106,11 @@ class FineTuningJob(_Open):
     queue_reason: str | None = Field(
         None,
         description="OpenRFT: what a queued job waits for on the server's Ray cluster (e.g. 'waiting for resources on "
-        "the Ray cluster: 2 CPU, 1 free'); null when it is not waiting for resources",
+        "the Ray cluster: 2 CPU, 1 free') or for its tenant's quota ('tenant quota: 3600 CPU-seconds used of 3600'); "
+        "null when it is not waiting for either",
+    )
+    priority: int = Field(
+        0, description="OpenRFT: its order among its tenant's queued jobs, higher first (openrft.priority)"
     )
 
 
@@ -240,6 +244,7 @@ class TuningJob(_Open):
         None, description="OpenRFT: the resources the job will ask for, as on the OpenAI job object"
     )
     queueReason: str | None = Field(None, description="OpenRFT: what a queued job waits for, as queue_reason")
+    priority: int = Field(0, description="OpenRFT: its order among its tenant's queued jobs, as on the OpenAI job")
 
 
 class TuningJobList(_Open):

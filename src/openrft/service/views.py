@@ -110,6 +110,7 @@ def openai_job(job: Job, cluster: str | None = None) -> FineTuningJob:
         total_steps=job.total_steps,
         resources=resources(job, cluster),
         queue_reason=queue_reason(job),
+        priority=job.priority or 0,
     )
 
 
@@ -209,4 +210,5 @@ def vertex_job(
         labels=job.user_metadata,
         resources=resources(job, cluster),
         queueReason=queue_reason(job),
+        priority=job.priority or 0,
     )

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse
 
 from openrft.service.auth import current_owner
-from openrft.service.dashboard import queries
+from openrft.service.dashboard import cluster, queries
 from openrft.service.errors import ApiError
 
 # UI routes: kept out of the OpenAPI document (docs/openapi.json), which describes the public API
@@ -43,6 +43,13 @@ def job(
     """One job's page: summary (with the resources it asks for), chart series, checkpoints, new events."""
     store = request.app.state.store
     return queries.job_page(store, store.get_job(owner, job_id), after_event, request.app.state.config.ray_address)
+
+
+@router.get("/v1/dashboard/cluster")
+def cluster_view(request: Request, owner: Owner) -> dict[str, Any]:
+    """The cluster: nodes with their CPUs, GPUs and memory, which job holds what, the queue with each job's reason,
+    each tenant's use against its quota (the operator sees every tenant's; a tenant its own)."""
+    return cluster.cluster_page(request.app.state.store, request.app.state.config, owner)
 
 
 @router.get("/v1/dashboard/jobs/{job_id}/samples")

@@ -15,6 +15,8 @@ const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const jobId = params.get("job");
 const compareIds = (params.get("compare") || "").split(",").filter(Boolean);
+const view = params.get("view");
+const CLUSTER_POLL_MS = 2000;
 const SAMPLES_PAGE = 25;
 const state = {
   timer: null, lastEvent: 0, plots: new Map(), comparePlots: new Map(), job: null, selected: new Set(),
@@ -49,7 +51,7 @@ async function api(path, options = {}) {
 
 function showKeyForm(reason) {
   stopPolling();
-  for (const id of ["list-view", "job-view", "compare-view"]) $(id).hidden = true;
+  for (const id of ["list-view", "job-view", "compare-view", "cluster-view"]) $(id).hidden = true;
   $("key-reason").textContent = reason || "";
   $("key-view").hidden = false;
   $("key-input").focus();
@@ -623,12 +625,97 @@ async function act(action) {
   poll(loadJob, ACTIVE_POLL_MS);
 }
 
+// the cluster ------------------------------------------------------------------------------------------
+
+function fmtAmount(value) {
+  return value === null || value === undefined ? "—" : `${Number(value.toFixed(2))}`;
+}
+
+function fmtBytes(bytes) {
+  if (!bytes) return "—";
+  const gib = bytes / 2 ** 30;
+  return gib >= 1 ? `${gib.toFixed(1)} GiB` : `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+}
+
+function jobLink(entry) {
+  if (!entry.job) return document.createTextNode(entry.name || "—");
+  const link = document.createElement("a");
+  link.href = `/?job=${encodeURIComponent(entry.job)}`;
+  link.textContent = entry.name ? `${entry.name} (${entry.job})` : entry.job;
+  return link;
+}
+
+function fill(tableId, rows, render) {
+  const body = $(tableId).querySelector("tbody");
+  body.replaceChildren();
+  for (const item of rows) {
+    const row = document.createElement("tr");
+    render(row, item);
+    body.appendChild(row);
+  }
+}
+
+/** Nodes (Ray's, or this machine), who holds what, the queue with its reasons, use against quotas. */
+async function loadCluster() {
+  const page = await api("/v1/dashboard/cluster");
+  document.title = "Cluster · OpenRFT";
+  $("where").textContent = "cluster";
+  $("cluster-view").hidden = false;
+  $("cluster-source").textContent =
+    page.source === "ray" ? "The server's Ray cluster (--ray-address), as Ray's GCS records it." : "This machine: the server has no --ray-address.";
+  $("cluster-error").hidden = !page.error;
+  $("cluster-error").textContent = page.error || "";
+  fill("nodes", page.nodes, (row, node) => {
+    row.dataset.nodeId = node.id;
+    cell(row, node.id.length > 16 ? node.id.slice(0, 12) + "…" : node.id).title = node.id;
+    cell(row, node.address || "—");
+    cell(row, fmtAmount(node.cpu), "num");
+    cell(row, fmtAmount(node.gpu), "num");
+    cell(row, fmtBytes(node.memory_bytes), "num");
+    cell(row, fmtAmount(node.held.cpu), "num");
+    cell(row, fmtAmount(node.held.gpu), "num");
+    cell(row, Object.entries(node.custom).map(([k, v]) => `${k}: ${v}`).join(", ") || "—");
+  });
+  $("no-held").hidden = page.held.length > 0;
+  fill("held", page.held, (row, entry) => {
+    if (entry.job) row.dataset.jobId = entry.job;
+    cell(row, jobLink(entry));
+    cell(row, entry.tenant || "—");
+    cell(row, entry.node ? (entry.node.length > 16 ? entry.node.slice(0, 12) + "…" : entry.node) : "—");
+    cell(row, fmtAmount(entry.cpu), "num");
+    cell(row, fmtAmount(entry.gpu), "num");
+    cell(row, entry.group || "—");
+  });
+  fill("queue", page.queue.jobs, (row, job) => {
+    row.dataset.jobId = job.job;
+    cell(row, jobLink(job));
+    cell(row, job.tenant);
+    cell(row, String(job.priority), "num");
+    cell(row, job.reason || "its turn (next when a worker is free)");
+    cell(row, fmtTime(job.created_at));
+  });
+  const others = page.queue.others_waiting;
+  $("queue-others").textContent = others ? `and ${others} job(s) of other tenants waiting` : "";
+  fill("quotas", page.quotas, (row, q) => {
+    row.dataset.tenant = q.tenant;
+    if (q.exhausted) row.className = "exhausted";
+    cell(row, q.tenant);
+    cell(row, fmtAmount(q.cpu_seconds.used), "num");
+    cell(row, q.cpu_seconds.limit === null ? "no limit" : fmtAmount(q.cpu_seconds.limit), "num");
+    cell(row, fmtAmount(q.gpu_seconds.used), "num");
+    cell(row, q.gpu_seconds.limit === null ? "no limit" : fmtAmount(q.gpu_seconds.limit), "num");
+    cell(row, q.set_for ? `${q.set_for}${q.exhausted ? " — used up: jobs wait" : ""}` : "none");
+  });
+  return CLUSTER_POLL_MS;
+}
+
 // start ------------------------------------------------------------------------------------------------
 
 function start() {
   $("key-view").hidden = true;
   $("forget-key").hidden = !sessionStorage.getItem(KEY_STORAGE);
-  if (compareIds.length) poll(loadCompare, IDLE_POLL_MS);
+  if (view === "cluster") poll(loadCluster, CLUSTER_POLL_MS);
+  else if (compareIds.length) poll(loadCompare, IDLE_POLL_MS);
   else if (jobId) poll(loadJob, ACTIVE_POLL_MS);
   else poll(loadList, LIST_POLL_MS);
 }
