@@ -37,12 +37,14 @@ SUITES = (
     "tinker",
     "tinker-fairness",
     "cluster",
+    "sync",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
 # run only when named: real-shape, a 0.5B model trained by two systems at two thread counts (and its learner
 # profiled: it builds the same model); tinker, two 100-step trainings (about half an hour); tinker-fairness, two
 # servers under a backlog (about ten minutes)
-HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster")
+# sync: the sync probe's cost, its real-shape part against real_shape.json (a 0.5B model built in memory)
+HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster", "sync")
 
 
 def _log(message: str) -> None:
@@ -959,6 +961,47 @@ def cluster_suite(args: argparse.Namespace) -> None:
     suite(args)
 
 
+def sync_suite(args: argparse.Namespace) -> None:
+    from benchmarks.sync import run
+
+    steps, threads_count = (3 if args.quick else args.sync_steps), args.threads or 2
+    _log(f"sync probe: the demo job, probe on and off, {steps} steps each at {threads_count} threads; 0.5B shape")
+    load = {"before": load_average()}
+    demo, real = run(steps, threads_count, args.quick)
+    load["after"] = load_average()
+    columns = [
+        ("probe", "probe"),
+        ("steps_timed", "steps timed:"),
+        ("step_s", "step s (median):"),
+        ("probe_s", "probe s (median):"),
+        ("probe_fraction", "probe / step:"),
+        ("step_vs_no_probe", "step vs no probe:"),
+        ("max_logprob_diff", "max |log-prob diff|:"),
+    ]
+    real_columns = [
+        ("threads", "threads:"),
+        ("probe_s", "probe s:"),
+        ("step_s (real_shape.json)", "step s (real_shape.json):"),
+        ("probe_fraction", "probe / step:"),
+    ]
+    body = [
+        "The sync probe's cost (docs/monitoring.md, Sync probe). Demo shape: the demo recipe as an asynchronous "
+        "job (age tolerance 0, one in-process generation replica: the weights are sent and probed after every "
+        "update), probe on and off side by side; `probe s` is `sync/probe_s` (the learner's scoring and the "
+        "replica's), the first step left out of the medians.",
+        "",
+        *markdown_table(columns, demo),
+        "",
+        "Real shape: the probe's two scorings (2 prompts of 40 tokens + 16 continuation tokens) on a "
+        "Qwen2.5-0.5B-shaped model (random weights, in memory), against the OpenRFT step that "
+        "benchmarks/results/real_shape.json measured at that shape and thread count.",
+        "",
+        *markdown_table(real_columns, [real]),
+    ]
+    data = {"demo": demo, "real_shape": real, "load": load}
+    write_results("sync", "The sync probe's share of a step", body, data, args.out)
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -977,6 +1020,7 @@ RUNNERS = {
     "tinker": tinker_suite,
     "tinker-fairness": tinker_fairness_suite,
     "cluster": cluster_suite,
+    "sync": sync_suite,
 }
 
 
@@ -1056,6 +1100,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="tinker: instead of the demo, the example against another checkout's server (before / after a change)",
     )
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
+    parser.add_argument("--sync-steps", type=int, default=6, help="sync: demo steps per run (the first warms up)")
     parser.add_argument("--real-steps", type=int, default=4, help="real-shape: steps per run (the first warms up)")
     parser.add_argument("--real-layers", type=int, default=24, help="real-shape: decoder layers (default 24)")
     parser.add_argument("--real-tokens", type=int, default=128, help="real-shape: tokens per answer")

@@ -35,9 +35,9 @@ class FaultyReplica:
             return
         self.failures -= 1
         if self.fault == "skip":  # the sync skipped: the old weights stay (in-process: the new version claimed)
-            scorer = getattr(self.replica, "scorer", None)
+            scorer = getattr(self.replica, "scorer", None)  # None: a Ray replica (the actor keeps its version)
             if scorer is not None:
-                scorer.generator.set_policy_version(version)
+                getattr(scorer, "generator", scorer).set_policy_version(version)
         elif self.fault == "scale":  # every weight 1.01 times what the learner has
             self.replica.load_adapter({k: v * 1.01 for k, v in weights.items()}, version)
 

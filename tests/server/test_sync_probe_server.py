@@ -20,7 +20,8 @@ from openrft.engine.sync_check import SyncProbeError
 from openrft.rollout.remote import GenerationServerError, RemoteGenerator, write_peft_adapter
 from openrft.rollout.sync_probe import TOLERANCES, ProbeSet, score_with_model
 from openrft.spec.dialects import load_job
-from tests.conftest import small_recipe
+from openrft.spec.rewards import RewardSpec
+from tests.conftest import FUZZY_REWARD, small_recipe
 from tests.server.serve_model import serve_model
 
 
@@ -52,7 +53,9 @@ def _spec(tmp_path: Path, url: str, steps: int = 2):
     recipe = yaml.safe_load(path.read_text())
     recipe["openrft"]["generator_base_url"] = url
     path.write_text(yaml.safe_dump(recipe))
-    return load_job(path)
+    spec = load_job(path)
+    spec.reward = RewardSpec.model_validate(FUZZY_REWARD)  # rewards that differ, so every step moves the policy
+    return spec
 
 
 def _rows(run_dir: Path) -> list[dict]:

@@ -77,6 +77,7 @@ def test_the_colocated_engine_trains_the_demo_recipe_with_each_version_in_the_en
         assert 0 <= m["rollout_correction/kl"] < 1e-6  # fp32 on both sides: about 1e-12 measured
         assert m["rollout_correction/missing_logprobs"] == 0
         assert m["rollout/policy_age/max"] == 0
+        assert m["sync/max_logprob_diff"] <= 1e-3  # the sync probe after each load (fp32: vLLM's tolerance)
     # the last version's adapter is the one the engine holds; the earlier versions' directories are gone
     served = sorted(p.name for p in (run_dir / "served_adapters" / "vllm").iterdir())
     assert served == [f"v{steps - 1}"]

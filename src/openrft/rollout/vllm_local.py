@@ -24,6 +24,7 @@ import torch
 from openrft.algo.rollout_correction import truncates
 from openrft.errors import OpenRFTError
 from openrft.rollout.remote import write_peft_adapter
+from openrft.rollout.sync_probe import ProbeSet
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.spec.job import LoraSpec
 
@@ -76,6 +77,7 @@ class VllmGenerator(PolicyVersioned):
         )
         self._lora_request = None
         self._adapter_path: Path | None = None
+        self.probe_engine = ("vllm", dtype)  # the sync probe's tolerance (rollout/sync_probe.py)
 
     def load_adapter(self, weights: dict[str, torch.Tensor], version: int) -> None:
         from vllm.lora.request import LoRARequest
@@ -93,6 +95,22 @@ class VllmGenerator(PolicyVersioned):
         if self._adapter_path is not None and self._adapter_path != directory:
             shutil.rmtree(self._adapter_path, ignore_errors=True)
         self._adapter_path, self._version = directory, version
+
+    def score(self, probe: ProbeSet) -> list[list[float]]:
+        """The probe's continuation log-probs as the engine computes them for the policy it serves (vLLM's
+        ``prompt_logprobs``: the raw distribution, temperature 1)."""
+        import vllm
+
+        requests = [{"prompt_token_ids": list(p) + list(c)} for p, c in zip(probe.prompts, probe.continuations)]
+        sampling = vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+        outputs = self.llm.generate(requests, sampling, lora_request=self._lora_request, use_tqdm=False)
+        scores = []
+        for prompt, continuation, output in zip(probe.prompts, probe.continuations, outputs):
+            entries = output.prompt_logprobs[len(prompt) :]
+            scores.append(
+                [float(e[t].logprob) if e and t in e else float("nan") for t, e in zip(continuation, entries)]
+            )
+        return scores
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
