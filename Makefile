@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: venv demo calculator guessing test lint format clean-demo demo-model bench bench-quick bench-gpu vllm-venv test-vllm
+.PHONY: venv demo calculator own-agent guessing test lint format clean-demo demo-model bench bench-quick bench-gpu vllm-venv test-vllm
 
 venv: $(STAMP)
 
@@ -34,6 +34,12 @@ demo: $(BASE_STAMP)
 calculator: $(BASE_STAMP)
 	@command -v bwrap >/dev/null 2>&1 || { echo "examples/calculator runs its tool in the strict sandbox, which needs bubblewrap: apt-get install bubblewrap (or add 'sandbox_isolation: weak' to the recipe's openrft block: no isolation)"; exit 1; }
 	$(VENV)/bin/openrft train examples/calculator/recipe.yaml --output runs/calculator --overwrite
+
+# Bring your own agent: examples/own_agent/agent.py (the official openai client) in its own process, trained
+# through the job's agent routes (docs/agents.md). The agent needs the openai package.
+own-agent: $(BASE_STAMP)
+	$(PY) -m pip install --quiet "openai>=1.60"
+	$(PY) examples/own_agent/train.py
 
 # The second tools example: a stateful environment (examples/guessing/game.py) runs in the job's process.
 guessing: $(BASE_STAMP)

@@ -164,9 +164,12 @@ def test_the_real_models_sampled_token_ids_and_logprobs_are_recorded_as_sampled(
         runs = [(m.start(), m.end()) for m in re.finditer(r"1+", "".join(map(str, completion.loss_mask)))]
         assert len(runs) == completion.metadata["tools"]["turns"]
         for begin, end in runs:
-            context = full[: base + begin]
-            own = completion.token_ids[begin:end]  # a turn cut at the budget keeps the start of what was sampled
-            turn = next(c for ctx, c in sampled if ctx == context and c.token_ids[: len(own)] == own)
+            context, own = full[: base + begin], completion.token_ids[begin:end]
+            cut = end == len(completion.token_ids) and completion.finish_reason == "length"
+            # a turn cut at the trajectory's budget keeps the start of what was sampled; any other, all of it
+            turn = next(
+                c for ctx, c in sampled if ctx == context and (c.token_ids[: len(own)] if cut else c.token_ids) == own
+            )
             assert completion.logprobs[begin:end] == turn.logprobs[: len(own)]
 
 
