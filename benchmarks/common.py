@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from openrft.engine.step_flops import matmul_flops, matmul_peak, sync  # noqa: F401 (the suites' names)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "trl", "datasets")
@@ -119,37 +121,6 @@ def time_calls(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[
         fn()
         times.append(time.perf_counter() - start)
     return times
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 1.0) -> float:
-    """Measured FLOP/s of a square ``size`` matmul on this device and thread setting, the best of
-    repeated runs for ``seconds``."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    torch.mm(a, b)
-    sync(device)
-    best = 0.0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        start = time.perf_counter()
-        torch.mm(a, b)
-        sync(device)
-        best = max(best, 2 * size**3 / (time.perf_counter() - start))
-    return best
-
-
-def matmul_peak(
-    device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (256, 512, 1024, 2048), seconds: float = 0.5
-) -> tuple[float, dict[int, float]]:
-    """The machine's measured matmul FLOP/s: the best square size (a size that fits the caches wins on a CPU),
-    and every size's figure."""
-    by_size = {size: matmul_flops(device, dtype, size, seconds) for size in sizes}
-    return max(by_size.values()), by_size
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import NoText, matmul_flops, sync, write_results
-from benchmarks.flops import DecoderShape, learner_step_flops
+from openrft.learner.flops import DecoderShape, learner_step_flops
 from benchmarks.rollout import plain_generate
 
 # Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, FLOP/s, by a part of the name

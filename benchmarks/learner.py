@@ -21,7 +21,7 @@ import torch
 
 from benchmarks.common import ROOT, matmul_peak, median_after_warmup
 from benchmarks.demo import Demo, demo_spec, response_tokens, sequence_tokens
-from benchmarks.flops import DecoderShape, learner_step_flops
+from openrft.learner.flops import DecoderShape, learner_step_flops
 from openrft.learner.batch import collate
 
 

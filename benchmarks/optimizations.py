@@ -19,7 +19,7 @@ import torch
 
 from benchmarks.common import ROOT, NoText, load_average, median_after_warmup, threads
 from benchmarks.demo import Demo
-from benchmarks.flops import full_sequence_count, groups_of, shared_prefix_count
+from openrft.learner.flops import full_sequence_count, groups_of, shared_prefix_count
 from benchmarks.variants import (
     CopiedReferenceLearner,
     FullHeadLearner,

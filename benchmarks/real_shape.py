@@ -13,7 +13,7 @@ all ties). Each runs in a fresh process per thread count, one after the other.
 Per configuration one JSON line: ``system``, ``threads``, ``step_s`` (median step after the first),
 ``step_cpu_s`` (the same in the process's CPU seconds, which the load of other processes hardly changes),
 ``generate_tokens_per_s`` (sampled tokens over the time spent generating), ``learner_flops_fraction`` (the
-learner's model FLOPs, ``benchmarks.flops``, over its time, over the matmul peak measured in the same
+learner's model FLOPs, ``openrft.learner.flops``, over its time, over the matmul peak measured in the same
 process at the same threads). TRL's learner time is its step less its generation and scoring.
 """
 
@@ -123,7 +123,7 @@ def job_spec(model_dir: Path, steps: int, threads: int, new_tokens: int, prompts
 
 
 def learner_flops(samples, config) -> int:
-    from benchmarks.flops import DecoderShape, learner_step_flops
+    from openrft.learner.flops import DecoderShape, learner_step_flops
 
     return learner_step_flops(DecoderShape.from_config(config), samples, LORA_RANK, reference=True)
 
@@ -321,7 +321,7 @@ def profile_learner(model_dir: Path, threads: int, groups: int, new_tokens: int,
     prompts with ``SAMPLES`` answers of ``new_tokens`` random tokens each (timing does not depend on the ids), as
     fresh samples (the job's case); one step to warm up, one timed, one profiled (``benchmarks.learner``). And the
     ceiling on generation's tokens/s at ``rows`` rows a decode step: ``decode_matmuls_seconds``."""
-    from benchmarks.flops import DecoderShape
+    from openrft.learner.flops import DecoderShape
     from benchmarks.learner import shape_flops, step_breakdown
     from openrft.engine.local_runtime import learner_config
     from openrft.engine.setup import build_parts

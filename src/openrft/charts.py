@@ -42,6 +42,12 @@ CHARTS: tuple[Chart, ...] = (
     Chart("Engine log-probs missing", "rollout_correction/missing_logprobs"),
     # the sync probe after each weight sync, overall and per replica (engine/sync_check.py; docs/monitoring.md)
     Chart("Sync probe max |log-prob diff|", "sync/max_logprob_diff", prefix_match=True),
+    # the step's model FLOPs over its time over the machine's matmul peak (engine/step_flops.py)
+    Chart(
+        "Share of the matmul peak",
+        "perf/step_flops_fraction",
+        also=("perf/generate_flops_fraction", "perf/learn_flops_fraction"),
+    ),
 )
 
 REWARD_CHARTS = CHARTS[:2]

@@ -4,7 +4,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2ForCausalLM
 
-from benchmarks.flops import (
+from openrft.learner.flops import (
     DecoderShape,
     PassCount,
     causal_pairs,

@@ -10,6 +10,7 @@ across the replicas (``ceil(prompts / replicas)`` each, in order) and generated 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -54,7 +55,9 @@ class EngineRolloutSource(SyncRolloutSource):
         prompts = [self.prompt_ids[i] for i in indices]
         try:
             self._publish()
+            start = time.perf_counter()
             groups = self._generate(prompts)
+            self.generate_seconds = time.perf_counter() - start
         except GenerationServerError as exc:  # the step that failed, with the server's own message (its URL)
             raise GenerationServerError(f"step {step}: {exc}", exc.status) from None
         outcomes = score_groups(self.rewards, examples, groups, step)

@@ -27,6 +27,7 @@ from openrft.engine.progress import ProgressReporter
 from openrft.engine.rollouts import RolloutGroup, SyncRolloutSource
 from openrft.engine.samples import SampleKind, SampleListener, SampleLog, sample_records
 from openrft.engine.setup import JobParts, build_parts
+from openrft.engine.step_flops import StepFlops
 from openrft.engine.sync_check import SyncChecker
 from openrft.engine.train_batch import build_train_batch
 from openrft.errors import CheckpointError, OpenRFTError
@@ -200,6 +201,8 @@ class RFTJob:
                 checker=checker,
             )
         self.sampler = sampler
+        # the step's model FLOPs against this machine's matmul peak, where the model is in this process
+        self.step_flops = StepFlops.for_model(self.model, spec) if self.runtime.loads_model_locally else None
         # generation and learning take turns in this process only with sync rollouts from the local generator
         self.threads = PhaseThreads(
             self.parts.threads,
@@ -393,9 +396,12 @@ class RFTJob:
         self._log_reward_output(step, groups)
         self._record_samples("train", step, groups, advantages)
         self._check_episode_errors(groups, f"training step {step}")
+        learn_s = None
         if samples:
             with self.threads.phase("learn") as learning:
+                learn_start = time.perf_counter()
                 metrics.update(self.learner.step(samples))
+                learn_s = time.perf_counter() - learn_start
                 learning.work = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         else:
             self.on_event("warn", f"step {step}: every sample's reward failed; no update")
@@ -416,6 +422,9 @@ class RFTJob:
         )
         metrics.update(self.rollouts.step_metrics())
         metrics.update(self.threads.metrics())
+        if self.step_flops is not None:
+            generate_s = getattr(self.rollouts, "generate_seconds", None)
+            metrics.update(self.step_flops.metrics(groups, samples, t2 - t0, generate_s, learn_s))
         if torch.cuda.is_available():
             metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
         return metrics

@@ -7,6 +7,7 @@ groups ahead of the learner and tag them with the policy version that made them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from openrft.data.records import Example
@@ -67,12 +68,15 @@ class SyncRolloutSource:
     ):
         self.generator, self.rewards, self.sampler = generator, rewards, sampler
         self.examples, self.prompt_ids, self.params = examples, prompt_ids, params
+        self.generate_seconds: float | None = None  # the last batch's sampling alone (rewards left out)
 
     def next_batch(self, step: int) -> list[RolloutGroup]:
         indices = self.sampler.next_batch()
         examples = [self.examples[i] for i in indices]
         prompts = [self.prompt_ids[i] for i in indices]
+        start = time.perf_counter()
         groups = self.generator.generate(prompts, self.params)
+        self.generate_seconds = time.perf_counter() - start
         outcomes = score_groups(self.rewards, examples, groups, step)
         return [RolloutGroup(e, p, g, o) for e, p, g, o in zip(examples, prompts, groups, outcomes)]
 

@@ -115,25 +115,42 @@ def forward_flops(shape: DecoderShape, count: PassCount, lora_rank: int = 0) -> 
     )
 
 
-def lora_training_flops(shape: DecoderShape, count: PassCount, lora_rank: int) -> int:
-    """Forward and backward of a LoRA policy pass (base weights frozen: input gradients only)."""
+def lora_training_flops(shape: DecoderShape, count: PassCount, lora_rank: int, full_rank: bool = False) -> int:
+    """Forward and backward of a LoRA policy pass (base weights frozen: input gradients only); ``full_rank``: the
+    layers' linear weights trained too (their weight gradients: one more pass of their FLOPs)."""
     forward = forward_flops(shape, count, lora_rank)
     backward = (
         count.tokens * (shape.linear_flops_per_token() + 2 * shape.lora_flops_per_token(lora_rank))
         + 2 * shape.attention_flops(count.pairs)
         + shape.head_flops(count.head_positions)
     )
+    if full_rank:
+        backward += count.tokens * shape.linear_flops_per_token()
     return forward + backward
 
 
 def learner_step_flops(
-    shape: DecoderShape, samples: list[TrainSample], lora_rank: int, reference: bool, shared_prefix: bool = True
+    shape: DecoderShape,
+    samples: list[TrainSample],
+    lora_rank: int,
+    reference: bool,
+    shared_prefix: bool = True,
+    full_rank: bool = False,
 ) -> int:
     """Model FLOPs of one learner step: the policy's forward and backward, and the reference forward
     (the base model: the adapter disabled) when the KL term is on."""
     prompts, responses = groups_of(samples)
     count = (shared_prefix_count if shared_prefix else full_sequence_count)(prompts, responses)
-    flops = lora_training_flops(shape, count, lora_rank)
+    flops = lora_training_flops(shape, count, lora_rank, full_rank)
     if reference:
         flops += forward_flops(shape, count)
     return flops
+
+
+def generation_flops(
+    shape: DecoderShape, prompt_lengths: list[int], response_lengths: list[list[int]], lora_rank: int
+) -> int:
+    """Model FLOPs of sampling ``response_lengths`` after each prompt: the prompt's prefill once (its last position
+    gives the first token), then each response's tokens but the last fed back one at a time on the prompt's cache
+    (the same passes as the learner's shared-prefix count, forward only, with the adapter)."""
+    return forward_flops(shape, shared_prefix_count(prompt_lengths, response_lengths), lora_rank)
