@@ -263,8 +263,9 @@ def learner(args: argparse.Namespace) -> None:
         "One learner step (policy forward and backward, reference forward, AdamW) on real rollouts of the demo job "
         f"(8 samples per prompt), {torch.get_num_threads()} torch threads, median of {args.repeats} steps after one.",
         "Response tokens are the tokens in the loss; sequence tokens count each sample's prompt and response, what a "
-        "trainer without shared prefixes runs. Achieved FLOP/s counts model FLOPs (`src/openrft/learner/flops.py`) over step "
-        "time (median step; and best step, comparable with a best-of peak); the matmul peak is the best fp32 square "
+        "trainer without shared prefixes runs. Achieved FLOP/s counts model FLOPs (`src/openrft/learner/flops.py`) "
+        "over step time (median step; and best step, comparable with a best-of peak); the matmul peak is the best "
+        "fp32 square "
         "matmul (256 to 2048) on the same threads; the last column runs the model's own linear shapes alone.",
         "",
         *markdown_table(columns, table),
