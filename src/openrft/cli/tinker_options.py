@@ -49,6 +49,13 @@ def add_tinker_options(parser: argparse.ArgumentParser) -> None:
         name = flag.removeprefix("--tinker-").replace("-", "_")
         group.add_argument(flag, type=int, default=getattr(DEFAULTS, name), help=f"the most {what} (past it, 400)")
     group.add_argument(
+        "--tinker-clients-per-actor",
+        type=int,
+        default=DEFAULTS.clients_per_actor,
+        help="with --ray-address: the most training clients and sampling sessions on one node's Tinker actor "
+        "(each node has one, the base model loaded once there; past every node's bound, 503)",
+    )
+    group.add_argument(
         "--tinker-schedule",
         choices=SCHEDULES,
         default=DEFAULTS.schedule,
@@ -68,7 +75,7 @@ def add_tinker_options(parser: argparse.ArgumentParser) -> None:
 def tinker_settings(args: argparse.Namespace) -> TinkerSettings:
     settings = TinkerSettings(models=published_models(args.model), allow_hub_models=args.allow_hub_models)
     names = ("max_sequence_tokens", "max_call_tokens", "max_num_samples", "max_sample_tokens")
-    for name in (*names, "max_training_clients", "max_sampling_sessions"):
+    for name in (*names, "max_training_clients", "max_sampling_sessions", "clients_per_actor"):
         value = getattr(args, f"tinker_{name}")
         if value < 1:
             raise OpenRFTError(f"--tinker-{name.replace('_', '-')} {value}: must be at least 1")

@@ -92,6 +92,14 @@ class BaseModel:
     def model(self) -> torch.nn.Module:
         return self.peft if self.peft is not None else self.base
 
+    @property
+    def arch(self) -> str:
+        return self.base.config.model_type
+
+    @property
+    def vocab(self) -> int:
+        return self.base.config.vocab_size
+
     def add_adapter(self, name: str, lora: LoraSettings) -> None:
         config = lora.peft_config(self.base)
         if lora.seed is not None:
@@ -210,33 +218,62 @@ class Engine:
             except StopIteration as done:
                 return done.value
 
-    def forward_backward_steps(self, model: TrainingModel, loss_fn: str, config, data, backward: bool):
+    # where calls run, and the state the routes read and write (the same methods as remote.RayEngine's) ------
+
+    def place(self, client_id: str, owner: str) -> str:
+        """The host a new training client or sampler runs on: this process ("") for every one."""
+        return ""
+
+    def host_of(self, client) -> str:
+        return ""
+
+    def adapter_state(self, model: TrainingModel) -> dict[str, torch.Tensor]:
+        return model.base.state(model.model_id)
+
+    def optimizer_state(self, model: TrainingModel) -> dict:
+        return model.optimizer.state_dict()
+
+    def has_moments(self, model: TrainingModel) -> bool:
+        return bool(model.optimizer.state)
+
+    def peft_config(self, model: TrainingModel) -> LoraConfig:
+        return model.lora.peft_config(model.base.base)
+
+    def load_model_state(self, model: TrainingModel, adapter, optimizer: dict | None, steps: int | None) -> None:
+        """A checkpoint's adapter (and AdamW's state and step count, when given) into ``model``; gradients cleared."""
+        model.base.load_state(model.model_id, adapter)
+        if optimizer is not None:
+            model.optimizer.load_state_dict(optimizer)
+        if steps is not None:
+            model.steps = steps
+        model.optimizer.zero_grad(set_to_none=True)
+
+    def new_sampler(
+        self, sampler_id: str, owner: str, base_model: str, weights, model_path: str | None, lora: LoraSettings | None
+    ) -> Sampler:
+        return self.sampler_for(sampler_id, owner, self.base(base_model), weights, model_path, lora)
+
+    def forget_sampler(self, sampler_id: str) -> None:
+        self.samplers.pop(sampler_id, None)
+
+    def threads_metrics(self) -> dict[str, float]:
+        return self.threads.metrics()
+
+    def check_call(self, owner: str, vocab: int, loss_fn: str, config, data) -> dict:
+        return check_call(self.stability, owner, vocab, loss_fn, config, data)
+
+    def forward_backward_steps(
+        self, model: TrainingModel, loss_fn: str, config, data, backward: bool, checked: dict | None = None
+    ):
         """A generator that computes the call in chunks of at most ``CHUNK_TOKENS`` tokens (a longer datum is a
         chunk of its own, run in pieces along its sequence), yielding between them so that the worker can serve
         other tenants' calls there, and returns ``(outputs, metrics)``. Gradients accumulate chunk by chunk; a
         call that fails (a loss that is not finite) or is stopped between parts (closed: cancel_future, a client
-        gone) puts them back as they were before the call. Everything is checked before the first chunk."""
-        settings = resolve_config(loss_fn, config)
-        if not data:
-            raise LossInputError("data is empty: forward_backward needs at least one datum")
-        vocab = model.base.base.config.vocab_size
-        for i, datum in enumerate(data):
-            if not datum.tokens:
-                raise LossInputError(f"data[{i}].model_input is empty")
-            check_inputs(loss_fn, datum.inputs, len(datum.tokens), i)
-            if needs_recording(loss_fn):
-                datum.inputs[RECORDED] = self.stability.resolve(
-                    model.owner, i, datum.spans, datum.inputs["target_tokens"], datum.inputs["advantages"]
-                )
-            for name, values in (
-                ("model_input", torch.tensor(datum.tokens)),
-                ("target_tokens", datum.inputs["target_tokens"]),
-            ):
-                bad = values[(values < 0) | (values >= vocab)]
-                if bad.numel():
-                    raise LossInputError(
-                        f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})"
-                    )
+        gone) puts them back as they were before the call. Everything is checked before the first chunk
+        (``check_call``; ``checked``: the settings it returned, where it ran already)."""
+        if checked is None:
+            checked = self.check_call(model.owner, model.base.vocab, loss_fn, config, data)
+        settings = checked
         chunks = _chunks(data, CHUNK_TOKENS)
         parts = len(chunks) > 1 or len(chunks[0][0].tokens) > CHUNK_TOKENS
         parameters = model.base.adapter_parameters(model.model_id) if backward and parts else []
@@ -415,18 +452,7 @@ class Engine:
         return base.peft
 
     def check_sample(self, sampler: Sampler, prompt: list[int], params) -> None:
-        """A sample request's tokens outside the model's vocabulary, before it is queued (a bad one never fails
-        a batch); its numbers and sizes are checked before this (``checks.sample``)."""
-        vocab = sampler.base.base.config.vocab_size
-        bad = [t for t in prompt if not 0 <= t < vocab]
-        if not prompt:
-            raise UserError("prompt is empty")
-        if bad:
-            raise UserError(f"prompt holds token {bad[0]}, outside the vocabulary [0, {vocab})")
-        if isinstance(params.stop, list | tuple) and any(
-            isinstance(s, int) and not 0 <= s < vocab for s in params.stop
-        ):
-            raise UserError(f"sampling_params.stop holds a token outside the vocabulary [0, {vocab})")
+        check_prompt(sampler.base.vocab, prompt, params)
 
     def sample(self, sampler: Sampler, num_samples: int, params, prompt_logprobs: bool, first, more) -> None:
         """Answers each queued prompt (``Queued.payload``, futures.py) with ``(sequences, prompt log-probs or
@@ -497,6 +523,42 @@ class Engine:
                 else:
                     strings.append(s)
         return ids, strings
+
+
+def check_call(stability: StabilityRecords, owner: str, vocab: int, loss_fn: str, config, data) -> dict:
+    """A forward_backward's loss configuration, after every datum is checked (and a stable_reinforce datum's
+    recorded log-probs resolved into its inputs): before any work, where the stability records are."""
+    settings = resolve_config(loss_fn, config)
+    if not data:
+        raise LossInputError("data is empty: forward_backward needs at least one datum")
+    for i, datum in enumerate(data):
+        if not datum.tokens:
+            raise LossInputError(f"data[{i}].model_input is empty")
+        check_inputs(loss_fn, datum.inputs, len(datum.tokens), i)
+        if needs_recording(loss_fn):
+            datum.inputs[RECORDED] = stability.resolve(
+                owner, i, datum.spans, datum.inputs["target_tokens"], datum.inputs["advantages"]
+            )
+        for name, values in (
+            ("model_input", torch.tensor(datum.tokens)),
+            ("target_tokens", datum.inputs["target_tokens"]),
+        ):
+            bad = values[(values < 0) | (values >= vocab)]
+            if bad.numel():
+                raise LossInputError(f"data[{i}].{name} holds token {int(bad[0])}, outside the vocabulary [0, {vocab})")
+    return settings
+
+
+def check_prompt(vocab: int, prompt: list[int], params) -> None:
+    """A sample request's tokens outside the model's vocabulary, before it is queued (a bad one never fails
+    a batch); its numbers and sizes are checked before this (``checks.sample``)."""
+    bad = [t for t in prompt if not 0 <= t < vocab]
+    if not prompt:
+        raise UserError("prompt is empty")
+    if bad:
+        raise UserError(f"prompt holds token {bad[0]}, outside the vocabulary [0, {vocab})")
+    if isinstance(params.stop, list | tuple) and any(isinstance(s, int) and not 0 <= s < vocab for s in params.stop):
+        raise UserError(f"sampling_params.stop holds a token outside the vocabulary [0, {vocab})")
 
 
 def _check_finite(loss: torch.Tensor, backward: bool) -> None:

@@ -98,6 +98,17 @@ class _Task:
     stop: Callable[[str], None] | None = None  # ends a call in parts between two parts, answering why
 
 
+class _Host:
+    """One worker thread and its tenants' queues: the calls of the clients on one host (this process, or one
+    Ray actor of the server's cluster: remote.py), so that calls on different hosts run at the same time."""
+
+    def __init__(self) -> None:
+        self.work = threading.Condition(threading.Lock())
+        self.tenants: OrderedDict[str, deque[_Task]] = OrderedDict()  # the tenants with queued calls, in turn
+        self.last: str | None = None  # the lane of the call run last
+        self.thread: threading.Thread | None = None
+
+
 class Futures:
     def __init__(self, schedule: str = "fair", abandon_s: float = ABANDON_S) -> None:
         if schedule not in SCHEDULES:
@@ -106,43 +117,51 @@ class Futures:
         self._items: OrderedDict[str, Pending] = OrderedDict()
         self._queues: dict[tuple, list[tuple[Any, Future, Pending]]] = {}  # batched requests by batch key
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._tenants: OrderedDict[str, deque[_Task]] = OrderedDict()  # the tenants with queued calls, in turn
+        self._hosts: dict[str, _Host] = {}  # "" is this process
         self._closed = False
-        self._last: str | None = None  # the lane of the call run last
         self.ran: list[str] = []  # the owners of the last calls run, newest last (tests and the benchmark)
         self._beats: dict[str, float] = {}  # session -> when it last sent a heartbeat (or was created)
-        self._thread = threading.Thread(target=self._serve, name="openrft-tinker", daemon=True)
-        self._thread.start()
+        self._host("")
 
     # queueing -------------------------------------------------------------------------------
 
-    def _enqueue(self, task: _Task) -> None:
+    def _host(self, name: str) -> _Host:
+        with self._lock:
+            host = self._hosts.get(name)
+            if host is None:
+                host = self._hosts[name] = _Host()
+                thread_name = "openrft-tinker" + (f"-{name}" if name else "")
+                host.thread = threading.Thread(target=self._serve, args=(host,), name=thread_name, daemon=True)
+                host.thread.start()
+            return host
+
+    def _enqueue(self, task: _Task, host_name: str = "") -> None:
         lane = task.owner if self.schedule == "fair" else ""
-        with self._work:
+        host = self._host(host_name)
+        with host.work:
             if self._closed:
                 raise RuntimeError("the Tinker worker has stopped")
-            self._tenants.setdefault(lane, deque()).append(task)
-            self._work.notify()
+            host.tenants.setdefault(lane, deque()).append(task)
+            host.work.notify()
 
-    def _next(self) -> _Task | None:
-        with self._work:
-            while not self._tenants and not self._closed:
-                self._work.wait()
+    def _next(self, host: _Host) -> _Task | None:
+        with host.work:
+            while not host.tenants and not self._closed:
+                host.work.wait()
             if self._closed:
                 return None
-            lane = next(iter(self._tenants))
-            if lane == self._last and len(self._tenants) > 1:  # its queue emptied and refilled while it ran
-                self._tenants.move_to_end(lane)
-            lane, tasks = self._tenants.popitem(last=False)  # the tenant whose turn it is
+            lane = next(iter(host.tenants))
+            if lane == host.last and len(host.tenants) > 1:  # its queue emptied and refilled while it ran
+                host.tenants.move_to_end(lane)
+            lane, tasks = host.tenants.popitem(last=False)  # the tenant whose turn it is
             task = tasks.popleft()
             if tasks:
-                self._tenants[lane] = tasks  # its next call waits for every other tenant's turn
-            self._last = lane
+                host.tenants[lane] = tasks  # its next call waits for every other tenant's turn
+            host.last = lane
             return task
 
-    def _serve(self) -> None:
-        while (task := self._next()) is not None:
+    def _serve(self, host: _Host) -> None:
+        while (task := self._next(host)) is not None:
             if not task.started and task.pending is not None and self._dropped(task.pending):
                 continue
             if task.started and task.stop is not None and (why := self._stopped(task.pending)) is not None:
@@ -160,10 +179,10 @@ class Futures:
                 done = True
             if not done:  # its next part runs at its tenant's next turn, before the tenant's later calls
                 lane = task.owner if self.schedule == "fair" else ""
-                with self._work:
-                    self._tenants.setdefault(lane, deque()).appendleft(task)
+                with host.work:
+                    host.tenants.setdefault(lane, deque()).appendleft(task)
                     if self.schedule == "fair":
-                        self._tenants.move_to_end(lane)
+                        host.tenants.move_to_end(lane)
 
     def _gone(self, item: Pending) -> str | None:
         """Why ``item``'s client counts as gone (None: it is there)."""
@@ -232,7 +251,9 @@ class Futures:
         work: Callable[[], Any],
         user_errors: tuple[type[BaseException], ...],
         session: str | None = None,
+        host: str = "",
     ) -> str:
+        """``work`` on ``host``'s worker in ``owner``'s turn; a generator ``work`` returns runs a part a turn."""
         request_id = "req_" + uuid.uuid4().hex
         item = Pending(owner, Future(), session)
         steps = None  # a generator ``work`` returned: run a part of it per turn (a long call, in chunks)
@@ -275,10 +296,10 @@ class Futures:
 
         task = _Task(owner, run_in_parts, item)
         self._remember(request_id, item)
-        self._enqueue(task)
+        self._enqueue(task, host)
         return request_id
 
-    def call(self, owner: str, work: Callable[[], Any]) -> Future:
+    def call(self, owner: str, work: Callable[[], Any], host: str = "") -> Future:
         """``work`` on the worker in ``owner``'s turn (the server's own: never dropped); its future holds the
         result or the exception."""
         future: Future = Future()
@@ -290,7 +311,7 @@ class Futures:
                 future.set_exception(exc)
             return True
 
-        self._enqueue(_Task(owner, run, None))
+        self._enqueue(_Task(owner, run, None), host)
         return future
 
     def submit_batched(
@@ -301,6 +322,7 @@ class Futures:
         run_batch: Callable[[list[Queued], Callable[[], list[Queued]]], None],
         user_errors: tuple[type[BaseException], ...],
         session: str | None = None,
+        host: str = "",
     ) -> str:
         """A request that runs together with the others of the same ``key`` (concurrent samples from one
         sampler with the same parameters): those queued when its turn comes start together, and
@@ -312,7 +334,7 @@ class Futures:
         self._remember(request_id, item)
         with self._lock:
             self._queues.setdefault(key, []).append((payload, item.future, item))
-        self._enqueue(_Task(owner, lambda: self._drain(key, run_batch, user_errors) or True, None))
+        self._enqueue(_Task(owner, lambda: self._drain(key, run_batch, user_errors) or True, None), host)
         return request_id
 
     def _take(self, key: tuple, taken: list[Future]) -> list[Queued]:
@@ -384,6 +406,7 @@ class Futures:
         return True
 
     def close(self) -> None:
-        with self._work:
-            self._closed = True
-            self._work.notify_all()
+        self._closed = True
+        for host in list(self._hosts.values()):
+            with host.work:
+                host.work.notify_all()

@@ -17,7 +17,8 @@ def mount(app) -> None:
     config = app.state.config
     settings = getattr(config, "tinker", None) or TinkerSettings()
     quota_bytes = getattr(config, "max_stored_bytes_per_tenant", None)
-    app.state.tinker = TinkerState(config.data_dir, app.state.store, app.state.auth, settings, quota_bytes)
+    address = getattr(config, "ray_address", None)  # clients as Ray actors on the server's cluster (remote.py)
+    app.state.tinker = TinkerState(config.data_dir, app.state.store, app.state.auth, settings, quota_bytes, address)
     resumable = app.state.tinker.records.orphaned()
     if resumable:
         log.info("Tinker training clients left by a stopped server, marked paused: %s", ", ".join(resumable))

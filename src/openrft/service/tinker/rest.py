@@ -381,8 +381,8 @@ async def save_weights_external(request: Request, who: str = Depends(owner)) -> 
     await quota(st, who, model.adapter_bytes)  # counted with the key's files and other checkpoints (413)
 
     def work() -> dict:
-        adapter = model.base.state(model.model_id)
-        config = model.lora.peft_config(model.base.base)
+        adapter = st.engine.adapter_state(model)
+        config = st.engine.peft_config(model)
         config.base_model_name_or_path = model.base.name
 
         def fill(folder) -> None:
@@ -395,7 +395,7 @@ async def save_weights_external(request: Request, who: str = Depends(owner)) -> 
         size = st.checkpoints.size(loc)
         return dump(types.SaveWeightsExternalResponseInternal(path=loc.tinker_path, size_bytes=size))
 
-    return {"request_id": st.futures.submit(who, work, USER_ERRORS)}
+    return {"request_id": st.futures.submit(who, work, USER_ERRORS, host=st.engine.host_of(model))}
 
 
 def _sign(payload: dict) -> str:

@@ -34,6 +34,7 @@ from openrft.service.auth import RecentOwners
 from openrft.service.errors import ApiError
 from openrft.service.tenancy import is_operator
 from openrft.service.tinker import checks
+from openrft.service.tinker.backends import engine_for
 from openrft.service.tinker.checkpoints import (
     CheckpointError,
     CheckpointStore,
@@ -41,7 +42,7 @@ from openrft.service.tinker.checkpoints import (
     check_name,
     parse,
 )
-from openrft.service.tinker.engine import DEFAULT_MAX_TOKENS, Engine, LoraSettings, UserError
+from openrft.service.tinker.engine import DEFAULT_MAX_TOKENS, LoraSettings, UserError
 from openrft.service.tinker.futures import Failure, Futures, Queued, internal_error
 from openrft.service.tinker.records import SessionRecords
 from openrft.service.tinker.settings import TinkerSettings
@@ -56,11 +57,17 @@ TTL_RANGE = (3600, 10 * 365 * 86400)  # a checkpoint's ttl_seconds, as the SDK d
 
 class TinkerState:
     def __init__(
-        self, data_dir, store, auth, settings: TinkerSettings | None = None, max_stored_bytes: int | None = None
+        self,
+        data_dir,
+        store,
+        auth,
+        settings: TinkerSettings | None = None,
+        max_stored_bytes: int | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.settings = settings or TinkerSettings()
         self.owners = RecentOwners(auth)
-        self.engine = Engine(checks.published(self.settings))
+        self.engine = engine_for(checks.published(self.settings), self.settings, ray_address)
         self.futures = Futures(self.settings.schedule, self.settings.abandon_s)
         self.checkpoints = CheckpointStore(data_dir / "tinker")
         self.records = SessionRecords(store)
@@ -175,8 +182,9 @@ def dump(value: BaseModel) -> dict:
 router = APIRouter(prefix="/api/v1", include_in_schema=False, dependencies=[Depends(owner)])
 
 
-def _future(st: TinkerState, who: str, work, session: str | None = None, **extra) -> dict:
-    return {"request_id": st.futures.submit(who, work, USER_ERRORS, session), **extra}
+def _future(st: TinkerState, who: str, work, session: str | None = None, host: str = "", **extra) -> dict:
+    """``work`` queued on ``host``'s worker (where the client computes: ``engine.host_of``) in ``who``'s turn."""
+    return {"request_id": st.futures.submit(who, work, USER_ERRORS, session, host), **extra}
 
 
 @contextmanager
@@ -304,7 +312,7 @@ async def finish(session_id: str, request: Request, who: str = Depends(owner)) -
             for model_id in [m for m in list(st.engine.models) if session_of(m) == session_id]:
                 st.engine.free_model(model_id)
             for sampler_id in [s for s, sess in list(st.sampler_sessions.items()) if sess == session_id]:
-                st.engine.samplers.pop(sampler_id, None)
+                st.engine.forget_sampler(sampler_id)
                 st.sampler_sessions.pop(sampler_id, None)
 
         st.futures.call(who, free)
@@ -356,19 +364,29 @@ async def create_model(request: Request, who: str = Depends(owner)) -> dict:
         **body.lora_config.model_dump(include={"rank", "seed", "train_mlp", "train_attn", "train_unembed"})
     )
 
+    host = placed(st, model_id, who)
+
     def work() -> dict:
         with loading(who):
             model = st.engine.create_model(model_id, who, body.base_model, lora)
         model.job_id = st.records.started(who, model_id, model.base.name, lora.__dict__, user_metadata=metadata)
         return dump(types.CreateModelResponse(model_id=model_id))
 
-    return _creating(st, who, model_id, work, model_id=model_id)
+    return _creating(st, who, model_id, work, host, model_id=model_id)
 
 
-def _creating(st: TinkerState, who: str, new_id: str, work, **extra) -> dict:
+def placed(st: TinkerState, client_id: str, who: str) -> str:
+    """The host a new training client or sampler will run on (503 naming the bound when every one is full)."""
+    try:
+        return st.engine.place(client_id, who)
+    except UserError as exc:
+        raise HTTPException(503, str(exc)) from None
+
+
+def _creating(st: TinkerState, who: str, new_id: str, work, host: str, **extra) -> dict:
     """A call that makes training client ``new_id``: counted in its owner's cap from now on."""
     st.creating[new_id] = who
-    answer = _future(st, who, work, session_of(new_id), **extra)
+    answer = _future(st, who, work, session_of(new_id), host, **extra)
     st.futures.get(answer["request_id"], who).future.add_done_callback(lambda _: st.creating.pop(new_id, None))
     return answer
 
@@ -379,7 +397,7 @@ async def get_info(request: Request, who: str = Depends(owner)) -> dict:
     model = _model(state(request), who, body.model_id)
     data = types.ModelData(
         # the model's directory: the SDK's get_tokenizer() loads from it (offline, docs/tinker.md)
-        arch=model.base.base.config.model_type,
+        arch=model.base.arch,
         model_name=model.base.path,
         tokenizer_id=model.base.path,
     )
@@ -409,7 +427,8 @@ async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
         )
         return forward_backward_output(outputs, metrics)
 
-    return _future(st, who, work, session_of(model.model_id), model_id=msg.model_id)
+    host = st.engine.host_of(model)
+    return _future(st, who, work, session_of(model.model_id), host, model_id=msg.model_id)
 
 
 @router.post("/optim_step")
@@ -427,11 +446,11 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
     def work() -> dict:
         metrics = st.engine.optim_step(model, body.optim_params)
         row = {**st.engine.take_pending(model), **metrics, "optim/learning_rate": body.optim_params.learning_rate}
-        row.update(st.engine.threads.metrics())  # perf/threads_generate, perf/threads_learn: as a job's rows
+        row.update(st.engine.threads_metrics())  # perf/threads_generate, perf/threads_learn: as a job's rows
         st.records.step(model.job_id, model.steps, row)
         return dump(types.OptimStepResponse(metrics=metrics))
 
-    return _future(st, who, work, session_of(model.model_id))
+    return _future(st, who, work, session_of(model.model_id), st.engine.host_of(model))
 
 
 @router.post("/save_weights")
@@ -443,16 +462,16 @@ async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
     check_name_or_400(name)
     loc = Location(model.model_id, "weights", name)
     kept = {"expires_at": expiry(body.ttl_seconds), "user_metadata": body.user_metadata}
-    await quota(st, who, model.adapter_bytes * (3 if model.optimizer.state else 1))  # and AdamW's two moments
+    await quota(st, who, model.adapter_bytes * (3 if st.engine.has_moments(model) else 1))  # and AdamW's moments
 
     def work() -> dict:
         meta = _meta(model, **kept)
-        tensors = {"adapter": model.base.state(model.model_id), "optimizer": model.optimizer.state_dict()}
+        tensors = {"adapter": st.engine.adapter_state(model), "optimizer": st.engine.optimizer_state(model)}
         st.checkpoints.save(loc, who, meta, tensors, overwrite=body.overwrite, room=st.room(who))
         st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "state")
         return dump(types.SaveWeightsResponse(path=loc.tinker_path))
 
-    return _future(st, who, work, session_of(model.model_id))
+    return _future(st, who, work, session_of(model.model_id), st.engine.host_of(model))
 
 
 def _meta(model, **kept) -> dict:
@@ -522,16 +541,15 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
             raise UserError(
                 f"checkpoint {body.path} is {meta['base_model']} rank {meta['lora']['rank']}: not this model's"
             )
-        model.base.load_state(model.model_id, tensors["adapter"])
         if body.optimizer:
-            model.optimizer.load_state_dict(tensors["optimizer"])
-            model.steps = int(meta["steps"])
-        model.optimizer.zero_grad(set_to_none=True)
+            st.engine.load_model_state(model, tensors["adapter"], tensors["optimizer"], int(meta["steps"]))
+        else:
+            st.engine.load_model_state(model, tensors["adapter"], None, None)
         return dump(types.LoadWeightsResponse(path=body.path, model_id=model.model_id))
 
     if new_id is not None:
-        return _creating(st, who, new_id, work)
-    return _future(st, who, work, session_of(target.model_id))
+        return _creating(st, who, new_id, work, placed(st, new_id, who))
+    return _future(st, who, work, session_of(target.model_id), st.engine.host_of(target))
 
 
 @router.post("/save_weights_for_sampler")
@@ -548,7 +566,7 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
     def work() -> dict:
         if body.path is not None:
             loc = Location(model.model_id, "sampler_weights", body.path)
-            adapter = {"adapter": model.base.state(model.model_id)}
+            adapter = {"adapter": st.engine.adapter_state(model)}
             st.checkpoints.save(loc, who, _meta(model, **kept), adapter, overwrite=True, room=st.room(who))
             st.records.checkpoint(model.job_id, model.steps, loc.tinker_path, "sampler weights")
             return dump(types.SaveWeightsForSamplerResponseInternal(path=loc.tinker_path))
@@ -556,7 +574,7 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
         st.engine.snapshot_sampler(sampler_id, model)
         return dump(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
 
-    return _future(st, who, work, session_of(model.model_id))
+    return _future(st, who, work, session_of(model.model_id), st.engine.host_of(model))
 
 
 # sampling ----------------------------------------------------------------------------------------
@@ -585,22 +603,21 @@ async def create_sampling_session(request: Request, who: str = Depends(owner)) -
     else:
         base_name = body.base_model
     cap(st, who, "sampling sessions", st.sampling_sessions(who))
+    host = placed(st, sampler_id, who)
     st.sampling[who] = st.sampling.get(who, 0) + 1
 
     def work() -> str:
-        base = st.engine.base(base_name)
         if loc is None:
-            st.engine.sampler_for(sampler_id, who, base, None, None, None)
+            st.engine.new_sampler(sampler_id, who, base_name, None, None, None)
         else:
             meta, tensors = st.checkpoints.load(loc, who)
-            st.engine.sampler_for(
-                sampler_id, who, base, tensors["adapter"], body.model_path, LoraSettings(**meta["lora"])
-            )
+            lora = LoraSettings(**meta["lora"])
+            st.engine.new_sampler(sampler_id, who, base_name, tensors["adapter"], body.model_path, lora)
         st.sampler_sessions[sampler_id] = body.session_id
         return sampler_id
 
     # loading a model can take seconds: done on the worker, in its tenant's turn, and waited for here
-    future = st.futures.call(who, work)
+    future = st.futures.call(who, work, host)
     try:
         await asyncio.wrap_future(future)
     except (ModelNotFoundError, OpenRFTError) as exc:
@@ -669,7 +686,7 @@ async def asample(request: Request, who: str = Depends(owner)) -> dict:
     session = st.sampler_sessions.get(sampler.sampler_id)
     if sampler.model is not None:
         session = session_of(sampler.model.model_id)
-    request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS, session)
+    request_id = st.futures.submit_batched(who, key, prompt, run, USER_ERRORS, session, st.engine.host_of(sampler))
     ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
     if body.record_stability_info:  # stable_reinforce: the sequences recorded under their ids (stability.py)
         record_when_done(st, who, request_id, ids)

@@ -13,6 +13,7 @@ OPTIONS = {  # the serve option that sets each bound, named in the refusals
     "max_sample_tokens": "--tinker-max-sample-tokens",
     "max_training_clients": "--tinker-max-training-clients",
     "max_sampling_sessions": "--tinker-max-sampling-sessions",
+    "clients_per_actor": "--tinker-clients-per-actor",
 }
 
 
@@ -27,6 +28,8 @@ class TinkerSettings:
     # (create_sampling_client; a training client's snapshot samplers are bounded apart, its newest 16)
     max_training_clients: int = 32
     max_sampling_sessions: int = 32
+    # on a Ray cluster (openrft serve --ray-address): training clients and sampling sessions on one node's actor
+    clients_per_actor: int = 8
     schedule: str = "fair"  # "fair": each tenant's queue in turn; "fifo": every call in arrival order
     abandon_s: float = 60.0  # a queued call nobody retrieves for this long is dropped before it runs
     # the base models tenants may name, besides the bundled openrft-demo: name -> a local directory or a Hub id
