@@ -1,4 +1,4 @@
-"""Per-tenant quotas of CPU- and GPU-seconds (docs/scaling.md, "Quotas and priorities").
+"""Per-tenant quotas of CPU- and GPU-seconds (docs/scaling.md, "Quotas of CPU- and GPU-seconds").
 
 The operator sets them (``openrft keys quota``, stored: every server and worker sees them); a tenant cannot.
 A job attempt uses what it reserved times how long it ran (``store/usage.py``). Checked twice:

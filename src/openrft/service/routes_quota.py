@@ -1,5 +1,5 @@
 """``GET /v1/openrft/quota``: a tenant's CPU- and GPU-seconds used against the quota the operator set
-(docs/scaling.md, "Quotas and priorities"); the operator (the single user of a loopback server without keys)
+(docs/scaling.md, "Quotas of CPU- and GPU-seconds"); the operator (the single user of a loopback server without keys)
 sees every tenant's."""
 
 from __future__ import annotations

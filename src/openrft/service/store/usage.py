@@ -1,4 +1,4 @@
-"""Tenants' quotas of CPU- and GPU-seconds and what their jobs used (docs/scaling.md, "Quotas and priorities").
+"""Tenants' quotas of CPU- and GPU-seconds and what their jobs used (docs/scaling.md, "Quotas of CPU- and GPU-seconds").
 
 A job attempt's use is what it reserved (its placement group's CPUs and GPUs on the server's Ray cluster, its GPUs
 of the workers' machine, else ``runtime.threads`` CPUs) times how long it ran: ``start_usage`` when its worker
