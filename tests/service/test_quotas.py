@@ -155,3 +155,35 @@ def test_the_cluster_page_without_a_cluster_shows_this_machine_and_each_tenant_o
     operator = cluster_page(store, worker.config, "local")
     assert [h["job"] for h in operator["held"]] == [running.id]
     assert {q["tenant"] for q in operator["quotas"]} >= {"alice", "bob"}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_on_a_cluster_the_least_holding_tenant_goes_first_with_its_own_highest_priority_job(store, tmp_path):
+    """With admission on a cluster (a stand-in answering its reservations and its 4 CPUs), the dominant share picks
+    the tenant, whatever priorities say, and priority picks that tenant's job: alice holds half the cluster and
+    queues a priority-100 job; bob holds nothing, so his turn comes, and it goes to his priority-50 job."""
+    from openrft.service.admission import Decision
+    from tests.service.test_admission import Shares
+
+    worker = _worker(store, tmp_path)
+    worker.config.ray_address = "head:6379"
+    two_cpus = _spec(replicas=2).model_dump(mode="json")
+
+    def queue(owner: str, priority: int = 0):
+        from openrft.service.store.base import new_id
+        from openrft.service.store.models import Job
+
+        job = Job(id=new_id("ftjob-"), owner=owner, api="openai", status="queued", request={}, spec=two_cpus)
+        job.model, job.total_steps, job.priority = "m", 2, priority
+        return store.create_job(job)
+
+    holding = queue("alice")
+    worker.admission = Shares(Decision(group="g-0"))
+    worker.tick()  # alice holds 2 of the 4 CPUs from now on
+    worker.running.clear()
+    queue("alice", 100)
+    bob_low, bob_high = queue("bob"), queue("bob", 50)
+    worker.admission = Shares(Decision(group="g-1"))
+    worker.tick()
+    assert [job_id for job_id, _ in worker.launcher.started] == [holding.id, bob_high.id]
+    assert store.get_job(None, bob_low.id).status == "queued"
