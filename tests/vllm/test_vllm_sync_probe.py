@@ -99,3 +99,23 @@ def test_full_weights_scaled_by_1_01_are_caught(vllm_server, tmp_path):
         model = AutoModelForCausalLM.from_pretrained(resolve_model_path("openrft-demo"), torch_dtype=torch.float32)
         _generator(vllm_server, spec, tmp_path, "restore").load_adapter(model.state_dict(), 99)
     assert (replica, version) == ("remote-0", 1) and diff > TOLERANCES[("server", "unknown")]
+
+
+def test_full_weights_take_the_file_path_with_the_reason_logged(vllm_server, tmp_path, caplog):
+    """vLLM 0.32 in development mode has the weight-transfer routes, but its backends need CUDA: the files are
+    chosen and the reason logged (rollout/weight_transfer.py)."""
+    import logging
+
+    from transformers import AutoModelForCausalLM
+
+    from openrft.models import resolve_model_path
+
+    spec = _spec(tmp_path, vllm_server, enabled=False)
+    generator = _generator(vllm_server, spec, tmp_path, "choice")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path("openrft-demo"), torch_dtype=torch.float32)
+    with caplog.at_level(logging.INFO, logger="openrft.rollout"):
+        generator.load_adapter(model.state_dict(), 1)  # the demo model's own weights: the server is unchanged
+    assert generator.full_weights_path == "files"
+    assert generator.full_weights_reason.startswith("the server has the weight-transfer routes, but vLLM's")
+    assert "CUDA" in generator.full_weights_reason
+    assert any("full weights reach" in r.getMessage() for r in caplog.records)

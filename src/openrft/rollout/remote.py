@@ -45,6 +45,7 @@ from openrft.errors import OpenRFTError
 from openrft.rollout.sync_probe import ProbeSet
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
 from openrft.rollout.weight_files import write_weight_files
+from openrft.rollout.weight_transfer import FILES, choose_full_weights_path, log_choice
 from openrft.spec.job import LoraSpec
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -149,6 +150,9 @@ class RemoteGenerator(PolicyVersioned):
         self.served_model = served_model
         self._adapter: str | None = None
         self._weights_dir: Path | None = None  # full fine-tuning: the file the server last loaded
+        # full fine-tuning on vLLM: how the weights travel (rollout/weight_transfer.py), chosen at the first update
+        self.full_weights_path: str | None = None
+        self.full_weights_reason = ""
         self.logprob_mode: str | None = None  # processed / raw / scaled, probed before the first generation
 
     # adapters -----------------------------------------------------------------------------------
@@ -196,8 +200,15 @@ class RemoteGenerator(PolicyVersioned):
 
     def _load_weights_by_rpc(self, directory: Path) -> None:
         """vLLM: its workers reload their weights from the directory (``collective_rpc``), then its prefix cache
-        is dropped."""
+        is dropped. The first time, the way is chosen by what the server offers (``choose_full_weights_path``;
+        the route path is never the outcome yet) and logged."""
         root = self.base_url.removesuffix("/v1")
+        if self.full_weights_path is None:
+            self.full_weights_path, self.full_weights_reason = choose_full_weights_path(
+                lambda url: self.client.get(url), root
+            )
+            log_choice(root, self.full_weights_path, self.full_weights_reason)
+        assert self.full_weights_path == FILES
         body = {"method": WEIGHTS_RPC, "kwargs": {"weights_path": str(directory.resolve())}}
         try:
             self._call("POST", f"{root}/collective_rpc", body)
