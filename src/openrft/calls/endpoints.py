@@ -54,8 +54,10 @@ class RemoteEndpoint:
         headers: dict[str, str] | None = None,
         kind: str = "reward endpoint",
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        answers_4xx: bool = False,
     ):
         self.url = url
+        self.answers_4xx = answers_4xx  # a 4xx is the endpoint's answer (shown to a model), not it being down
         self.max_response_bytes = max_response_bytes
         self.kind = kind
         self.spec = spec
@@ -97,7 +99,8 @@ class RemoteEndpoint:
             if not retry:
                 break
         assert failure is not None
-        if failure.kind in ("timeout", "server_error"):
+        answered = self.answers_4xx and failure.status is not None and 400 <= failure.status < 500
+        if failure.kind in ("timeout", "server_error") and not answered:
             self.consecutive_failures += 1
             if key is not None:
                 self.failing_keys.add(key)
@@ -133,7 +136,7 @@ class RemoteEndpoint:
             return CallFailure("server_error", f"{self.label}: {type(exc).__name__}: {exc}"), True, None
         except ResponseTooLarge:
             message = f"{self.label} answered more than the cap of {self.max_response_bytes:,} bytes"
-            return CallFailure("invalid_output", message), False, None
+            return CallFailure("invalid_output", message, status=413), False, None
         if status >= 400:
             text = body[:200].decode("utf-8", "replace")
             failure = CallFailure("server_error", f"{self.label} answered HTTP {status}: {text}", status=status)

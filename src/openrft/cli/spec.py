@@ -127,6 +127,7 @@ def output_precedence(resolution, output: str) -> None:
 
 def run_explain(args: argparse.Namespace) -> int:
     from openrft.spec.provenance import OPENRFT_DEFAULT, leaf_paths
+    from openrft.spec.tools import masked_headers
 
     resolution = resolve_from_args(args)
     if args.json:
@@ -137,7 +138,7 @@ def run_explain(args: argparse.Namespace) -> int:
     console.print(_summary(args.job, resolution))
     console.print(f"learner: {learner_layout(spec)}")
     console.print(f"generation: {generation_layout(spec)}")
-    values = leaf_paths(spec.model_dump(mode="json"))
+    values = leaf_paths(masked_headers(spec.model_dump(mode="json")))  # tools' headers hold tokens
     for path, source in resolution.provenance.items():
         if source.note == OPENRFT_DEFAULT and not args.all:
             continue

@@ -23,6 +23,7 @@ from openrft.calls.outbound import OutboundRefused
 from openrft.calls.transport import use_for_mlflow
 from openrft.errors import OpenRFTError
 from openrft.spec.job import JobSpec
+from openrft.spec.tools import masked_headers
 
 RUN_FILE = "mlflow_run.json"
 PARAMS_PER_BATCH = 100  # MLflow's limit per log_batch call
@@ -130,7 +131,7 @@ class MlflowTracker:
                 },
             )
             run_id = run.info.run_id
-            flat = flatten(spec.model_dump(mode="json", exclude={"metadata"}))
+            flat = flatten(masked_headers(spec.model_dump(mode="json", exclude={"metadata"})))
             params = [Param(metric_key(k)[:250], v) for k, v in flat.items()]
             for i in range(0, len(params), PARAMS_PER_BATCH):
                 client.log_batch(run_id, params=params[i : i + PARAMS_PER_BATCH])

@@ -97,7 +97,7 @@ class Submitter:
         if not is_operator(owner):
             tenant = tenant_config(self.config, owner, self.store)
             assert tenant is not None
-            raise_problems(job_problems(spec, tenant, _user_fields(dialect), shown))
+            raise_problems(job_problems(spec, tenant, _user_fields(dialect, document), shown))
         spec = resolve_registered(spec, self.config.mcp_servers)  # after the tenant checks: the operator's servers
         with applying(tenant_calls):
             self._validate_data(spec, dialect, shown)
@@ -197,10 +197,11 @@ def _path(dotted: str) -> tuple[str, ...]:
     return tuple(dotted.split("."))
 
 
-def _user_fields(dialect: str) -> dict[str, str]:
+def _user_fields(dialect: str, document: Any = None) -> dict[str, str]:
     """Spec paths -> where the user wrote them, for the tenant checks' messages."""
     fields = dialect_fields(dialect)
     return {
+        **(fields.entry_fields(document) if fields.entry_fields is not None else {}),
         "data.train": fields.train,
         "data.validation": fields.validation,
         "rollout.generator_base_url": "openrft.generator_base_url",

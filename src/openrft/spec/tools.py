@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from openrft.spec.call_options import MAX_CALL_CONCURRENCY, MAX_CALL_TIMEOUT_S, RemoteCallSpec
 from openrft.spec.urls import HttpUrl
 
+MAX_TURNS = 64
 MALFORMED_CALL_MESSAGE = (
     "error: the tool call could not be read ({error}); write each call in the format the instructions show"
 )
@@ -35,6 +36,30 @@ class HttpToolSpec(_Strict):
         default_factory=lambda: RemoteCallSpec(timeout_s=30.0, max_retries=2),
         description="timeout per attempt, retries, backoff, circuit breaker (as for reward endpoints)",
     )
+    contract: Literal["openrft", "function_call"] = Field(
+        "openrft",
+        description="openrft: the request and answer above; function_call: Azure OpenAI's agentic RFT tool servers "
+        "(a Responses function_call in, a function_call_output back; docs/tools.md)",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="sent with every call to url and nowhere else (a tenant's token: never in events, logs or MLflow)",
+    )
+
+
+HEADER_MASK = "***"
+
+
+def masked_headers(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A JobSpec's JSON dump with the values of its tools' ``headers`` masked, for what is shown or logged."""
+    functions = (dumped.get("tools") or {}).get("functions") or {}
+    masked = {
+        name: {**runner, "headers": {key: HEADER_MASK for key in runner["headers"]}}
+        if runner.get("headers")
+        else runner
+        for name, runner in functions.items()
+    }
+    return {**dumped, "tools": {**dumped["tools"], "functions": masked}} if functions else dumped
 
 
 class PythonToolSpec(_Strict):
@@ -95,7 +120,7 @@ class ToolsSpec(_Strict):
     template, until it answers without a call, ``max_turns`` model turns were taken, or the token budget
     (``sampling.max_new_tokens``, tool results included) is spent."""
 
-    max_turns: int = Field(4, ge=1, le=64, description="model turns per episode")
+    max_turns: int = Field(4, ge=1, le=MAX_TURNS, description="model turns per episode")
     functions: dict[str, ToolRunnerSpec] = Field(default_factory=dict)
     environment: EnvironmentSpec | None = None
     mcp_servers: dict[str, McpServerSpec] = Field(

@@ -65,17 +65,20 @@ TOOL_RESPONSE_BYTES = 1 << 20
 
 class HttpTool:
     """``POST url {name, arguments, call_id, example_id, episode_id, turn, messages}`` -> ``{"content": str}``
-    or ``{"error": str}``."""
+    or ``{"error": str}``; with ``contract: function_call``, Azure's shapes (``FunctionCallTool``)."""
 
     def __init__(self, name: str, spec: HttpToolSpec, client: httpx.AsyncClient):
+        azure = spec.contract == "function_call"
         self.endpoint = RemoteEndpoint(
             spec.url,
             spec.remote,
             30.0,
             f"tool {name}",
             client,
+            headers=spec.headers,  # to this url only: the tools' client follows no redirect
             kind="endpoint of",
-            max_response_bytes=TOOL_RESPONSE_BYTES,
+            max_response_bytes=FUNCTION_CALL_BYTES if azure else TOOL_RESPONSE_BYTES,
+            answers_4xx=azure,
         )
 
     async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
@@ -101,6 +104,53 @@ class HttpTool:
             error_kind="invalid_output",
             fatal=True,
         )
+
+
+FUNCTION_CALL_BYTES = 1_000_000
+"""Azure's bound on a tool call's payload and on its reply (1 MB each); past it, a 413 the model sees."""
+
+
+class FunctionCallTool(HttpTool):
+    """A tool server of Azure OpenAI's agentic RFT (``method.reinforcement.tools``): it is POSTed the model's call as
+    a Responses API ``function_call`` item ``{type, id, call_id, name, arguments (a JSON string), trace_id}`` (the
+    trace id the same for every call of an episode) and answers a ``function_call_output`` item ``{type, call_id,
+    output, id}``. As Azure documents it: a call or reply over 1 MB is a 413 the model is shown, a 4xx answer's
+    body is shown to the model, a 5xx is retried (``remote.max_retries``) and then ends the episode."""
+
+    async def run(self, name: str, arguments: dict[str, Any], call_id: str, context: CallContext) -> ToolResult:
+        body = {
+            "type": "function_call",
+            "id": f"fc_{call_id}",
+            "call_id": call_id,
+            "name": name,
+            "arguments": json.dumps(arguments),
+            "trace_id": f"trace_{context.episode_id or context.example_id}",
+        }
+        if len(json.dumps(body)) > FUNCTION_CALL_BYTES:
+            return _shown(f"HTTP 413: the call to tool {name} is over Azure's bound of 1 MB; make it smaller")
+        try:
+            answer = await self.endpoint.post_json(body, key=context.example_id)
+        except CallFailure as exc:
+            if exc.kind == "invalid_output" and exc.status == 413:
+                return _shown(f"HTTP 413: tool {name} answered more than Azure's bound of 1 MB")
+            if exc.status is not None and 400 <= exc.status < 500:
+                return _shown(exc.message)  # as Azure does: the error payload goes to the model
+            return _failure(exc)
+        if not (isinstance(answer, dict) and answer.get("type", "function_call_output") == "function_call_output"):
+            return ToolResult(
+                content=f"tool {name} answered {str(answer)[:120]!r}, not a function_call_output "
+                "{'type': 'function_call_output', 'call_id': ..., 'output': ...}",
+                error_kind="invalid_output",
+                fatal=True,
+            )
+        if "output" not in answer:
+            return _shown(f"tool {name} answered no output: {json.dumps(answer)[:400]}")
+        return ToolResult(content=as_content(answer["output"]))
+
+
+def _shown(message: str) -> ToolResult:
+    """A tool's error the model reads as the call's result; the episode goes on (a counted ``tool_error``)."""
+    return ToolResult(content=f"error: {message}", error_kind="tool_error")
 
 
 def load_module(module: str, what: str):
@@ -356,7 +406,8 @@ class ToolBox:
         self.runners: dict[str, ToolRunner] = {}
         for name, runner in spec.functions.items():
             if isinstance(runner, HttpToolSpec):
-                self.runners[name] = HttpTool(name, runner, self.client)
+                maker = FunctionCallTool if runner.contract == "function_call" else HttpTool
+                self.runners[name] = maker(name, runner, self.client)
             else:
                 self.runners[name] = PythonTool(name, runner, self.pool if runner.sandboxed else None)
         self.environment = EnvironmentFactory(spec.environment) if spec.environment else None

@@ -41,6 +41,8 @@ from openrft.spec.job import MAX_SAMPLES_PER_PROMPT, MAX_STEPS
 from openrft.spec.locations import resolve_location
 from openrft.spec.provenance import Resolution
 from openrft.spec.rewards import OpenAIGraderReward
+from openrft.spec.tools import MAX_TURNS
+from openrft.spec.urls import HttpUrl
 
 FileResolver = Callable[[str], str]
 FILE_ID = re.compile(r"^file-[A-Za-z0-9_-]+$")
@@ -84,10 +86,20 @@ class OpenAIHyperparameters(Strict):
     reasoning_effort: Literal["default", "low", "medium", "high"] = "default"
 
 
+class AzureTool(Strict):
+    """One tool server of Azure OpenAI's agentic RFT (docs/tools.md, "Azure's agentic tools")."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    server_url: HttpUrl
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 class OpenAIReinforcement(Strict):
     grader: dict[str, Any]
     hyperparameters: OpenAIHyperparameters = OpenAIHyperparameters()
     response_format: dict[str, Any] | None = None
+    tools: list[AzureTool] | None = Field(None, min_length=1, max_length=128)  # Azure OpenAI's agentic RFT
+    max_episode_steps: int | None = Field(None, ge=1, le=MAX_TURNS)
 
 
 class LegacyHyperparameters(Strict):
@@ -224,6 +236,7 @@ def _resolve(
             "output parsed as JSON through sample.output_json, and the prompt should ask for the format",
         )
     apply_extensions(b, ext, {"seed": "seed", "eval_samples_per_prompt": f"{H}.eval_samples"}, "OpenAI")
+    _agentic_tools(b, job.method.reinforcement, ext)
     if job.suffix:
         b.user("name", job.suffix, "suffix")
     if job.metadata:
@@ -273,6 +286,54 @@ def _resolve(
     if config is not None:
         b.user("reward.function", config, "method.reinforcement.grader")
     return b.build(source, prompts)
+
+
+AZURE_TOOL_REMOTE = {"timeout_s": 600.0, "max_retries": 3}
+"""Azure's tool-server terms: an answer within 10 minutes, a 5xx retried at most 3 times."""
+
+
+def _agentic_tools(b: SpecBuilder, method: OpenAIReinforcement, ext: OpenRFTExtensions) -> None:
+    """Azure's ``tools: [{name, server_url, headers}]`` and ``max_episode_steps`` onto the tool loop: each a
+    ``tools.functions`` entry called with Azure's contract (``function_call``), the steps its ``max_turns``."""
+    field = "method.reinforcement"
+    if method.tools is None:
+        if method.max_episode_steps is not None:
+            b.warn(f"{field}.max_episode_steps", "has no effect without method.reinforcement.tools")
+        return
+    tools = ext.tools.model_dump() if ext.tools is not None else {}
+    functions = tools.setdefault("functions", {})
+    for i, tool in enumerate(method.tools):
+        if tool.name in functions:
+            earlier = tool.name in {t.name for t in method.tools[:i]}
+            where = "an earlier entry" if earlier else "openrft.tools.functions"
+            message = f"names a tool that {where} also defines; name each tool once"
+            b.problem(f"{field}.tools[{i}].name", message, tool.name)
+            continue
+        functions[tool.name] = {
+            "type": "http",
+            "url": tool.server_url,
+            "contract": "function_call",
+            "headers": dict(tool.headers),
+            "remote": dict(AZURE_TOOL_REMOTE),
+        }
+    if method.max_episode_steps is not None:
+        if ext.tools is not None and "max_turns" in ext.tools.model_fields_set:
+            b.problem("openrft.tools.max_turns", f"is set by {field}.max_episode_steps in this job; set it there")
+        tools["max_turns"] = method.max_episode_steps
+    b.user("tools", tools, f"{field}.tools")
+
+
+def tool_fields(document: Any) -> dict[str, str]:
+    """Spec paths -> the fields of ``document`` that set them, for Azure's tool servers (a list entry each)."""
+    method = document.get("method") if isinstance(document, dict) else None
+    tools = ((method or {}).get("reinforcement") or {}).get("tools") if isinstance(method, dict) else None
+    if not isinstance(tools, list):
+        return {}
+    return {
+        f"tools.functions.{tool['name']}.url": f"method.reinforcement.tools[{i}].server_url"
+        for i, tool in enumerate(tools)
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str)
+    }
 
 
 def _lambda_grader(b: SpecBuilder, grader: dict[str, Any], ext: OpenRFTExtensions, base_dir: Path) -> None:
@@ -388,6 +449,7 @@ register(
             user_metadata="metadata",
             suffix="suffix",
             resolves_file_ids=True,
+            entry_fields=tool_fields,
         ),
         order=30,
     )

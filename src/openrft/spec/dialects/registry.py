@@ -37,6 +37,8 @@ class DocumentFields:
     user_metadata: str | None = None  # the user's labels or metadata kept on the job
     suffix: str | None = None  # OpenAI's fine-tuned model suffix
     resolves_file_ids: bool = False  # the parser maps file ids itself (a file resolver); else the service does
+    entry_fields: Callable[[Any], dict[str, str]] | None = None
+    """Spec paths -> a document's fields that set them, where no fixed path names them (an entry of a list)."""
 
     @property
     def data(self) -> tuple[FieldPath, FieldPath]:
