@@ -38,13 +38,15 @@ SUITES = (
     "tinker-fairness",
     "cluster",
     "sync",
+    "own-agent",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
 # run only when named: real-shape, a 0.5B model trained by two systems at two thread counts (and its learner
 # profiled: it builds the same model); tinker, two 100-step trainings (about half an hour); tinker-fairness, two
 # servers under a backlog (about ten minutes)
 # sync: the sync probe's cost, its real-shape part against real_shape.json (a 0.5B model built in memory)
-HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster", "sync")
+# own-agent: the agent routes against the built-in tool loop, run only when named (a few minutes)
+HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster", "sync", "own-agent")
 
 
 def _log(message: str) -> None:
@@ -720,6 +722,48 @@ def tools_suite(args: argparse.Namespace) -> None:
     write_results("tools", title, body, {"workloads": results}, args.out)
 
 
+def own_agent_suite(args: argparse.Namespace) -> None:
+    import json
+
+    from benchmarks.own_agent import latency, throughput
+
+    rows, rounds, turns = (16, 1, 40) if args.quick else (64, 2, 300)
+    _log(f"own agent: {rows} rows x 4 trajectories, {rounds} round(s): agent routes vs the built-in tool loop")
+    result = throughput(rows, rounds, log=_log)
+    result["latency"] = latency(turns)
+    headline = {k: result[k] for k in ("trajectories_per_s", "ratio_vs_builtin", "ratio_vs_builtin_lockstep")}
+    print(json.dumps({**headline, "latency": result["latency"], "load": result["load"], "threads": result["threads"]}))
+    columns = [
+        ("system", "system"),
+        ("round", "round"),
+        ("seconds", "seconds:"),
+        ("trajectories", "trajectories:"),
+        ("trajectories_per_s", "trajectories/s:"),
+        ("reward", "reward:"),
+        ("turns_mean", "turns (mean):"),
+        ("failed", "failed:"),
+    ]
+    table = [{"system": n, "round": i + 1, **run} for n, runs in result["runs"].items() for i, run in enumerate(runs)]
+    lat = result["latency"]
+    body = [
+        f"examples/calculator's model (not fine-tuned) on {rows} of its validation rows x 4 trajectories, temperature "
+        f"1, 112 new tokens within 192, at most 3 turns, {result['threads']} torch thread(s), {rounds} round(s) in "
+        "alternating order; the agent is examples/own_agent's (serve.py, the official openai client, in its own "
+        "process). builtin: the built-in tool loop's default independent schedule; builtin_lockstep: lock-step.",
+        "",
+        *markdown_table(columns, table),
+        "",
+        f"Trajectories per second, pooled: {result['trajectories_per_s']}. Agent routes / built-in: "
+        f"{result['ratio_vs_builtin']}x (independent), {result['ratio_vs_builtin_lockstep']}x (lock-step); goal 0.8x.",
+        "",
+        f"Added latency per turn ({lat['turns']} turns, one trajectory at a time, a generator that answers at once, "
+        f"timed around the official client's create call in the agent): p50 {lat['p50_ms']} ms, p99 "
+        f"{lat['p99_ms']} ms, mean {lat['mean_ms']} ms; load average then {lat['load']} (2 cores shared with other jobs).",
+    ]
+    title = "Bring your own agent: the agent routes vs the built-in tool loop"
+    write_results("own_agent", title, body, result, args.out)
+
+
 def tinker_baseline(args: argparse.Namespace) -> None:
     from benchmarks.tinker_loop import against_baseline
 
@@ -1022,6 +1066,7 @@ RUNNERS = {
     "tinker-fairness": tinker_fairness_suite,
     "cluster": cluster_suite,
     "sync": sync_suite,
+    "own-agent": own_agent_suite,
 }
 
 

@@ -120,23 +120,22 @@ def stream_events(completion: dict[str, Any], include_usage: bool) -> list[str]:
 def build_app(service) -> FastAPI:
     app = FastAPI(title="OpenRFT agent routes", docs_url=None, redoc_url=None, openapi_url=None)
 
-    @app.middleware("http")
-    async def _authenticate(request: Request, call_next):
-        given = request.headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
+    def _authorized(request: Request) -> None:
+        """Every route: the job's token (a check in the handlers: cheaper than a middleware, on every turn)."""
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip(), service.token):
-            return _error(
+            raise TrajectoryError(
                 401,
-                "Incorrect or missing token: send Authorization: Bearer TOKEN (the api_key the job "
-                "gave the agent with its trajectory)",
+                "Incorrect or missing token: send Authorization: Bearer TOKEN (the api_key the job gave the agent "
+                "with its trajectory)",
             )
-        return await call_next(request)
 
     @app.exception_handler(TrajectoryError)
     async def _refused(_: Request, exc: TrajectoryError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.param)
 
     async def _json(request: Request) -> Any:
+        _authorized(request)
         try:
             return await request.json()
         except ValueError:
@@ -144,8 +143,8 @@ def build_app(service) -> FastAPI:
 
     @app.post("/v1/agent/{job_id}/{trajectory_id}/chat/completions")
     async def sample(job_id: str, trajectory_id: str, request: Request):
+        body = _checked(await _json(request))  # the token first: nothing about trajectories before it
         trajectory = service.trajectory(job_id, trajectory_id)
-        body = _checked(await _json(request))
         answer = await service.sample(trajectory, body)
         completion = chat_completion(service, trajectory, body, answer)
         if not body.get("stream"):
@@ -184,6 +183,7 @@ def build_app(service) -> FastAPI:
 
     @app.post("/v1/agent/{job_id}/{trajectory_id}/complete-rollout")
     async def complete_trajectory(job_id: str, trajectory_id: str, request: Request) -> dict:
+        _authorized(request)
         return _complete(job_id, trajectory_id, _object(await _json(request) if await request.body() else {}))
 
     @app.post("/v1/agent/{job_id}/{trajectory_id}/update-reward")

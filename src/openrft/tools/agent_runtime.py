@@ -132,7 +132,7 @@ class AgentService:
             completion = None
             if plan.max_new_tokens > 0:
                 batcher = self.batchers[trajectory.id]
-                completion = await asyncio.wrap_future(batcher.submit(plan.context, plan.max_new_tokens))
+                completion = await asyncio.wrap_future(batcher.submit(plan.context, plan.max_new_tokens, trajectory.id))
             return trajectory.record(plan, completion, self.renderer)
         finally:
             trajectory.busy = False
@@ -162,7 +162,7 @@ class AgentService:
             self.counts["started"] += 1
             try:
                 async with self.semaphore:
-                    batcher.started()
+                    batcher.started(first=attempt == 0)
                     self._running.add(trajectory.id)
                     try:
                         await asyncio.wait_for(self._one(trajectory), self.spec.timeout)
@@ -275,6 +275,7 @@ class AgentGenerator:
     ) -> list[list[Completion]]:
         service = self.service
         batcher = TurnBatcher(self.inner, params, service.spec.batch_window_s)
+        batcher.expect(len(prompts) * params.n, service.spec.max_concurrency)
         futures: list[list[Future]] = []
         for prompt in prompts:
             example, index = _row(prompt)
