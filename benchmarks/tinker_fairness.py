@@ -7,11 +7,13 @@ arrival order (``fifo``) side by side.
     python -m benchmarks.tinker_fairness [same options]
 
 A's longest allowed call is the operator's bounds filled: ``--tinker-max-call-tokens`` tokens in datums of
-``--tinker-max-sequence-tokens`` (set here, and printed, since the default bounds let one call run for about a
-minute on the demo model: ``--fairness-sequence-tokens``/``--fairness-call-tokens`` choose them). A keeps
-``--fairness-depth`` such calls outstanding (the SDK sends a client's calls without waiting for their results);
-B samples one prompt, 6 tokens (``stop=[]``), one request at a time with 0.2 s between them. Writes
-``benchmarks/results/tinker_fairness.{md,json}`` and prints one JSON line per schedule.
+``--tinker-max-sequence-tokens``, by default the server's own defaults (8192-token datums, 65,536 tokens a call:
+about 40 s of work on the demo model; ``--fairness-sequence-tokens``/``--fairness-call-tokens`` choose others).
+A keeps ``--fairness-depth`` such calls outstanding (the SDK sends a client's calls without waiting for their
+results); B samples one prompt, 6 tokens (``stop=[]``), one request at a time with 0.2 s between them, for
+``--fairness-samples`` requests or ``--fairness-max-s`` seconds, whichever ends first (under ``fifo`` each of
+B's samples waits for whole calls of A's). Writes ``benchmarks/results/tinker_fairness.{md,json}`` (other bounds:
+``tinker_fairness_TOKENSxDATUMS``) and prints one JSON line per schedule.
 """
 
 from __future__ import annotations
@@ -32,10 +34,21 @@ import httpx
 
 from benchmarks.common import RESULTS, load_average, markdown_table, write_results
 from benchmarks.service_latency import CLI, free_port, percentiles
+from openrft.service.tinker.settings import TinkerSettings
 
 MODEL = "openrft-demo"
-CHUNK_TOKENS = 4096  # engine.CHUNK_TOKENS (not imported: the suite list loads without torch's model code)
+# engine.CHUNK_TOKENS and PIECE_TOKENS (not imported: the suite list loads without torch's model code)
+CHUNK_TOKENS, PIECE_TOKENS = 1024, 512
+DEFAULTS = TinkerSettings()
+BODY_BYTES, BYTES_PER_TOKEN = 1_048_576, 16  # the server's default request body limit; a datum's bytes a token
 SCHEDULES = ("fair", "fifo")
+
+
+def longest_datums(sequence_tokens: int, call_tokens: int) -> int:
+    """How many datums of ``sequence_tokens`` A's longest allowed call holds: the call bound, or fewer where its
+    body would pass the server's request limit (1 MiB by default: about 16 bytes a token as the SDK sends it,
+    int32 input, int64 targets, float32 weights; 65,536 tokens do not fit)."""
+    return max(1, min(call_tokens // sequence_tokens, int(BODY_BYTES * 0.97) // (BYTES_PER_TOKEN * sequence_tokens)))
 
 
 def _serve(root: Path, schedule: str, sequence_tokens: int, call_tokens: int) -> tuple[subprocess.Popen, str]:
@@ -62,7 +75,9 @@ def _serve(root: Path, schedule: str, sequence_tokens: int, call_tokens: int) ->
     raise RuntimeError("the server did not start")
 
 
-def measure(schedule: str, samples: int, depth: int, sequence_tokens: int, call_tokens: int, log=print) -> dict:
+def measure(
+    schedule: str, samples: int, depth: int, sequence_tokens: int, call_tokens: int, max_s: float, log=print
+) -> dict:
     import tinker
     from tinker import types
 
@@ -81,7 +96,7 @@ def measure(schedule: str, samples: int, depth: int, sequence_tokens: int, call_
             )
             sampler = tinker.ServiceClient(base_url=base, api_key=key_b).create_sampling_client(base_model=MODEL)
             longest = []  # the call at the operator's bounds, datums that share no prefix (none is computed once)
-            for j in range(call_tokens // sequence_tokens):
+            for j in range(longest_datums(sequence_tokens, call_tokens)):
                 tokens = [5 + ((7 * j + i) % 90) for i in range(sequence_tokens + 1)]
                 longest.append(
                     types.Datum(
@@ -126,6 +141,8 @@ def measure(schedule: str, samples: int, depth: int, sequence_tokens: int, call_
             latencies = []
             t_start = time.perf_counter()
             for _ in range(samples):
+                if time.perf_counter() - t_start > max_s:
+                    break
                 t0 = time.perf_counter()
                 result = sampler.sample(prompt, 1, params).result()
                 latencies.append(time.perf_counter() - t0)
@@ -143,7 +160,7 @@ def measure(schedule: str, samples: int, depth: int, sequence_tokens: int, call_
                 proc.kill()
     row = {
         "schedule": schedule,
-        "b_samples": samples,
+        "b_samples": len(latencies),
         **{f"b_{k}": round(v, 1) for k, v in percentiles(latencies).items()},
         "b_max_ms": round(max(latencies) * 1000, 1),
         "b_alone_p50_ms": round(sorted(alone)[len(alone) // 2] * 1000, 1),
@@ -160,7 +177,14 @@ def measure(schedule: str, samples: int, depth: int, sequence_tokens: int, call_
 def suite(args: argparse.Namespace) -> dict:
     load = {"before": load_average()}
     rows = [
-        measure(s, args.fairness_samples, args.fairness_depth, args.fairness_sequence_tokens, args.fairness_call_tokens)
+        measure(
+            s,
+            args.fairness_samples,
+            args.fairness_depth,
+            args.fairness_sequence_tokens,
+            args.fairness_call_tokens,
+            args.fairness_max_s,
+        )
         for s in args.fairness_schedules
     ]
     load["after"] = load_average()
@@ -168,19 +192,23 @@ def suite(args: argparse.Namespace) -> dict:
     ratio = {k: round(fifo[f"b_{k}_ms"] / fair[f"b_{k}_ms"], 1) for k in ("p50", "p99")} if len(rows) > 1 else None
     columns = [
         ("schedule", "schedule"),
+        ("b_samples", "B samples:"),
         ("b_p50_ms", "B p50 ms:"),
         ("b_p99_ms", "B p99 ms:"),
         ("b_max_ms", "B max ms:"),
         ("b_alone_p50_ms", "B alone p50 ms:"),
-        ("a_one_call_s", "A's call alone s (median of 3):"),
+        ("a_one_call_s", "A's call alone s (median of up to 3):"),
         ("a_calls_per_s", "A calls/s:"),
     ]
     body = [
-        f"Tenant B's 6-token sample (one prompt, `stop=[]`, {args.fairness_samples} requests one at a time, 0.2 s "
-        f"apart) while tenant A keeps {args.fairness_depth} of its longest allowed `forward_backward` calls "
-        f"outstanding ({fair['a_call_tokens']} tokens: `--tinker-max-call-tokens {args.fairness_call_tokens}` in "
-        f"datums of `--tinker-max-sequence-tokens {args.fairness_sequence_tokens}`, computed in chunks of about "
-        f"{CHUNK_TOKENS} tokens), demo model, LoRA rank 16, one `openrft serve --workers 0` per schedule, the official "
+        f"Tenant B's 6-token sample (one prompt, `stop=[]`, up to {args.fairness_samples} requests one at a time, "
+        f"0.2 s apart, for at most {args.fairness_max_s:g} s) while tenant A keeps {args.fairness_depth} of its "
+        f"longest allowed `forward_backward` calls outstanding ({fair['a_call_tokens']} tokens, the most of "
+        f"`--tinker-max-call-tokens {args.fairness_call_tokens}` a 1 MiB request body holds, in datums of "
+        "`--tinker-max-sequence-tokens "
+        f"{args.fairness_sequence_tokens}`, computed in chunks of about {CHUNK_TOKENS} tokens, a longer datum in "
+        f"pieces of {PIECE_TOKENS} along its sequence), demo model, LoRA rank 16, one `openrft serve --workers 0` per "
+        "schedule, the official "
         "SDK for both tenants. With 100 requests or fewer, p99 is the slowest but at most one.",
         "",
         *markdown_table(columns, rows),
@@ -190,7 +218,8 @@ def suite(args: argparse.Namespace) -> dict:
     data = {"runs": rows, "ratio_fifo_over_fair": ratio, "load": load}
     title = "Tinker API: another tenant's short sample behind a long backlog"
     datums = fair["a_call_tokens"] // fair["a_datum_tokens"]
-    default = (args.fairness_sequence_tokens, args.fairness_call_tokens) == (1024, 2048) and len(rows) > 1
+    bounds = (args.fairness_sequence_tokens, args.fairness_call_tokens)
+    default = bounds == (DEFAULTS.max_sequence_tokens, DEFAULTS.max_call_tokens) and len(rows) > 1
     name = "tinker_fairness" if default else f"tinker_fairness_{fair['a_datum_tokens']}x{datums}"
     write_results(name, title, body, data, args.out)
     print(json.dumps({"benchmark": "tinker_fairness", "ratio_fifo_over_fair": ratio, "runs": rows}), flush=True)
@@ -202,12 +231,21 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--fairness-schedules", nargs="+", choices=SCHEDULES, default=list(SCHEDULES), help="tinker-fairness: which"
     )
     parser.add_argument("--fairness-samples", type=int, default=100, help="tinker-fairness: B's sample requests")
-    parser.add_argument("--fairness-depth", type=int, default=8, help="tinker-fairness: A's calls kept outstanding")
+    parser.add_argument("--fairness-depth", type=int, default=2, help="tinker-fairness: A's calls kept outstanding")
     parser.add_argument(
-        "--fairness-sequence-tokens", type=int, default=1024, help="tinker-fairness: --tinker-max-sequence-tokens"
+        "--fairness-max-s", type=float, default=180.0, help="tinker-fairness: B samples for at most this long"
     )
     parser.add_argument(
-        "--fairness-call-tokens", type=int, default=2048, help="tinker-fairness: --tinker-max-call-tokens"
+        "--fairness-sequence-tokens",
+        type=int,
+        default=DEFAULTS.max_sequence_tokens,
+        help="tinker-fairness: --tinker-max-sequence-tokens (default: the server's)",
+    )
+    parser.add_argument(
+        "--fairness-call-tokens",
+        type=int,
+        default=DEFAULTS.max_call_tokens,
+        help="tinker-fairness: --tinker-max-call-tokens (default: the server's)",
     )
 
 

@@ -23,7 +23,7 @@ from tests.service.svc_helpers import CLI, Service  # noqa: E402
 from tests.service.test_cluster import three_nodes  # noqa: E402
 
 MODEL = "openrft-demo"
-SEQUENCE = 3000  # --tinker-max-sequence-tokens here: the long datums below are at the bound, in pieces
+SEQUENCE = 1500  # --tinker-max-sequence-tokens here: the long datums below are at the bound, in pieces
 
 
 @pytest.fixture(scope="module")

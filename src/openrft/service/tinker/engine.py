@@ -47,8 +47,8 @@ KEEP_SNAPSHOTS = 16
 # of PIECE_TOKENS along its sequence (pieces.py), other tenants' calls between them: on the demo model and two
 # cores, no part takes more than about 0.6 s at the default --tinker-max-sequence-tokens 8192
 # (benchmarks/results/tinker_fairness.md)
-CHUNK_TOKENS = 2048
-PIECE_TOKENS = 1024
+CHUNK_TOKENS = 1024
+PIECE_TOKENS = 512
 
 
 class UserError(ValueError):
