@@ -212,9 +212,13 @@ class ToolServer(BaseHTTPRequestHandler):
         return None
 
 
+class _ToolHttpServer(ThreadingHTTPServer):
+    request_queue_size = 128  # the listen backlog: the default 5 overflows when 16 episodes connect at once
+
+
 @pytest.fixture
 def tool_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ToolServer)
+    server = _ToolHttpServer(("127.0.0.1", 0), ToolServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     ToolServer.seen = []
