@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.service.svc_helpers import ROOT, TRAIN, VALIDATION, small_dataset, tiny_recipe, upload
+from tests.service.svc_helpers import ROOT, TRAIN, VALIDATION, free_port, small_dataset, tiny_recipe, upload
 from tests.service.test_vertex import BASE, vertex_request
 
 ray = pytest.importorskip("ray")
@@ -34,11 +34,14 @@ GRADER = {
 SMALL = {"max_new_tokens": 6, "eval_max_examples": 4, "tensorboard": False, "threads": 1, "device": "cpu"}
 
 
-def three_nodes(**system_config):
-    """Three Ray nodes of one CPU each on this machine (``system_config``: the GCS's settings), torn down after."""
+def three_nodes(ray_client_port: int | None = None, **system_config):
+    """Three Ray nodes of one CPU each on this machine (``system_config``: the GCS's settings), torn down after;
+    ``ray_client_port``: the head also serves Ray Client there (``ray://127.0.0.1:PORT``)."""
     from ray.cluster_utils import Cluster
 
     head = {"num_cpus": 1, "resources": {"node_head": 1}, "include_dashboard": False}
+    if ray_client_port:
+        head["ray_client_server_port"] = ray_client_port
     nodes = Cluster(initialize_head=True, head_node_args={**head, "_system_config": system_config})
     try:
         for name in ("node_a", "node_b"):
@@ -52,6 +55,15 @@ def three_nodes(**system_config):
 @pytest.fixture
 def cluster():
     yield from three_nodes()
+
+
+@pytest.fixture
+def client_cluster():
+    """As ``cluster``, its head also serving Ray Client; the address to give: ``client_cluster.client_address``."""
+    port = free_port()
+    for nodes in three_nodes(ray_client_port=port):
+        nodes.client_address = f"ray://127.0.0.1:{port}"
+        yield nodes
 
 
 def _learner_actors(cluster) -> dict[str, list[dict]]:
@@ -73,9 +85,12 @@ def _wait(get, timeout: float = 420):
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_resources_are_free(
-    cluster, service, tmp_path
+    client_cluster, service, tmp_path
 ):
-    service.serve(workers=3, extra=("--ray-address", cluster.address))
+    """Through Ray Client (``--ray-address ray://HOST:PORT``): the server's admission and each job process are Ray
+    Client sessions of the head."""
+    cluster = client_cluster
+    service.serve(workers=3, extra=("--ray-address", cluster.client_address))
     client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
     with small_dataset(tmp_path / "train.jsonl", TRAIN, 8).open("rb") as f:
         train = client.files.create(file=f, purpose="fine-tune")
