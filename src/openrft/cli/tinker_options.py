@@ -67,8 +67,9 @@ def add_tinker_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULTS.abandon_s,
         metavar="SECONDS",
-        help="a queued call whose future nobody retrieves for this long (a disconnected client) is dropped "
-        "before it runs",
+        help="a client counts as disconnected when it retrieves none of a call's future, or its session sends no "
+        "heartbeat (the SDK sends one every 10 s), for this long: its queued calls are dropped and a running "
+        "forward_backward stops at its next part",
     )
 
 

@@ -31,7 +31,7 @@ class TinkerSettings:
     # on a Ray cluster (openrft serve --ray-address): training clients and sampling sessions on one node's actor
     clients_per_actor: int = 8
     schedule: str = "fair"  # "fair": each tenant's queue in turn; "fifo": every call in arrival order
-    abandon_s: float = 60.0  # a queued call nobody retrieves for this long is dropped before it runs
+    abandon_s: float = 60.0  # a client silent this long (no retrieve, no session heartbeat) is gone: calls dropped
     # the base models tenants may name, besides the bundled openrft-demo: name -> a local directory or a Hub id
     models: dict[str, str] = field(default_factory=dict)
     allow_hub_models: bool = False  # tenants may also name any Hugging Face Hub id (downloaded by the server)
