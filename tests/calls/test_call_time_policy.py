@@ -392,3 +392,21 @@ def test_a_tenants_grader_endpoint_called_by_the_service_is_checked_at_call_time
         store.close()
     assert "resolved, when the call was made, to 127.0.0.1" in response.text, response.text
     assert Hits.seen == []
+
+
+def test_an_agent_endpoint_rebound_to_loopback_is_refused_at_call_time(dns, tenant):
+    """A job's agent (``rollout.agent.url``) is POSTed each trajectory: rebound to 127.0.0.1, the call is refused
+    and the trajectory dropped as an ``agent_error`` naming the address; the entrypoint never reached."""
+    from tests.tools.agent_harness import AgentRun
+    from tests.tools.scripted import ScriptedGenerator, question, tool_tokenizer
+
+    tokenizer = tool_tokenizer()
+    policy = ScriptedGenerator(tokenizer, lambda context: "5")
+    with AgentRun(tokenizer, policy, lambda request: "5", [tokenizer.eos_token_id], max_retries=0) as run:
+        port = run.entrypoint.server_address[1]
+        run.service.spec = run.spec.model_copy(update={"url": submitted(f"http://{rebinding(dns)}:{port}/")})
+        (group,) = run.run([question(2, 3)])
+        requests = list(run.entrypoint.requests)
+    kind, message = group[0].metadata["tool_failure"]
+    assert kind == "agent_error" and "resolved, when the call was made, to 127.0.0.1" in message, message
+    assert requests == []

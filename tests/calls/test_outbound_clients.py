@@ -20,6 +20,7 @@ NOT_A_JOBS_CALL = {
     ("runtime/cluster_address.py", "socket.create_connection("): "probes the operator's Ray address",
     ("storage.py", "socket.create_connection("): "probes the operator's object-store endpoint",
     ("engine/mlflow_tracking.py", "MlflowClient("): "its sessions go through transport.use_for_mlflow, called first",
+    ("service/routes_agents.py", "httpx.AsyncClient("): "the service forwarding to its own job process on 127.0.0.1",
 }
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import httpx
 
+from openrft.calls.endpoints import async_client
+from openrft.calls.outbound import OutboundRefused
 from openrft.data.records import Example
 from openrft.rollout.types import Completion, SamplingParams
 from openrft.spec.agents import AgentSpec
@@ -86,7 +88,8 @@ class AgentService:
         self.public_base = (public_base or f"http://127.0.0.1:{self.port}").rstrip("/")
 
     async def _start(self, serve):
-        client = httpx.AsyncClient(timeout=httpx.Timeout(self.spec.timeout), follow_redirects=False)
+        # the agent's url may be a tenant's: connected to addresses the outbound policy checks (calls/transport.py)
+        client = async_client(timeout=httpx.Timeout(self.spec.timeout), follow_redirects=False)
         server, port = await serve(self)
         return client, asyncio.Semaphore(self.spec.max_concurrency), server, port
 
@@ -223,7 +226,7 @@ class AgentService:
         url = self.spec.url
         try:
             response = await self.client.post(url, json=request, headers=self.spec.headers)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, OutboundRefused) as exc:
             message = f"the agent at {url} could not be reached: {type(exc).__name__}: {exc}"
             raise AgentFailure("agent_error", message) from None
         if response.status_code >= 400:
