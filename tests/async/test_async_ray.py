@@ -21,7 +21,12 @@ FUZZY = RewardSpec.model_validate(FUZZY_REWARD)
 @pytest.fixture(scope="module")
 def cluster():
     ray.init(
-        num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False
+        address="local",  # a cluster of its own, whatever else runs on the machine
+        num_cpus=4,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        logging_level="ERROR",
+        log_to_driver=False,
     )
     yield
     ray.shutdown()

@@ -23,7 +23,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster():
     ray.init(
-        num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False
+        address="local",  # a cluster of its own, whatever else runs on the machine
+        num_cpus=4,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        logging_level="ERROR",
+        log_to_driver=False,
     )
     yield
     ray.shutdown()

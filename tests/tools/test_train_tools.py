@@ -172,6 +172,7 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     src = str(Path(__file__).resolve().parents[2] / "src")  # the actors run this checkout's code
     ray.init(
+        address="local",  # a cluster of its own, whatever else runs on the machine
         num_cpus=2,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
