@@ -205,3 +205,17 @@ def test_the_headers_never_reach_mlflow_params_or_spec_explain(tool_url):
     spec = parse_document(openai_job(tools), "openai", EXAMPLE, None)
     shown = json.dumps(flatten(masked_headers(spec.model_dump(mode="json"))))
     assert SECRET not in shown and "X-Functions-Key" in shown
+
+
+def test_spec_explain_shows_the_headers_masked(tool_url, tmp_path, capsys):
+    from openrft.cli import main
+
+    tools = [{"name": "calculator", "server_url": tool_url, "headers": {"X-Functions-Key": SECRET}}]
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(openai_job(tools)))
+    for args in (["--json"], ["--all"]):
+        assert main(["spec", "explain", str(job), *args]) == 0
+        shown = capsys.readouterr().out
+        assert SECRET not in shown
+        if args == ["--json"]:
+            assert json.loads(shown)["tools"]["functions"]["calculator"]["headers"] == {"X-Functions-Key": "***"}

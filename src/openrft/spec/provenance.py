@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from openrft.spec.errors import FieldProblem
 from openrft.spec.job import JobSpec
+from openrft.spec.tools import masked_headers
 
 Origin = Literal["user", "default", "derived"]
 
@@ -48,7 +49,7 @@ class Resolution:
         """The resolved spec as JSON with ``total_steps``, provenance and warnings beside its fields."""
         return {
             "total_steps": self.total_steps,
-            **self.spec.model_dump(mode="json"),
+            **masked_headers(self.spec.model_dump(mode="json")),  # tools' headers hold tokens
             "dataset_prompts": self.dataset_prompts,
             "provenance": {path: source.to_json() for path, source in self.provenance.items()},
             "warnings": [str(w) for w in self.warnings],
