@@ -410,3 +410,63 @@ def test_an_agent_endpoint_rebound_to_loopback_is_refused_at_call_time(dns, tena
     kind, message = group[0].metadata["tool_failure"]
     assert kind == "agent_error" and "resolved, when the call was made, to 127.0.0.1" in message, message
     assert requests == []
+
+
+def _certificate(tmp_path, name: str) -> tuple[str, str]:
+    """A self-signed certificate for ``name`` (its own authority): (certificate file, key file)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return str(cert_file), str(key_file)
+
+
+def test_tls_to_the_checked_address_verifies_the_certificate_against_the_name(tmp_path, dns):
+    """Connected to the checked address, not the name: the TLS handshake still names the host (SNI) and checks the
+    certificate against it, and the request's Host header is the URL's."""
+    import ssl
+
+    cert, key = _certificate(tmp_path, "tls.test")
+    httpd = ThreadingHTTPServer(("127.0.0.2", 0), Hits)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_context.sni_callback = lambda _socket, name, _context: names.append(name)
+    httpd.socket = server_context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    Hits.seen = []
+    dns[0]["tls.test"] = ["127.0.0.2"]
+    dns[0]["other.test"] = ["127.0.0.2"]
+    trusted = ssl.create_default_context(cafile=cert)
+    try:
+        with sync_client(policy=LoopbackTwoIsPublic(), verify=trusted, timeout=5) as client:
+            assert client.get(f"https://tls.test:{httpd.server_address[1]}/x").status_code == 200
+            with pytest.raises(httpx.ConnectError, match=r"certificate|hostname"):
+                client.get(f"https://other.test:{httpd.server_address[1]}/x")  # same address, another name
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert names[0] == "tls.test" and Hits.seen == ["127.0.0.2 GET /x"]

@@ -225,6 +225,14 @@ class Timer:
         return time.perf_counter() - self.start
 
 
+TRANSPORT_OPTIONS = ("verify", "cert", "http1", "http2")
+
+
+def _transport_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The client options its transport holds (a client given a transport ignores its own): moved there."""
+    return {name: kwargs.pop(name) for name in TRANSPORT_OPTIONS if name in kwargs}
+
+
 def _policy(operator: bool, policy: OutboundPolicy | None) -> OutboundPolicy | None:
     return None if operator else (policy or process_policy())
 
@@ -247,7 +255,8 @@ def async_client(
     if checked is not None:
         from openrft.calls.transport import async_transport
 
-        kwargs.update(transport=async_transport(checked, limits=limits), trust_env=False)
+        transport = async_transport(checked, limits=limits, **_transport_options(kwargs))
+        kwargs.update(transport=transport, trust_env=False)
     kwargs.setdefault("follow_redirects", True)
     return httpx.AsyncClient(limits=limits, event_hooks=hooks, **kwargs)
 
@@ -262,7 +271,8 @@ def sync_client(
     if checked is not None:
         from openrft.calls.transport import sync_transport
 
-        kwargs.update(transport=sync_transport(checked, limits=limits), trust_env=False)
+        transport = sync_transport(checked, limits=limits, **_transport_options(kwargs))
+        kwargs.update(transport=transport, trust_env=False)
     kwargs.setdefault("follow_redirects", True)
     return httpx.Client(limits=limits, event_hooks=hooks, **kwargs)
 
