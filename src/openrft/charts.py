@@ -66,6 +66,8 @@ TINKER_CHARTS: tuple[Chart, ...] = (
         also=("time/sample_s", "time/forward_backward_s", "time/optim_step_s", "time/publish_s"),
     ),
     Chart("Server CPU per step (s)", "time/server_cpu_s", also=("time/sample_cpu_s", "time/forward_backward_cpu_s")),
+    # the sync probe when a snapshot's weights are loaded for sampling (engine.py _check_sync)
+    Chart("Sync probe max |log-prob diff|", "sync/max_logprob_diff"),
 )
 
 

@@ -29,8 +29,10 @@ from openrft.algo.tinker_losses import (
     resolve_config,
 )
 from openrft.engine.phase_threads import PhaseThreads
+from openrft.engine.sync_check import SyncProbeError
 from openrft.models import configure_threads, eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from openrft.rollout.local import TransformersGenerator
+from openrft.rollout.sync_probe import ProbeSet, max_abs_diff, score_with_model, tolerance_for
 from openrft.rollout.types import SamplingParams
 from openrft.service.tinker import pieces
 from openrft.service.tinker.prefix import logprobs as shared_prefix_logprobs
@@ -150,6 +152,15 @@ class Sampler:
     model_path: str | None
     lora: LoraSettings | None = None
     model: TrainingModel | None = None  # the training model it is a snapshot of (its samples count in its steps)
+    probe_reference: list[list[float]] | None = None  # the training model's sync-probe scores at the snapshot
+
+
+def tinker_probe(vocab: int) -> ProbeSet:
+    """The sync probe of Tinker samplers (``rollout/sync_probe.py``). A Tinker server holds no job data, so the
+    probe is a fixed run of the vocabulary's ids (every 7th from 1: 24 of prompt, 16 scored), the same for
+    every model of that vocabulary; an adapter's change moves its log-probs as it moves any text's."""
+    ids = [(1 + 7 * i) % vocab for i in range(40)]
+    return ProbeSet([ids[:24]], [ids[24:]])
 
 
 class Engine:
@@ -435,6 +446,7 @@ class Engine:
         with timed(model.pending, "publish"):
             weights = model.base.state(model.model_id)
             sampler = self.sampler_for(sampler_id, model.owner, model.base, weights, None, model.lora)
+            sampler.probe_reference = self._probe_scores(model.base, model.model_id)
         sampler.model = model
         model.snapshots.append(sampler_id)
         while len(model.snapshots) > KEEP_SNAPSHOTS:
@@ -448,8 +460,43 @@ class Engine:
         if base.loaded.get(sampler.adapter) is not sampler.weights:
             base.load_state(sampler.adapter, sampler.weights)
             base.loaded[sampler.adapter] = sampler.weights
+            base.activate(sampler.adapter)
+            self._check_sync(sampler)
         base.activate(sampler.adapter)
         return base.peft
+
+    def _probe_scores(self, base: BaseModel, adapter: str) -> list[list[float]]:
+        """The sync probe scored with ``adapter`` (the active adapter put back after)."""
+        active = base.peft.active_adapter
+        base.activate(adapter)
+        try:
+            return score_with_model(base.peft, tinker_probe(base.vocab))
+        finally:
+            base.activate(active)
+
+    def _check_sync(self, sampler: Sampler) -> None:
+        """A snapshot's weights just loaded into the sampling adapter: its probe scores against the training
+        model's at the snapshot (``engine/sync_check.py``'s rule: above the tolerance loaded again once, then the
+        sample fails naming the sampler); the largest difference is in the training model's next step row."""
+        if sampler.probe_reference is None:
+            return
+        base = sampler.base
+        tolerance = tolerance_for("transformers", str(next(base.peft.parameters()).dtype).removeprefix("torch."))
+        diff = max_abs_diff(score_with_model(base.peft, tinker_probe(base.vocab)), sampler.probe_reference)
+        if diff > tolerance:
+            base.load_state(sampler.adapter, sampler.weights)
+            diff = max_abs_diff(score_with_model(base.peft, tinker_probe(base.vocab)), sampler.probe_reference)
+        if sampler.model is not None:
+            pending = sampler.model.pending
+            pending["sync/max_logprob_diff"] = max(pending.get("sync/max_logprob_diff", 0.0), diff)
+        if diff > tolerance:
+            base.loaded.pop(sampler.adapter, None)  # the next request loads it again
+            raise SyncProbeError(
+                f"Tinker sampler {sampler.sampler_id} (a snapshot of training model "
+                f"{sampler.model.model_id if sampler.model else '?'}) samples with log-probs that differ from its "
+                f"snapshot's by {diff:.4g} on the sync probe, above the tolerance {tolerance:g}, also after loading "
+                "its weights again"
+            )
 
     def check_sample(self, sampler: Sampler, prompt: list[int], params) -> None:
         check_prompt(sampler.base.vocab, prompt, params)
