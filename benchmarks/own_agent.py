@@ -12,6 +12,8 @@ budget (112 new tokens within 192), three turns at most. Side by side, in altern
   driven through the agent routes (``AgentGenerator``; its turns sampled in batches of whole ``generate``
   calls, each later turn prefilled from its whole context).
 
+Each system first runs 4 rows untimed (first calls: lazy imports, the agent process's first requests).
+
 Latency: one trajectory at a time, a generator that answers at once (no model time), three turns per
 trajectory (two calls and an answer), the official client's ``chat.completions.create`` timed around each
 call in the agent: what the routes add to a turn (HTTP both ways, the client, the chat template, the record).
@@ -101,6 +103,8 @@ def throughput(rows: int, rounds: int, log=print) -> dict:
     }
     runs: dict[str, list[dict]] = {name: [] for name in makers}
     try:
+        for make in makers.values():  # first calls (imports, the agent process's first requests) not timed
+            make(generator(0)).generate(prompts[:4], PARAMS)
         for r in range(rounds):
             order = list(makers) if r % 2 == 0 else list(reversed(makers))
             for name in order:

@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_gpu_options(p)
     p.add_argument("--max-upload-mb", type=int, default=512)
     p.add_argument(
+        "--agent-base-url",
+        help="the address agents reach this server at (http(s)://HOST:PORT): rollout.agent jobs hand their agents "
+        "URL/v1/agent/JOB/TRAJECTORY; unset: the job's own 127.0.0.1 routes (docs/agents.md)",
+    )
+    p.add_argument(
         "--allow-private-urls",
         action="store_true",
         help="let tenants' URLs (datasets, reward endpoints, generator, MLflow) reach loopback, link-local and "
@@ -88,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     apply_gpu_options(config, args)
     config.max_upload_bytes = args.max_upload_mb << 20
     config.allow_private_urls = args.allow_private_urls
+    config.agent_base_url = args.agent_base_url
     config.store_prefixes = store_prefixes(args.allow_store_prefix)
     if args.mcp_servers:
         from openrft.service.mcp_registry import load_mcp_servers

@@ -27,6 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat-timeout", type=float, default=30.0, help="seconds before a silent job is requeued")
     p.add_argument("--poll-interval", type=float, default=0.5)
     p.add_argument(
+        "--agent-base-url",
+        help="the address agents reach this server at (http(s)://HOST:PORT): rollout.agent jobs hand their agents "
+        "URL/v1/agent/JOB/TRAJECTORY; unset: the job's own 127.0.0.1 routes (docs/agents.md)",
+    )
+    p.add_argument(
         "--spawn",
         action="store_true",
         help="start each job in a fresh interpreter instead of forking this worker (which imports the engine once)",
@@ -44,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     config.poll_interval_s = args.poll_interval
     config.ray_address = ray_address(args.ray_address)
     apply_gpu_options(config, args)
+    config.agent_base_url = args.agent_base_url
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -57,6 +57,9 @@ class ServiceConfig:
     jobs_per_gpu: int = 1
     # MCP servers the operator registered (--mcp-servers FILE), by name: tenants' jobs name them (mcp_registry)
     mcp_servers: dict[str, McpServerSpec] = field(default_factory=dict)
+    # where agents reach this server (--agent-base-url): a rollout.agent job hands its agent
+    # {agent_base_url}/v1/agent/JOB/TRAJECTORY (routes_agents.py); None: the job's own 127.0.0.1 routes
+    agent_base_url: str | None = None
 
     @classmethod
     def build(cls, data_dir: str | Path | None = None, database_url: str | None = None, **kwargs) -> ServiceConfig:

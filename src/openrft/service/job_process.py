@@ -118,6 +118,7 @@ class JobRunner:
             "listeners": (self.on_metrics,),
             "sample_listeners": (self.on_samples,),
             "on_event": self.on_event,
+            "agent_base": self.config.agent_base_url,
         }
         # the composition root places the job: its own runtime, or the operator's cluster (--ray-address)
         runtime = runtime_factory(self.on_event, cluster=self.config.ray_address, placement_group=self.placement_group)
@@ -236,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placement-group", default=None, help="the placement group its worker reserved for it")
     parser.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES its worker gave it ('': none)")
     parser.add_argument("--allow-private-urls", action="store_true", help="the server's: tenants' calls unchecked")
+    parser.add_argument("--agent-base-url", default=None, help="where agents reach the server (rollout.agent)")
     args = parser.parse_args(argv)
     if args.gpus is not None:  # before anything initialises CUDA
         os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
@@ -244,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         watch_parent(args.parent_pid)
     config = ServiceConfig.build(args.data_dir, args.database_url, ray_address=args.ray_address)
     config.allow_private_urls = args.allow_private_urls
+    config.agent_base_url = args.agent_base_url
     store = Store.open(config.database_url, run_migrations=False)
     try:
         return JobRunner(store, config, args.job_id, args.attempt, args.placement_group).run()

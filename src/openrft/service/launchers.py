@@ -47,6 +47,8 @@ def job_args(
         cluster += [f"--gpus={devices}"]
     if config.allow_private_urls:  # a tenant's job then calls private addresses, as its submission allowed
         cluster += ["--allow-private-urls"]
+    if config.agent_base_url:  # its agent's base_url (docs/agents.md)
+        cluster += ["--agent-base-url", config.agent_base_url]
     return [
         job_id,
         "--attempt",

@@ -215,4 +215,5 @@ async def serve(service) -> tuple[Any, int]:
             task.result()  # raises why it could not start
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
+    server.task = task  # type: ignore[attr-defined]  # what closing waits for
     return server, port

@@ -240,6 +240,7 @@ class AgentService:
         async def stop() -> None:
             self.server.should_exit = True
             await self.client.aclose()
+            await asyncio.wait_for(self.server.task, 5)
 
         try:
             self.run(stop())
