@@ -300,3 +300,17 @@ def test_the_routes_refuse_another_token_and_another_jobs_trajectory(tokenizer):
         (group,) = run.run([question(2, 3)])
     assert refused == {"token": 401, "job": 404, "trajectory": 404, "n": 400}
     assert "tool_failure" not in group[0].metadata
+
+
+def test_serve_model_answers_the_models_calls_as_openai_tool_calls_so_the_agent_runs_unchanged_in_use():
+    from openrft.rollout.server import _assistant_message
+    from openrft.rollout.types import Completion
+
+    text = call("347*29")
+    message, finish = _assistant_message(Completion([1], [2], [0.0], text, "stop", 0), [CALCULATOR_TOOL])
+    assert finish == "tool_calls" and message["content"] is None
+    (tool_call,) = message["tool_calls"]
+    assert tool_call["type"] == "function" and tool_call["function"]["name"] == "calculator"
+    assert json.loads(tool_call["function"]["arguments"]) == {"expression": "347*29"}
+    plain, finish = _assistant_message(Completion([1], [2], [0.0], text, "stop", 0), None)  # no tools offered
+    assert finish == "stop" and plain == {"role": "assistant", "content": text}

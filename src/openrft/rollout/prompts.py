@@ -116,6 +116,25 @@ def _string_arguments(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": {**function, "arguments": json.dumps(function.get("arguments"), ensure_ascii=False)}}
 
 
+def template_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """A call as chat templates expect it in history: ``arguments`` a dict (transformers' convention), where an
+    OpenAI client sends a JSON string."""
+    function = call["function"]
+    try:
+        arguments = json.loads(function["arguments"])
+    except (TypeError, ValueError):
+        arguments = function["arguments"]
+    return {**call, "function": {"name": function["name"], "arguments": arguments}}
+
+
+def openai_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An OpenAI request's messages as chat templates take them (each call's arguments a dict)."""
+    return [
+        {**m, "tool_calls": [template_arguments(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
+        for m in messages
+    ]
+
+
 def render_prompt(
     tokenizer,
     messages: list[dict[str, Any]],

@@ -31,9 +31,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from openrft.rollout.local import TransformersGenerator
-from openrft.rollout.prompts import render_prompt
+from openrft.rollout.prompts import openai_history, render_prompt
 from openrft.rollout.sampling import scaled_log_probs
 from openrft.rollout.server_guard import FairLock, GuardError, ServeLimits, check_stop_ids, key_matches
+from openrft.rollout.tool_calls import parse_tool_calls, tool_names
 from openrft.rollout.types import Completion, SamplingParams
 from openrft.rollout.weight_files import iter_weight_files, weight_files, weight_shapes
 
@@ -417,7 +418,7 @@ def completions(server: ModelServer, request: CompletionRequest) -> dict:
 
 def chat_completions(server: ModelServer, request: ChatRequest) -> dict:
     try:
-        prompt = render_prompt(server.tokenizer, request.messages, request.tools)
+        prompt = render_prompt(server.tokenizer, openai_history(request.messages), request.tools)
     except Exception as exc:  # a template error is the request's fault
         raise ApiError(400, f"cannot apply the chat template to messages: {exc}", param="messages") from None
     max_tokens = request.max_completion_tokens or request.max_tokens or server.max_new_tokens
@@ -437,14 +438,8 @@ def chat_completions(server: ModelServer, request: ChatRequest) -> dict:
                     for t, lp, top in zip(completion.token_ids, completion.logprobs, tops)
                 ]
             }
-        choices.append(
-            {
-                "index": len(choices),
-                "message": {"role": "assistant", "content": completion.text},
-                "logprobs": logprobs,
-                "finish_reason": completion.finish_reason,
-            }
-        )
+        message, finish = _assistant_message(completion, request.tools)
+        choices.append({"index": len(choices), "message": message, "logprobs": logprobs, "finish_reason": finish})
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -453,6 +448,16 @@ def chat_completions(server: ModelServer, request: ChatRequest) -> dict:
         "choices": choices,
         "usage": _usage([prompt], groups),
     }
+
+
+def _assistant_message(completion: Completion, tools: list[dict[str, Any]] | None) -> tuple[dict, str]:
+    """The answer as OpenAI's message: with ``tools`` offered, the calls in the model's text (its own format:
+    ``rollout.tool_calls``) as ``tool_calls`` (``finish_reason: tool_calls``), as vLLM's tool parsers do."""
+    parsed = parse_tool_calls(completion.text, tool_names(tools)) if tools else None
+    if parsed is None or not parsed.calls or completion.finish_reason != "stop":
+        return {"role": "assistant", "content": completion.text}, completion.finish_reason
+    calls = [{**c, "id": f"call{uuid.uuid4().hex[:5]}"} for c in parsed.calls]  # 9 characters (Mistral's)
+    return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}, "tool_calls"
 
 
 def _chat_token(server: ModelServer, token_id: int, logprob: float) -> dict:

@@ -34,7 +34,7 @@ from openrft.calls.endpoints import EndpointDown, gather_all
 from openrft.calls.failures import CallFailure
 from openrft.data.records import Example, without_thinking
 from openrft.rollout.harmony import MARKERS as HARMONY_MARKERS
-from openrft.rollout.prompts import render_prompt
+from openrft.rollout.prompts import render_prompt, template_arguments
 from openrft.rollout.replicas import GeneratorReplica
 from openrft.rollout.tool_calls import CALL_MARKERS, parse_tool_calls, tool_names
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
@@ -128,16 +128,6 @@ class EpisodeStats:
             "environment_done": self.environment_done,
             "close_error": self.close_error,
         }
-
-
-def template_arguments(call: dict[str, Any]) -> dict[str, Any]:
-    """A call as chat templates expect it in history: ``arguments`` a dict (transformers' convention)."""
-    function = call["function"]
-    try:
-        arguments = json.loads(function["arguments"])
-    except (TypeError, ValueError):
-        arguments = function["arguments"]
-    return {**call, "function": {"name": function["name"], "arguments": arguments}}
 
 
 @dataclass
