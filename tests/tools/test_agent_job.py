@@ -112,3 +112,24 @@ def test_an_agent_killed_mid_trajectory_is_counted_and_the_job_goes_on(tmp_path)
         assert row["tools/episode_errors/agent_error"] == 4 == row["tools/failed_episodes"]
         assert row["reward/errors/agent_error"] == 4 and row["reward/excluded"] == 4
     assert os.path.exists(tmp_path / "run" / "adapter")
+
+
+@pytest.mark.slow
+def test_off_policy_async_rollouts_drive_the_agent_within_the_age_tolerance(tmp_path):
+    port = free_port()
+    agent = subprocess.Popen([sys.executable, "serve.py", "--port", str(port)], cwd=EXAMPLE, stdout=subprocess.PIPE)
+    try:
+        assert b"agent entrypoint on" in agent.stdout.readline()
+        path = agent_recipe(tmp_path, f"http://127.0.0.1:{port}/", steps=3)
+        recipe = yaml.safe_load(path.read_text())
+        recipe["training_config"]["rollout"]["rollout_strategy"] = {"type": "off_policy_async", "age_tolerance": 1}
+        path.write_text(yaml.safe_dump(recipe))
+        summary = RFTJob(load_job(path), tmp_path / "run", show_progress=False).run()
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+    assert summary["status"] == "succeeded"
+    steps = [r for r in rows(tmp_path / "run") if "rollout/policy_age/max" in r]
+    assert len(steps) == 3 and all(r["tools/failed_episodes"] == 0 for r in steps)
+    assert all(r["rollout/policy_age/max"] <= 1 for r in steps)
+    assert any(r["rollout/policy_age/max"] == 1 for r in steps)  # ahead of the learner, as built-in rollouts
