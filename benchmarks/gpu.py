@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import NoText, matmul_flops, sync, write_results
-from openrft.learner.flops import DecoderShape, learner_step_flops
 from benchmarks.rollout import plain_generate
+from openrft.learner.flops import DecoderShape, learner_step_flops
 
 # Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, FLOP/s, by a part of the name
 # torch reports (the longest match wins: "H100 PCIe" before "H100", "L40S" before "L4"). The SXM H100

@@ -21,8 +21,8 @@ import torch
 
 from benchmarks.common import ROOT, matmul_peak, median_after_warmup
 from benchmarks.demo import Demo, demo_spec, response_tokens, sequence_tokens
-from openrft.learner.flops import DecoderShape, learner_step_flops
 from openrft.learner.batch import collate
+from openrft.learner.flops import DecoderShape, learner_step_flops
 
 
 def shape_flops(shape: DecoderShape, rows: int, dtype: torch.dtype = torch.float32, seconds: float = 0.5) -> float:

@@ -19,7 +19,6 @@ import torch
 
 from benchmarks.common import ROOT, NoText, load_average, median_after_warmup, threads
 from benchmarks.demo import Demo
-from openrft.learner.flops import full_sequence_count, groups_of, shared_prefix_count
 from benchmarks.variants import (
     CopiedReferenceLearner,
     FullHeadLearner,
@@ -31,6 +30,7 @@ from benchmarks.variants import (
 )
 from openrft.learner import Learner
 from openrft.learner.batch import collate
+from openrft.learner.flops import full_sequence_count, groups_of, shared_prefix_count
 
 LEARNER_VARIANTS: dict[str, tuple[type[Learner], str]] = {
     "engine": (Learner, "all optimisations"),

@@ -321,11 +321,11 @@ def profile_learner(model_dir: Path, threads: int, groups: int, new_tokens: int,
     prompts with ``SAMPLES`` answers of ``new_tokens`` random tokens each (timing does not depend on the ids), as
     fresh samples (the job's case); one step to warm up, one timed, one profiled (``benchmarks.learner``). And the
     ceiling on generation's tokens/s at ``rows`` rows a decode step: ``decode_matmuls_seconds``."""
-    from openrft.learner.flops import DecoderShape
     from benchmarks.learner import shape_flops, step_breakdown
     from openrft.engine.local_runtime import learner_config
     from openrft.engine.setup import build_parts
     from openrft.learner.batch import TrainSample
+    from openrft.learner.flops import DecoderShape
     from openrft.learner.learner import Learner
     from openrft.learner.policy import Policy
 

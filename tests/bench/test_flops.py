@@ -4,6 +4,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2ForCausalLM
 
+from openrft.learner.batch import TrainSample
 from openrft.learner.flops import (
     DecoderShape,
     PassCount,
@@ -14,7 +15,6 @@ from openrft.learner.flops import (
     lora_training_flops,
     shared_prefix_count,
 )
-from openrft.learner.batch import TrainSample
 from tests.tiny_models import tiny_qwen2_config
 
 # hidden 8, MLP 16, 2 layers, 2 heads of 4, 1 KV head, vocab 10
