@@ -73,7 +73,8 @@ def is_google_path(path: str) -> bool:
 
 def error_response(path: str, error: ApiError) -> JSONResponse:
     if path.startswith("/api/v1/"):  # the Tinker API's shape (service/tinker)
-        return JSONResponse({"detail": error.message}, status_code=error.status, headers=error.headers)
+        body = {"detail": error.message, **({"code": error.code} if error.code else {})}  # insufficient_quota
+        return JSONResponse(body, status_code=error.status, headers=error.headers)
     if is_google_path(path):
         details = [
             {

@@ -94,11 +94,17 @@ def refuse_if_over_quota(store: Store, owner: str, spec: JobSpec, cluster: str |
     if why is None and needs_gpu and quota.gpu_seconds == 0 and gpu:
         why = "tenant quota: 0 GPU-seconds allowed and the job reserves GPUs"
     if why is not None:
-        raise ApiError(
-            429,
-            f"{why}; this API key's jobs cannot start until the service's operator raises or resets its quota",
-            "insufficient_quota",
-        )
+        raise quota_error(why, "jobs cannot start")
+
+
+def quota_error(why: str, what: str, headers: dict[str, str] | None = None) -> ApiError:
+    """The 429 ``insufficient_quota`` of an exhausted quota (``why``), saying what cannot go on (``what``)."""
+    return ApiError(
+        429,
+        f"{why}; this API key's {what} until the service's operator raises or resets its quota",
+        "insufficient_quota",
+        headers=headers,
+    )
 
 
 def report(store: Store, owner: str) -> dict[str, Any]:

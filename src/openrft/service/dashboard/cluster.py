@@ -154,11 +154,13 @@ def queue(store: Store, owner: str) -> dict[str, Any]:
     }
 
 
-def cluster_page(store: Store, config: ServiceConfig, owner: str) -> dict[str, Any]:
-    """Everything the cluster view draws (``GET /v1/dashboard/cluster``)."""
+def cluster_page(store: Store, config: ServiceConfig, owner: str, tinker: Any = None) -> dict[str, Any]:
+    """Everything the cluster view draws (``GET /v1/dashboard/cluster``); ``tinker``: the Tinker API's state, whose
+    hosts and clients it lists (``tinker/holdings.py``), None when the server has no Tinker API."""
     try:
         placed = holdings(store, config, owner)
     except Exception as exc:  # the cluster is out of reach: the queue and quotas still show
         placed = {"source": "ray", "nodes": [], "held": [], "error": f"cannot reach the Ray cluster: {exc}"}
     who = tenants(store) if is_operator(owner) else [owner]
-    return {**placed, "queue": queue(store, owner), "quotas": [report(store, t) for t in who]}
+    clients = None if tinker is None else tinker.holdings(owner)
+    return {**placed, "queue": queue(store, owner), "quotas": [report(store, t) for t in who], "tinker": clients}

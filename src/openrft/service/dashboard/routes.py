@@ -49,7 +49,8 @@ def job(
 def cluster_view(request: Request, owner: Owner) -> dict[str, Any]:
     """The cluster: nodes with their CPUs, GPUs and memory, which job holds what, the queue with each job's reason,
     each tenant's use against its quota (the operator sees every tenant's; a tenant its own)."""
-    return cluster.cluster_page(request.app.state.store, request.app.state.config, owner)
+    tinker = getattr(request.app.state, "tinker", None)  # its hosts and clients, when the Tinker API is served
+    return cluster.cluster_page(request.app.state.store, request.app.state.config, owner, tinker)
 
 
 @router.get("/v1/dashboard/jobs/{job_id}/samples")

@@ -92,6 +92,18 @@ class UsageRepo(Repo):
                     JobUsage(job_id=job_id, attempt=attempt, owner=owner, cpu=cpu, gpu=gpu, started_at=t, last_seen=t)
                 )
 
+    def add_usage(self, rows: Sequence[tuple[str, str, float, float, float]]) -> None:
+        """Use measured elsewhere (the Tinker API's calls: tinker/metering.py), one row each ``(id, owner, CPUs,
+        GPUs, seconds)``: ``seconds`` up to now, so a quota counts it as a job attempt's."""
+        if not rows:
+            return
+        t = now()
+        with self.session() as s:
+            s.add_all(
+                JobUsage(job_id=key, attempt=0, owner=owner, cpu=cpu, gpu=gpu, started_at=t - seconds, last_seen=t)
+                for key, owner, cpu, gpu, seconds in rows
+            )
+
     def touch_usage(self, attempts: Sequence[tuple[str, int]]) -> None:
         """The attempts are still running (or just ended): their time counts up to now."""
         if not attempts:

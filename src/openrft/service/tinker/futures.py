@@ -102,7 +102,8 @@ class _Host:
     """One worker thread and its tenants' queues: the calls of the clients on one host (this process, or one
     Ray actor of the server's cluster: remote.py), so that calls on different hosts run at the same time."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "") -> None:
+        self.name = name  # "" (this process) or the node id of its Ray actor
         self.work = threading.Condition(threading.Lock())
         self.tenants: OrderedDict[str, deque[_Task]] = OrderedDict()  # the tenants with queued calls, in turn
         self.last: str | None = None  # the lane of the call run last
@@ -121,6 +122,8 @@ class Futures:
         self._closed = False
         self.ran: list[str] = []  # the owners of the last calls run, newest last (tests and the benchmark)
         self._beats: dict[str, float] = {}  # session -> when it last sent a heartbeat (or was created)
+        # told (owner, host, seconds) after each turn a call ran: its tenant's quota (metering.py)
+        self.on_ran: Callable[[str, str, float], None] | None = None
         self._host("")
 
     # queueing -------------------------------------------------------------------------------
@@ -129,7 +132,7 @@ class Futures:
         with self._lock:
             host = self._hosts.get(name)
             if host is None:
-                host = self._hosts[name] = _Host()
+                host = self._hosts[name] = _Host(name)
                 thread_name = "openrft-tinker" + (f"-{name}" if name else "")
                 host.thread = threading.Thread(target=self._serve, args=(host,), name=thread_name, daemon=True)
                 host.thread.start()
@@ -172,11 +175,17 @@ class Futures:
             if len(self.ran) >= 1000:
                 del self.ran[:500]
             self.ran.append(task.owner)
+            began = time.monotonic()
             try:
                 done = task.run()
             except BaseException:  # run() answers its own future; nothing may stop the worker
                 log.exception("the Tinker worker's task failed")
                 done = True
+            if self.on_ran is not None:
+                try:
+                    self.on_ran(task.owner, host.name, time.monotonic() - began)
+                except Exception:
+                    log.exception("Tinker: counting a call's time failed")
             if not done:  # its next part runs at its tenant's next turn, before the tenant's later calls
                 lane = task.owner if self.schedule == "fair" else ""
                 with host.work:

@@ -139,6 +139,15 @@ class RayEngine:
     def host_of(self, client) -> str:
         return client.host
 
+    def resources_of(self, host: str) -> tuple[float, float]:
+        """(CPUs, GPUs) a call computes with on ``host``'s actor, for its tenant's quota: what the actor holds."""
+        return float(ACTOR_CPUS), 0.0
+
+    def actor_nodes(self) -> list[str]:
+        """The nodes with a TinkerHost actor (the dashboard's cluster view)."""
+        with self._lock:
+            return list(self._actors)
+
     def _actor(self, node: str):
         with self._lock:
             actor = self._actors.get(node)

@@ -32,6 +32,7 @@ from openrft.algo.tinker_losses import LossInputError
 from openrft.errors import ModelNotFoundError, OpenRFTError
 from openrft.service.auth import RecentOwners
 from openrft.service.errors import ApiError
+from openrft.service.quotas import quota_error
 from openrft.service.tenancy import is_operator
 from openrft.service.tinker import checks
 from openrft.service.tinker.backends import engine_for
@@ -44,6 +45,8 @@ from openrft.service.tinker.checkpoints import (
 )
 from openrft.service.tinker.engine import DEFAULT_MAX_TOKENS, LoraSettings, UserError
 from openrft.service.tinker.futures import Failure, Futures, Queued, internal_error
+from openrft.service.tinker.holdings import holdings
+from openrft.service.tinker.metering import Meter
 from openrft.service.tinker.records import SessionRecords
 from openrft.service.tinker.settings import TinkerSettings
 from openrft.service.tinker.wire import WireError, forward_backward_output, read_forward_backward, sample_response
@@ -69,6 +72,9 @@ class TinkerState:
         self.owners = RecentOwners(auth)
         self.engine = engine_for(checks.published(self.settings), self.settings, ray_address)
         self.futures = Futures(self.settings.schedule, self.settings.abandon_s)
+        self.meter = Meter(store, self.engine.resources_of)  # calls' time in their tenants' quotas
+        self.futures.on_ran = self.meter.ran
+        self.on_cluster = bool(ray_address)
         self.checkpoints = CheckpointStore(data_dir / "tinker")
         self.records = SessionRecords(store)
         self.store, self.max_stored_bytes = store, max_stored_bytes  # a tenant's files and checkpoints together
@@ -76,6 +82,10 @@ class TinkerState:
         self.creating: dict[str, str] = {}  # training clients queued to be made: model id -> owner
         self.sampler_sessions: dict[str, str] = {}  # sampling session id -> its SDK session
         self.sampling: dict[str, int] = {}  # owner -> sampling sessions being made
+
+    def holdings(self, who: str) -> dict:
+        """The Tinker hosts and the clients each holds, as ``who`` may see them (the dashboard's cluster view)."""
+        return holdings(self.engine, who, self.on_cluster)
 
     def room(self, who: str) -> int | None:
         """The bytes ``who``'s Tinker checkpoints may take: the storage quota less its files (None: no cap)."""
@@ -180,6 +190,14 @@ def dump(value: BaseModel) -> dict:
 
 
 router = APIRouter(prefix="/api/v1", include_in_schema=False, dependencies=[Depends(owner)])
+
+
+async def within_quota(st: TinkerState, who: str) -> None:
+    """429 ``insufficient_quota`` naming the quota, as the job routes answer, for a new call of a tenant whose
+    use reached its quota (metering.py); ``x-should-retry: false``: the SDK's retries would wait for nothing."""
+    why = await run_in_threadpool(st.meter.refusal, who)
+    if why is not None:
+        raise quota_error(why, "Tinker calls are refused", {"x-should-retry": "false"})
 
 
 def _future(st: TinkerState, who: str, work, session: str | None = None, host: str = "", **extra) -> dict:
@@ -343,6 +361,7 @@ async def cancel_future(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/create_model")
 async def create_model(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     body = await read_body(request, types.CreateModelRequest)
     if body.lora_config is None:
         raise HTTPException(400, "lora_config: full fine-tuning is not served; create a LoRA training client")
@@ -414,6 +433,7 @@ async def get_info(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/forward_backward")
 async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     st = state(request)
     try:
         msg = read_forward_backward(await request.body(), st.settings)
@@ -433,6 +453,7 @@ async def forward_backward(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/optim_step")
 async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     body = await read_body(request, types.OptimStepRequest)
     if not isinstance(body.optim_params, types.AdamParams):
         raise HTTPException(400, f"optim_params: only AdamParams are served, got {type(body.optim_params).__name__}")
@@ -448,6 +469,7 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
         row = {**st.engine.take_pending(model), **metrics, "optim/learning_rate": body.optim_params.learning_rate}
         row.update(st.engine.threads_metrics())  # perf/threads_generate, perf/threads_learn: as a job's rows
         st.records.step(model.job_id, model.steps, row)
+        st.meter.flush_soon()  # the step's use shows with it
         return dump(types.OptimStepResponse(metrics=metrics))
 
     return _future(st, who, work, session_of(model.model_id), st.engine.host_of(model))
@@ -455,6 +477,7 @@ async def optim_step(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/save_weights")
 async def save_weights(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     body = await read_body(request, types.SaveWeightsRequest)
     st = state(request)
     model = _model(st, who, body.model_id)
@@ -499,6 +522,7 @@ def check_name_or_400(name: str) -> None:
 
 @router.post("/load_weights")
 async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     body = await read_body(request, types.LoadWeightsRequest)
     st = state(request)
     if body.base_model is not None:
@@ -554,6 +578,7 @@ async def load_weights(request: Request, who: str = Depends(owner)) -> dict:
 
 @router.post("/save_weights_for_sampler")
 async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     body = await read_body(request, types.SaveWeightsForSamplerRequest)
     st = state(request)
     model = _model(st, who, body.model_id)
@@ -582,6 +607,7 @@ async def save_weights_for_sampler(request: Request, who: str = Depends(owner)) 
 
 @router.post("/create_sampling_session")
 async def create_sampling_session(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     body = await read_body(request, types.CreateSamplingSessionRequest)
     st = state(request)
     sampler_id = "smp_" + uuid.uuid4().hex
@@ -650,6 +676,7 @@ async def get_sampler(sampler_id: str, request: Request, who: str = Depends(owne
 
 @router.post("/asample")
 async def asample(request: Request, who: str = Depends(owner)) -> dict:
+    await within_quota(state(request), who)
     body = await read_body(request, types.SampleRequest)
     st = state(request)
     sampler = _sampler(st, who, body.sampling_session_id)
