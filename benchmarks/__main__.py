@@ -730,12 +730,16 @@ def own_agent_suite(args: argparse.Namespace) -> None:
     rows, rounds, turns = (16, 1, 40) if args.quick else (64, 2, 300)
     _log(f"own agent: {rows} rows x 4 trajectories, {rounds} round(s): agent routes vs the built-in tool loop")
     result = throughput(rows, rounds, log=_log)
+    _log("own agent, the widened model: 16 rows x 4 trajectories")
+    wide = result["wide"] = throughput(16, rounds, log=_log, wide=True)
     result["latency"] = latency(turns)
     headline = {k: result[k] for k in ("trajectories_per_s", "ratio_vs_builtin", "ratio_vs_builtin_lockstep")}
+    headline["wide"] = {k: wide[k] for k in ("parameters", "trajectories_per_s", "ratio_vs_builtin")}
     line = json.dumps({**headline, "latency": result["latency"], "load": result["load"], "threads": result["threads"]})
     print(line)
-    rates = result["trajectories_per_s"]
+    rates, wide_rates = result["trajectories_per_s"], wide["trajectories_per_s"]
     added_ms = round(1000 * (1 / rates["agent"] - 1 / rates["builtin"]), 1)
+    wide_added_ms = round(1000 * (1 / wide_rates["agent"] - 1 / wide_rates["builtin"]), 1)
     columns = [
         ("system", "system"),
         ("round", "round"),
@@ -764,10 +768,22 @@ def own_agent_suite(args: argparse.Namespace) -> None:
         f"{lat['p99_ms']} ms, mean {lat['mean_ms']} ms; load average then {lat['load']} (2 cores shared with "
         "other jobs).",
         "",
-        f"The routes add about {added_ms} ms of wall time per trajectory here (1/agent - 1/builtin trajectories per "
-        "second: the agent's entrypoint call, its process, an HTTP round trip per turn), against a model that "
-        f"spends {round(1000 / rates['builtin'], 1)} ms per trajectory in the built-in loop; a model spending T per "
-        f"trajectory would give about T / (T + {added_ms} ms).",
+        f"A model that spends more per trajectory: the calculator model's architecture widened to "
+        f"{wide['parameters'] / 1e6:.0f}M parameters (random weights: it writes no calls, one turn to the budget), "
+        f"16 rows x 4: {wide['trajectories_per_s']} trajectories per second; agent routes / built-in "
+        f"{wide['ratio_vs_builtin']}x (independent), {wide['ratio_vs_builtin_lockstep']}x (lock-step).",
+        "",
+        *markdown_table(
+            columns,
+            [{"system": n, "round": i + 1, **run} for n, runs in wide["runs"].items() for i, run in enumerate(runs)],
+        ),
+        "",
+        "Wall time the routes add per trajectory (1/agent - 1/builtin trajectories per second): "
+        f"{added_ms} ms with the calculator model, which spends {round(1000 / rates['builtin'], 1)} ms per "
+        "trajectory in the built-in loop "
+        f"(the agent's entrypoint call, its process, an HTTP round trip per turn); {wide_added_ms} ms with the "
+        f"widened one ({round(1000 / wide_rates['builtin'], 1)} ms per trajectory built-in), where the agents' turns "
+        "also join the decode batch as they arrive instead of all in one prefill.",
         "",
         "The JSON line:",
         "",

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from benchmarks.common import load_average
 from openrft.data.records import Example
@@ -72,10 +72,26 @@ def _reward(groups: list[list[Completion]], examples: list[Example]) -> float:
     return round(sum(scores) / len(scores), 3)
 
 
-def throughput(rows: int, rounds: int, log=print) -> dict:
+WIDE = {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 6, "num_attention_heads": 8}
+"""The calculator model's architecture widened (about 19M parameters, random weights): a model that spends more
+per trajectory, the same tokenizer, template, rows and agent (it writes no calls: one turn, to the budget)."""
+
+
+def _model(wide: bool):
+    if not wide:
+        return AutoModelForCausalLM.from_pretrained(CALCULATOR / "model", dtype=torch.float32).eval()
+    config = AutoConfig.from_pretrained(CALCULATOR / "model")
+    for name, value in WIDE.items():
+        setattr(config, name, value)
+    config.layer_types = ["full_attention"] * WIDE["num_hidden_layers"]
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def throughput(rows: int, rounds: int, log=print, wide: bool = False) -> dict:
     before = load_average()
     tokenizer = AutoTokenizer.from_pretrained(CALCULATOR / "model")
-    model = AutoModelForCausalLM.from_pretrained(CALCULATOR / "model", torch_dtype=torch.float32).eval()
+    model = _model(wide)
     eos = [tokenizer.eos_token_id]
     examples = _rows(rows)
     prompts = row_prompts(examples, [render_prompt(tokenizer, e.messages, e.tools) for e in examples])
@@ -134,6 +150,8 @@ def throughput(rows: int, rounds: int, log=print) -> dict:
         name: round(sum(x["trajectories"] for x in rs) / sum(x["seconds"] for x in rs), 2) for name, rs in runs.items()
     }
     return {
+        "model": "calculator widened (random weights)" if wide else "calculator",
+        "parameters": sum(p.numel() for p in model.parameters()),
         "rows": rows,
         "samples_per_row": PARAMS.n,
         "rounds": rounds,

@@ -69,6 +69,7 @@ def test_the_examples_agent_in_its_own_process_trains_through_the_routes(tmp_pat
     assert all(r["actor/trained_tokens"] > 0 for r in steps)
     records = list(read_samples(tmp_path / "run"))
     assert records and all(r["turns"] and r["turns"][0]["role"] == "assistant" for r in records)
+    assert not (tmp_path / "run" / "agent_routes.json").exists()  # the routes' token gone with the routes
 
 
 KILLED_AGENT = """

@@ -79,6 +79,7 @@ class AgentService:
         self.trajectories: dict[str, Trajectory] = {}
         self.batchers: dict[str, TurnBatcher] = {}
         self.counts = {"started": 0, "completed": 0, "dropped": 0, "retried": 0}
+        self._address: Path | None = None
         self._running: set[str] = set()  # trajectories whose batcher counts them as possibly sampling
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="openrft-agents", daemon=True)
@@ -105,7 +106,7 @@ class AgentService:
 
     def write_address(self, run_dir: Path) -> Path:
         """Where the routes are, for the job service's proxy (readable by this user only: it holds the token)."""
-        path = Path(run_dir) / ADDRESS_FILE
+        path = self._address = Path(run_dir) / ADDRESS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -234,6 +235,9 @@ class AgentService:
             raise AgentFailure("agent_error", f"the agent at {url} answered HTTP {response.status_code}: {text}")
 
     def close(self) -> None:
+        if self._address is not None:  # the routes end here: no proxy is sent to them, no token left behind
+            self._address.unlink(missing_ok=True)
+            self._address = None
         if self._loop.is_closed():
             return
 
