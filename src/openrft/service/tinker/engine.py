@@ -47,8 +47,8 @@ DEFAULT_MAX_TOKENS = 16
 KEEP_SNAPSHOTS = 16
 # a forward_backward is computed in chunks of about CHUNK_TOKENS tokens (datums together), a longer datum in pieces
 # of PIECE_TOKENS along its sequence (pieces.py), other tenants' calls between them: on the demo model and two
-# cores, no part takes more than about 0.6 s at the default --tinker-max-sequence-tokens 8192
-# (benchmarks/results/tinker_fairness.md)
+# cores no part took more than 0.32 s at the default --tinker-max-sequence-tokens 8192, and another tenant's
+# 6-token sample's p99 was 0.49 s (docs/tinker.md, benchmarks/results/tinker_fairness.md)
 CHUNK_TOKENS = 1024
 PIECE_TOKENS = 512
 
@@ -241,7 +241,7 @@ class Engine:
     def resources_of(self, host: str) -> tuple[float, float]:
         """(CPUs, GPUs) a call computes with here, for its tenant's quota: the threads torch last ran a phase
         with (1 before any), no GPU (the engine runs on the CPU)."""
-        return float(max(self.threads.last.values(), default=1)), 0.0
+        return float(max(list(self.threads.last.values()), default=1)), 0.0
 
     def adapter_state(self, model: TrainingModel) -> dict[str, torch.Tensor]:
         return model.base.state(model.model_id)
