@@ -79,12 +79,8 @@ def host_calls(cluster) -> list[tuple[str, float, float]]:
 
 def test_two_tenants_clients_compute_at_the_same_time_on_two_nodes(cluster, server):
     service, keys = server
-    trainers = [
-        tinker.ServiceClient(base_url=service.base_url, api_key=key).create_lora_training_client(
-            base_model=MODEL, rank=4, seed=0
-        )
-        for key in keys
-    ]
+    services = [tinker.ServiceClient(base_url=service.base_url, api_key=key) for key in keys]
+    trainers = [client.create_lora_training_client(base_model=MODEL, rank=4, seed=0) for client in services]
     long = [datum([5 + (7 * j + i) % 90 for i in range(SEQUENCE)]) for j in range(3)]
     results: dict[int, object] = {}
 
@@ -113,6 +109,15 @@ def test_two_tenants_clients_compute_at_the_same_time_on_two_nodes(cluster, serv
     assert {node for node, _, _ in calls} == nodes, calls
     overlapping = [(a, b) for a in calls for b in calls if a[0] < b[0] and a[1] < b[2] and b[1] < a[2]]
     assert overlapping, calls
+
+    # a saved state loads into a new client (the actor sends its adapter and AdamW state to the server's disk and
+    # back), and a sampling session of the base model is placed too
+    path = trainers[0].save_state("s1").result().path
+    restored = services[0].create_training_client_from_state_with_optimizer(path)
+    assert restored.forward_backward([long[0]], "cross_entropy").result().metrics["loss:sum"] > 0
+    base = services[1].create_sampling_client(base_model=MODEL)
+    prompt = types.ModelInput.from_ints([5, 17, 23, 42])
+    assert len(base.sample(prompt, 1, types.SamplingParams(max_tokens=3, stop=[])).result().sequences[0].tokens) == 3
 
     # a call over a bound is refused by name before any actor sees it
     over = datum([5 + i % 90 for i in range(SEQUENCE + 2)])
