@@ -123,3 +123,38 @@ def test_two_tenants_clients_compute_at_the_same_time_on_two_nodes(cluster, serv
     over = datum([5 + i % 90 for i in range(SEQUENCE + 2)])
     with pytest.raises(Exception, match="--tinker-max-sequence-tokens"):
         trainers[0].forward_backward([over], "cross_entropy").result()
+
+
+def test_the_cluster_page_lists_the_tinker_hosts_and_the_calls_count_in_each_tenants_quota(cluster, server):
+    """Issue 45 points 3 and 6 on the cluster: the dashboard's cluster JSON names the nodes of Ray's TinkerHost
+    actors, the caller's client by id on its node and the other tenant's without its id; both tenants' calls on
+    the actors are in their CPU-seconds (``GET /v1/openrft/quota``)."""
+    import time
+
+    import httpx
+
+    service, keys = server
+    services = [tinker.ServiceClient(base_url=service.base_url, api_key=key) for key in keys]  # kept: clients live
+    trainers = [s.create_lora_training_client(base_model=MODEL, rank=4, seed=0).result() for s in services]
+    for trainer in trainers:
+        trainer.forward_backward([datum([5, 17, 23, 42, 8, 61])], "cross_entropy").result()
+        trainer.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+    http = [
+        httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {key.removeprefix('tml-')}"})
+        for key in keys
+    ]
+    deadline = time.monotonic() + 20
+    while not all(h.get("/v1/openrft/quota").json()["data"][0]["cpu_seconds"]["used"] > 0 for h in http):
+        assert time.monotonic() < deadline, [h.get("/v1/openrft/quota").json() for h in http]
+        time.sleep(0.5)
+
+    actors = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "TinkerHost"]
+    actor_nodes = {a["Address"]["NodeID"] for a in actors if a["State"] == "ALIVE"}
+    page = http[0].get("/v1/dashboard/cluster").json()["tinker"]
+    assert page["source"] == "ray" and {h["node"] for h in page["hosts"]} == actor_nodes, (page, actor_nodes)
+    mine = trainers[0].model_id
+    theirs = trainers[1].model_id
+    held = {c["client"]: h["node"] for h in page["hosts"] for c in h["clients"]}
+    assert held.get(mine) in actor_nodes and theirs not in str(page), page
+    assert any(c.get("name") == "another tenant's client" for h in page["hosts"] for c in h["clients"]), page
+    assert theirs in str(http[1].get("/v1/dashboard/cluster").json()["tinker"])

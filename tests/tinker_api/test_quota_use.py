@@ -93,3 +93,39 @@ def test_tinker_calls_count_in_the_quota_and_a_tenant_past_it_is_refused_by_name
     assert ok(answer(http, forward_backward(http, b_model, [SHORT], 1), 1))  # b unaffected
     report = get(server, "/v1/openrft/quota", 0)["data"][0]
     assert report["exhausted"] and report["cpu_seconds"]["limit"] == 0.01 and report["cpu_seconds"]["used"] > 0.01
+
+
+def test_the_cluster_page_shows_the_tinker_clients_in_chromium(server):
+    """The dashboard's cluster page as a sees it (headless Chromium, as tests/service/test_cluster_quotas.py): the
+    server process as the Tinker host, a's client by id, b's as another tenant's."""
+    import shutil
+    from pathlib import Path
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.fail(f"Chromium is not installed at {chromium} (.ci/run installs Debian's chromium)")
+    service, keys, ids, store = server
+    http = (service, keys)
+    if store.remove_quota(ids[0]):  # the test above left a past its quota
+        time.sleep(2.5)
+    a_model, b_model = (model(http, session(http, key), 5, key) for key in (0, 1))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"], headless=True)
+        try:
+            view = browser.new_page(viewport={"width": 1360, "height": 1000})
+            errors: list[str] = []
+            view.on("pageerror", lambda exc: errors.append(str(exc)))
+            view.goto(service.base_url + "/?view=cluster")
+            view.locator("#key-view").wait_for(state="visible", timeout=15_000)
+            view.fill("#key-input", keys[0].removeprefix("tml-"))
+            view.click("#key-form button")
+            view.locator("#tinker-part").wait_for(state="visible", timeout=15_000)
+            assert "server process" in view.locator("#tinker-source").inner_text()
+            assert view.locator("#tinker-hosts tr[data-node='local']").count() == 1
+            view.locator(f"#tinker-clients tr[data-client='{a_model}']").wait_for(timeout=15_000)
+            clients = view.locator("#tinker-clients").inner_text()
+            assert "another tenant's client" in clients and b_model not in clients
+            assert not errors, errors
+        finally:
+            browser.close()

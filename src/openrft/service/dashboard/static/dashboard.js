@@ -655,6 +655,35 @@ function fill(tableId, rows, render) {
   }
 }
 
+function shortNode(node) {
+  return node.length > 16 ? node.slice(0, 12) + "…" : node;
+}
+
+/** The Tinker API's hosts (TinkerHost actors' nodes, or this server process) and the clients each holds. */
+function showTinker(tinker) {
+  $("tinker-part").hidden = !tinker;
+  if (!tinker) return;
+  $("tinker-source").textContent =
+    tinker.source === "ray" ? "Clients live in TinkerHost actors, one per node of the cluster." : "Clients live in the server process.";
+  fill("tinker-hosts", tinker.hosts, (row, host) => {
+    row.dataset.node = host.node;
+    cell(row, shortNode(host.node)).title = host.node;
+    cell(row, fmtAmount(host.cpu), "num");
+    cell(row, fmtAmount(host.gpu), "num");
+    cell(row, Object.entries(host.tenants).map(([who, n]) => `${who}: ${n}`).join(", ") || "none");
+  });
+  const clients = tinker.hosts.flatMap((host) => host.clients.map((c) => ({ ...c, node: host.node })));
+  $("no-tinker").hidden = clients.length > 0;
+  fill("tinker-clients", clients, (row, c) => {
+    if (c.client) row.dataset.client = c.client;
+    cell(row, c.client || c.name);
+    cell(row, c.kind);
+    cell(row, c.tenant || "—");
+    cell(row, shortNode(c.node)).title = c.node;
+    cell(row, c.base_model || "—");
+  });
+}
+
 /** Nodes (Ray's, or this machine), who holds what, the queue with its reasons, use against quotas. */
 async function loadCluster() {
   const page = await api("/v1/dashboard/cluster");
@@ -686,6 +715,7 @@ async function loadCluster() {
     cell(row, fmtAmount(entry.gpu), "num");
     cell(row, entry.group || "—");
   });
+  showTinker(page.tinker);
   fill("queue", page.queue.jobs, (row, job) => {
     row.dataset.jobId = job.job;
     cell(row, jobLink(job));
