@@ -2,7 +2,9 @@
 
 A job attempt's use is what it reserved (its placement group's CPUs and GPUs on the server's Ray cluster, its GPUs
 of the workers' machine, else ``runtime.threads`` CPUs) times how long it ran: ``start_usage`` when its worker
-starts it, ``touch_usage`` at each heartbeat and when it ends. A quota counts the use since it was set or reset.
+starts it, ``touch_usage`` at each heartbeat and when it ends. The Tinker API's calls are added as rows of their
+own (``add_usage``: their time on the host, measured in tinker/metering.py). A quota counts the use since it was set
+or reset.
 """
 
 from __future__ import annotations
