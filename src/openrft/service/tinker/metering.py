@@ -58,7 +58,7 @@ class Meter:
             pending, self._pending = self._pending, {}
         rows = []
         for (owner, _), (cpu_s, gpu_s) in pending.items():
-            # one row per tenant and host: the seconds the host's worker ran its calls, at its CPUs and GPUs
+            # one row per tenant and host whose cpu x seconds and gpu x seconds are its CPU- and GPU-seconds
             seconds = max(cpu_s, gpu_s)
             cpu, gpu = (cpu_s / seconds, gpu_s / seconds) if seconds else (0.0, 0.0)
             rows.append(("tinker-" + uuid.uuid4().hex, owner, cpu, gpu, seconds))
