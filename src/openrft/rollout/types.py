@@ -44,6 +44,32 @@ class PolicyVersioned:
         self._version = version
 
 
+class WrappedGenerator:
+    """A generator that samples through another one (``inner``): its random stream, policy version, adapter loads
+    and close are the inner one's. Wrappers (tool episodes, a user's agent) override ``generate``."""
+
+    inner: object
+
+    @property
+    def rng(self):
+        return self.inner.rng
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    def set_policy_version(self, version: int) -> None:
+        self.inner.set_policy_version(version)
+
+    def load_adapter(self, weights, version: int) -> None:
+        self.inner.load_adapter(weights, version)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
 @dataclass
 class Completion:
     """One sampled response. ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy's

@@ -35,7 +35,7 @@ import httpx
 from openrft.calls.endpoints import async_client
 from openrft.calls.outbound import OutboundRefused
 from openrft.data.records import Example
-from openrft.rollout.types import Completion, SamplingParams
+from openrft.rollout.types import Completion, SamplingParams, WrappedGenerator
 from openrft.spec.agents import AgentSpec
 from openrft.tools.agent_batcher import TurnBatcher
 from openrft.tools.agent_trajectory import Renderer, Trajectory, TrajectoryError
@@ -253,30 +253,11 @@ class AgentService:
             self._thread.join(timeout=5)
 
 
-class AgentGenerator:
+class AgentGenerator(WrappedGenerator):
     """A generator whose completions are the user's agent's trajectories (see the module docstring)."""
 
     def __init__(self, inner: Any, service: AgentService):
         self.inner, self.service = inner, service
-
-    @property
-    def rng(self):
-        return self.inner.rng
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    def set_policy_version(self, version: int) -> None:
-        self.inner.set_policy_version(version)
-
-    def load_adapter(self, weights, version: int) -> None:
-        self.inner.load_adapter(weights, version)
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None

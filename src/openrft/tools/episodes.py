@@ -37,7 +37,7 @@ from openrft.rollout.harmony import MARKERS as HARMONY_MARKERS
 from openrft.rollout.prompts import render_prompt, template_arguments
 from openrft.rollout.replicas import GeneratorReplica
 from openrft.rollout.tool_calls import CALL_MARKERS, parse_tool_calls, tool_names
-from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
+from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams, WrappedGenerator
 from openrft.spec.call_options import SandboxSpec
 from openrft.spec.tools import ToolsSpec
 from openrft.tools.continuation import ToolTemplateError, call_id, continuation_ids
@@ -235,7 +235,7 @@ def _row(prompt: list[int]) -> tuple[Example, int]:
     return prompt.example, prompt.index
 
 
-class ToolGenerator:
+class ToolGenerator(WrappedGenerator):
     """A generator whose completions are whole tool-using episodes (see the module docstring)."""
 
     def __init__(
@@ -254,28 +254,7 @@ class ToolGenerator:
         self.spec = service.spec
         self.max_turns = service.spec.max_turns
 
-    # the Generator interface, delegated -------------------------------------------------------------
-
-    @property
-    def rng(self):
-        return self.inner.rng
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    def set_policy_version(self, version: int) -> None:
-        self.inner.set_policy_version(version)
-
-    def load_adapter(self, weights, version: int) -> None:
-        self.inner.load_adapter(weights, version)
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
-
-    # episodes ------------------------------------------------------------------------------------
+    # episodes (the rest of the Generator interface is the inner generator's: WrappedGenerator) ----------------
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
