@@ -12,6 +12,7 @@ from openrft.runtime import runtime_for
 from openrft.spec.dialects import load_job
 from openrft.spec.rewards import RewardSpec
 from tests.conftest import FUZZY_REWARD
+from tests.local_ray import own_ray_cluster
 
 ray = pytest.importorskip("ray")
 
@@ -20,16 +21,7 @@ FUZZY = RewardSpec.model_validate(FUZZY_REWARD)
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(
-        address="local",  # a cluster of its own, whatever else runs on the machine
-        num_cpus=4,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
+    yield from own_ray_cluster(4)
 
 
 def _spec(recipe_factory, steps, runtime, strategy="sync", tolerance=0, replicas=1):

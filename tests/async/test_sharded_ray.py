@@ -15,6 +15,7 @@ from openrft.spec.rewards import RewardSpec
 from tests.conftest import FUZZY_REWARD
 from tests.core.test_data_parallel import _samples
 from tests.core.test_sharded import one_learner, relative_update_error, sharded_spec
+from tests.local_ray import own_ray_cluster
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -22,16 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(
-        address="local",  # a cluster of its own, whatever else runs on the machine
-        num_cpus=4,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
+    yield from own_ray_cluster(4)
 
 
 @pytest.mark.parametrize("mode", ["lora"])  # full fine-tuning on Ray: the job test below; both modes: torchrun's

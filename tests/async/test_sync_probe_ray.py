@@ -15,22 +15,14 @@ from openrft.spec.dialects import load_job
 from openrft.spec.rewards import RewardSpec
 from tests.conftest import FUZZY_REWARD
 from tests.engine.test_sync_probe import FaultyReplica
+from tests.local_ray import own_ray_cluster
 
 ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(
-        address="local",
-        num_cpus=3,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
+    yield from own_ray_cluster(3)
 
 
 class SkippingRayRuntime(RayRuntime):

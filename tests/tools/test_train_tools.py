@@ -13,6 +13,7 @@ from openrft.engine import RFTJob, StopAfter
 from openrft.engine.checkpoints import CheckpointManager
 from openrft.engine.samples import read_samples
 from openrft.spec.dialects import load_job
+from tests.local_ray import own_ray_cluster
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
 
@@ -169,18 +170,9 @@ def test_an_openai_job_with_a_tool_call_grader_trains_on_episodes(tmp_path):
 @pytest.fixture(scope="module")
 def ray_cluster():
     """One local Ray cluster for this module's Ray jobs (each job kills its actors when it ends)."""
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     src = str(Path(__file__).resolve().parents[2] / "src")  # the actors run this checkout's code
-    ray.init(
-        address="local",  # a cluster of its own, whatever else runs on the machine
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        logging_level="ERROR",
-        runtime_env={"env_vars": {"PYTHONPATH": src}},
-    )
-    yield
-    ray.shutdown()
+    yield from own_ray_cluster(2, log_to_driver=True, runtime_env={"env_vars": {"PYTHONPATH": src}})
 
 
 @pytest.mark.slow
