@@ -150,8 +150,11 @@ def test_the_cluster_page_lists_the_tinker_hosts_and_the_calls_count_in_each_ten
 
     actors = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "TinkerHost"]
     actor_nodes = {a["Address"]["NodeID"] for a in actors if a["State"] == "ALIVE"}
-    page = http[0].get("/v1/dashboard/cluster").json()["tinker"]
+    whole = http[0].get("/v1/dashboard/cluster").json()
+    page = whole["tinker"]
     assert page["source"] == "ray" and {h["node"] for h in page["hosts"]} == actor_nodes, (page, actor_nodes)
+    held_cpu = {n["id"]: n["held"]["cpu"] for n in whole["nodes"]}
+    assert all(held_cpu[node] >= 1 for node in actor_nodes), held_cpu  # each actor's CPU, held on its node
     mine = trainers[0].model_id
     theirs = trainers[1].model_id
     held = {c["client"]: h["node"] for h in page["hosts"] for c in h["clients"]}

@@ -163,4 +163,10 @@ def cluster_page(store: Store, config: ServiceConfig, owner: str, tinker: Any = 
         placed = {"source": "ray", "nodes": [], "held": [], "error": f"cannot reach the Ray cluster: {exc}"}
     who = tenants(store) if is_operator(owner) else [owner]
     clients = None if tinker is None else tinker.holdings(owner)
+    if clients is not None and clients["source"] == "ray":  # each TinkerHost actor holds its CPUs on its node
+        by_id = {n["id"]: n for n in placed["nodes"]}
+        for host in clients["hosts"]:
+            if host["node"] in by_id:
+                by_id[host["node"]]["held"]["cpu"] += host["cpu"]
+                by_id[host["node"]]["held"]["gpu"] += host["gpu"]
     return {**placed, "queue": queue(store, owner), "quotas": [report(store, t) for t in who], "tinker": clients}
