@@ -194,7 +194,8 @@ router = APIRouter(prefix="/api/v1", include_in_schema=False, dependencies=[Depe
 
 async def within_quota(st: TinkerState, who: str) -> None:
     """429 ``insufficient_quota`` naming the quota, as the job routes answer, for a new call of a tenant whose
-    use reached its quota (metering.py); ``x-should-retry: false``: the SDK's retries would wait for nothing."""
+    use reached its quota (metering.py); ``x-should-retry: false`` for clients that read it (the SDK's training
+    calls retry a 429 for up to 5 minutes whatever it says: docs/scaling.md)."""
     why = await run_in_threadpool(st.meter.refusal, who)
     if why is not None:
         raise quota_error(why, "Tinker calls are refused", {"x-should-retry": "false"})
