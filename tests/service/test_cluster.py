@@ -186,6 +186,36 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
         assert len({a["Address"]["NodeID"] for a in group}) == len(group)  # one CPU a node: one learner a node
 
 
+def _checkpointing_ray_job(client: openai.OpenAI, tmp_path, prompts: int):
+    """A ``runtime: ray`` demo job of 2 learners on ``prompts`` prompts (4 a step), a checkpoint every step."""
+    with small_dataset(tmp_path / "train.jsonl", TRAIN, prompts).open("rb") as f:
+        train = client.files.create(file=f, purpose="fine-tune")
+    with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 2).open("rb") as f:
+        validation = client.files.create(file=f, purpose="fine-tune")
+    return client.fine_tuning.jobs.create(
+        model="openrft-demo",
+        training_file=train.id,
+        validation_file=validation.id,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER,  # a checkpoint at every evaluation: every step
+                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 1, "eval_samples": 1},
+            },
+        },
+        extra_body={"openrft": {**SMALL, "runtime": "ray", "replicas": 2, "eval_max_examples": 2}},
+    )
+
+
+def _wait_past_step(client: openai.OpenAI, job_id: str, step: int) -> None:
+    deadline = time.monotonic() + 240
+    while not any(
+        e.type == "metrics" and e.data["step"] >= step for e in client.fine_tuning.jobs.list_events(job_id, limit=200)
+    ):
+        assert client.fine_tuning.jobs.retrieve(job_id).status in ("queued", "running") and time.monotonic() < deadline
+        time.sleep(0.5)
+
+
 @pytest.fixture
 def fast_cluster():
     """As ``cluster``, with the GCS noticing a dead node within about two seconds (it checks every 500 ms and gives
@@ -205,31 +235,12 @@ def test_a_node_lost_mid_job_its_learners_come_back_on_the_other_nodes_and_the_j
     cluster = fast_cluster
     service.serve(workers=1, extra=("--ray-address", cluster.address))
     client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
-    with small_dataset(tmp_path / "train.jsonl", TRAIN, 40).open("rb") as f:  # 10 steps: 8 after the loss
-        train = client.files.create(file=f, purpose="fine-tune")
-    with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 4).open("rb") as f:
-        validation = client.files.create(file=f, purpose="fine-tune")
-    job = client.fine_tuning.jobs.create(
-        model="openrft-demo",
-        training_file=train.id,
-        validation_file=validation.id,
-        method={
-            "type": "reinforcement",
-            "reinforcement": {
-                "grader": GRADER,  # a checkpoint at every evaluation: every step
-                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 1, "eval_samples": 1},
-            },
-        },
-        extra_body={"openrft": {**SMALL, "runtime": "ray", "replicas": 2, "eval_max_examples": 2}},
-    )
+    job = _checkpointing_ray_job(client, tmp_path, prompts=40)  # 10 steps: 8 after the loss
 
     def events() -> list:
         return list(client.fine_tuning.jobs.list_events(job.id, limit=200))
 
-    deadline = time.monotonic() + 240
-    while not any(e.type == "metrics" and e.data["step"] >= 2 for e in events()):
-        assert client.fine_tuning.jobs.retrieve(job.id).status in ("queued", "running") and time.monotonic() < deadline
-        time.sleep(0.5)
+    _wait_past_step(client, job.id, 2)
 
     # the node of one of its learners, from Ray's own actor table (the head's is kept: the drivers are there)
     head = cluster.head_node.node_id
@@ -274,29 +285,8 @@ def test_the_server_killed_mid_job_and_restarted_resumes_its_cluster_job_from_it
     cluster. Without the hand-back the job stays ``running`` and the test times out."""
     first = service.serve(workers=1, extra=("--ray-address", cluster.address))
     client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
-    with small_dataset(tmp_path / "train.jsonl", TRAIN, 32).open("rb") as f:  # 8 steps
-        train = client.files.create(file=f, purpose="fine-tune")
-    with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 2).open("rb") as f:
-        validation = client.files.create(file=f, purpose="fine-tune")
-    job = client.fine_tuning.jobs.create(
-        model="openrft-demo",
-        training_file=train.id,
-        validation_file=validation.id,
-        method={
-            "type": "reinforcement",
-            "reinforcement": {
-                "grader": GRADER,  # a checkpoint at every evaluation: every step
-                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 1, "eval_samples": 1},
-            },
-        },
-        extra_body={"openrft": {**SMALL, "runtime": "ray", "replicas": 2, "eval_max_examples": 2}},
-    )
-    deadline = time.monotonic() + 240
-    while not any(
-        e.type == "metrics" and e.data["step"] >= 2 for e in client.fine_tuning.jobs.list_events(job.id, limit=200)
-    ):
-        assert client.fine_tuning.jobs.retrieve(job.id).status in ("queued", "running") and time.monotonic() < deadline
-        time.sleep(0.5)
+    job = _checkpointing_ray_job(client, tmp_path, prompts=32)  # 8 steps
+    _wait_past_step(client, job.id, 2)
     import psutil
 
     job_processes = psutil.Process(first.proc.pid).children()
