@@ -205,16 +205,18 @@ def test_an_mlflow_server_rebound_to_loopback_is_refused_at_call_time(serve, dns
     assert Hits.seen == []
 
 
-def test_mlflows_own_sessions_connect_only_to_checked_addresses(serve, dns, tenant):
+def test_mlflows_own_sessions_connect_only_to_checked_addresses(serve, dns, tenant, monkeypatch):
     """Past the reachability probe, MLflow's client calls with requests sessions of its own: those are checked
-    too (``transport.use_for_mlflow``), and the operator's own jobs keep MLflow as it is."""
+    too (``transport.use_for_mlflow``), and the operator's own jobs keep MLflow as it is, also in a process that
+    ran a tenant's job before (a test process does)."""
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
     from mlflow.utils import request_utils
 
     from openrft.calls.transport import use_for_mlflow
 
-    original = request_utils.TCPKeepAliveHTTPAdapter
+    adapter = request_utils.TCPKeepAliveHTTPAdapter
+    original = getattr(adapter, "openrft_base", adapter)  # MLflow's own, whatever a test before installed
     port = serve()
     dns[0]["inside.test"] = ["127.0.0.1"]
     try:
@@ -222,6 +224,9 @@ def test_mlflows_own_sessions_connect_only_to_checked_addresses(serve, dns, tena
         with pytest.raises(Exception, match=r"inside\.test resolved, when the call was made, to 127\.0\.0\.1"):
             MlflowClient(tracking_uri=f"http://inside.test:{port}").get_experiment_by_name("x")
         assert Hits.seen == []
+        monkeypatch.delenv(POLICY_ENV)  # then an operator's job in this process: MLflow's own adapter again
+        use_for_mlflow()
+        assert request_utils.TCPKeepAliveHTTPAdapter is original
     finally:
         request_utils.TCPKeepAliveHTTPAdapter = original
         request_utils._cached_get_request_session.cache_clear()

@@ -137,14 +137,18 @@ def requests_adapter(policy: OutboundPolicy, base: type) -> type:
 
 def use_for_mlflow(policy: OutboundPolicy | None = None) -> None:
     """In a tenant's job, MLflow's HTTP sessions (made by ``mlflow.utils.request_utils`` from its adapter class,
-    looked up when each session is made) connect only to checked addresses. Call before the first MLflow call."""
+    looked up when each session is made) connect only to checked addresses; in an operator's job, MLflow's own
+    adapter again (a process that ran a tenant's job before must not keep its policy). Call before the first MLflow
+    call."""
     checked = policy or process_policy()
-    if checked is None:
-        return
     from mlflow.utils import request_utils
 
     base = getattr(request_utils.TCPKeepAliveHTTPAdapter, "openrft_base", request_utils.TCPKeepAliveHTTPAdapter)
-    adapter = requests_adapter(checked, base)
-    adapter.openrft_base = base
-    request_utils.TCPKeepAliveHTTPAdapter = adapter
-    request_utils._cached_get_request_session.cache_clear()
+    if checked is None:
+        adapter = base
+    else:
+        adapter = requests_adapter(checked, base)
+        adapter.openrft_base = base
+    if request_utils.TCPKeepAliveHTTPAdapter is not adapter:
+        request_utils.TCPKeepAliveHTTPAdapter = adapter
+        request_utils._cached_get_request_session.cache_clear()
