@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 ErrorKind = Literal[
     "parse_error",
@@ -30,16 +30,7 @@ ErrorKind = Literal[
     "agent_error",
     "history_changed",
 ]
-ERROR_KINDS: tuple[ErrorKind, ...] = (
-    "parse_error",
-    "timeout",
-    "runtime_error",
-    "server_error",
-    "invalid_output",
-    "template_error",
-    "agent_error",
-    "history_changed",
-)
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
 
 
 class CallFailure(Exception):
