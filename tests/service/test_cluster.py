@@ -98,19 +98,7 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
         validation = client.files.create(file=f, purpose="fine-tune")
 
     def create(**openrft):
-        return client.fine_tuning.jobs.create(
-            model="openrft-demo",
-            training_file=train.id,
-            validation_file=validation.id,
-            method={
-                "type": "reinforcement",
-                "reinforcement": {
-                    "grader": GRADER,
-                    "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 2, "eval_samples": 1},
-                },
-            },
-            extra_body={"openrft": {**SMALL, **openrft}},
-        )
+        return demo_job(client, train.id, validation.id, **openrft)
 
     # larger than the whole cluster (4 learners of 1 CPU, 3 nodes of 1 CPU): refused at submission, by name
     with pytest.raises(openai.BadRequestError) as refused:
@@ -186,25 +174,32 @@ def test_jobs_of_every_route_run_as_actors_on_the_servers_cluster_once_their_res
         assert len({a["Address"]["NodeID"] for a in group}) == len(group)  # one CPU a node: one learner a node
 
 
+def demo_job(client: openai.OpenAI, train: str, validation: str, eval_interval: int = 2, **openrft):
+    """The small demo job through the official client: 4 prompts a step, the exact-answer grader, one epoch;
+    ``openrft``: the job's OpenRFT settings over ``SMALL``."""
+    return client.fine_tuning.jobs.create(
+        model="openrft-demo",
+        training_file=train,
+        validation_file=validation,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER,
+                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": eval_interval, "eval_samples": 1},
+            },
+        },
+        extra_body={"openrft": {**SMALL, **openrft}},
+    )
+
+
 def _checkpointing_ray_job(client: openai.OpenAI, tmp_path, prompts: int):
     """A ``runtime: ray`` demo job of 2 learners on ``prompts`` prompts (4 a step), a checkpoint every step."""
     with small_dataset(tmp_path / "train.jsonl", TRAIN, prompts).open("rb") as f:
         train = client.files.create(file=f, purpose="fine-tune")
     with small_dataset(tmp_path / "validation.jsonl", VALIDATION, 2).open("rb") as f:
         validation = client.files.create(file=f, purpose="fine-tune")
-    return client.fine_tuning.jobs.create(
-        model="openrft-demo",
-        training_file=train.id,
-        validation_file=validation.id,
-        method={
-            "type": "reinforcement",
-            "reinforcement": {
-                "grader": GRADER,  # a checkpoint at every evaluation: every step
-                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 1, "eval_samples": 1},
-            },
-        },
-        extra_body={"openrft": {**SMALL, "runtime": "ray", "replicas": 2, "eval_max_examples": 2}},
-    )
+    # a checkpoint at every evaluation: every step
+    return demo_job(client, train.id, validation.id, eval_interval=1, runtime="ray", replicas=2, eval_max_examples=2)
 
 
 def _wait_past_step(client: openai.OpenAI, job_id: str, step: int) -> None:

@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from tests.service.svc_helpers import ROOT, TRAIN, VALIDATION, small_dataset, tiny_recipe, upload
-from tests.service.test_cluster import GRADER, SMALL, three_nodes
+from tests.service.test_cluster import demo_job, three_nodes
 from tests.service.test_vertex import BASE, vertex_request
 
 ray = pytest.importorskip("ray")
@@ -76,19 +76,7 @@ def test_a_tenant_past_its_quota_waits_by_name_while_another_goes_ahead_and_the_
         validation = alice.files.create(file=f, purpose="fine-tune")
 
     def create(**openrft):
-        return alice.fine_tuning.jobs.create(
-            model="openrft-demo",
-            training_file=train.id,
-            validation_file=validation.id,
-            method={
-                "type": "reinforcement",
-                "reinforcement": {
-                    "grader": GRADER,
-                    "hyperparameters": {"n_epochs": 1, "batch_size": 4, "eval_interval": 2, "eval_samples": 1},
-                },
-            },
-            extra_body={"openrft": {**SMALL, **openrft}},
-        )
+        return demo_job(alice, train.id, validation.id, **openrft)
 
     # a quota of 0: refused at submission, by name, as OpenAI refuses a key past its quota
     with pytest.raises(openai.RateLimitError) as refused:
