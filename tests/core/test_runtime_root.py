@@ -130,3 +130,32 @@ def test_an_address_nothing_answers_at_is_named_before_ray_would_retry_it_for_mi
     runtime = runtime_for(_spec(), cluster=f"127.0.0.1:{port}")
     with pytest.raises(OpenRFTError, match=r"the server's --ray-address '127\.0\.0\.1:\d+': cannot connect .*nothing"):
         runtime._connect()
+
+
+def test_a_ray_client_connection_the_heads_proxy_aborted_is_tried_again_and_only_a_ray_client_one(monkeypatch):
+    """The head's client proxy starts a server process per connection; on a loaded head one died while starting
+    (CI, stop 53: "Starting Ray client server failed"). ``init_ray`` tries a ``ray://`` address again; a GCS
+    address, whose failures are not that, is tried once, and the last try's error is Ray's own."""
+    ray = pytest.importorskip("ray")
+    from openrft.runtime.cluster_address import init_ray
+
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        if len(calls) < fails:
+            raise ConnectionAbortedError("Initialization failure from server")
+
+    monkeypatch.setattr(ray, "init", init)
+    fails = 3
+    init_ray("ray://head:10001", retry_s=0, namespace="openrft")
+    assert [c["address"] for c in calls] == ["ray://head:10001"] * 3 and calls[0]["namespace"] == "openrft"
+    calls.clear()
+    fails = 9
+    with pytest.raises(ConnectionAbortedError):
+        init_ray("ray://head:10001", retry_s=0)
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConnectionAbortedError):
+        init_ray("head:6379", retry_s=0)
+    assert len(calls) == 1

@@ -48,7 +48,7 @@ from openrft.engine.setup import JobParts
 from openrft.errors import OpenRFTError
 from openrft.learner.learner import SUM_KEYS, add_sums, mini_batches, response_tokens, step_metrics, trained
 from openrft.rollout.types import Completion, PolicyVersioned, SamplingParams
-from openrft.runtime.cluster_address import unreachable
+from openrft.runtime.cluster_address import init_ray, unreachable
 from openrft.runtime.placement import RAY_NAMESPACE, bundles
 from openrft.runtime.process_group import all_reduce_gradients, free_port, join_process_group, node_address
 from openrft.runtime.ray_faults import get_naming_the_lost
@@ -389,8 +389,8 @@ class RayRuntime:
             try:
                 namespace = RAY_NAMESPACE if self.reserved else None
                 worker_env = ray_worker_env()  # a tenant's job: the operator's secrets blank on every node
-                ray.init(
-                    address=address,
+                init_ray(
+                    address,
                     namespace=namespace,
                     include_dashboard=False,
                     log_to_driver=True,

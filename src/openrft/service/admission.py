@@ -24,7 +24,7 @@ import math
 import threading
 from dataclasses import dataclass
 
-from openrft.runtime.cluster_address import unreachable
+from openrft.runtime.cluster_address import init_ray, unreachable
 from openrft.runtime.placement import RAY_NAMESPACE, bundles, generation_actors, placed_runtime
 from openrft.service.errors import ApiError
 from openrft.spec.job import JobSpec
@@ -44,8 +44,8 @@ def connect(address: str):
             problem = unreachable(address)
             if problem:
                 raise ConnectionError(f"the server's --ray-address {address!r}: {problem}")
-            ray.init(
-                address=address,
+            init_ray(
+                address,
                 namespace=RAY_NAMESPACE,
                 include_dashboard=False,
                 log_to_driver=False,
