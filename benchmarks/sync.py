@@ -2,10 +2,12 @@
 
 Demo shape: the demo recipe as an asynchronous job (``off_policy_async``, age tolerance 0, one in-process generation
 replica, so the weights are sent after every update and probed), run twice side by side, probe on and off; per step,
-the probe's seconds (``sync/probe_s``: the learner's scoring and the replica's) against the step's.
+the probe's seconds (``sync/probe_s``: the learner's scoring, ``sync/probe_learner_s``, and the replica's) against
+the step's.
 
 Real shape: the probe's two scorings (learner and replica) on a Qwen2.5-0.5B-shaped model (random weights, built in
-memory), against the step that benchmarks/results/real_shape.json measured at that shape and thread count.
+memory), against the step that benchmarks/results/real_shape.json measured at that shape and thread count; and the
+first scoring, which measures the thread count the probe scores at (``rollout/sync_probe.py``), once per model.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def demo_run(steps: int, threads: int, probe: bool, workdir: Path) -> dict:
         probe_s = statistics.median(r["sync/probe_s"] for r in rows)
         result.update(
             probe_s=round(probe_s, 4),
+            learner_s=round(statistics.median(r["sync/probe_learner_s"] for r in rows), 4),
             probe_fraction=round(probe_s / step, 5),
             max_logprob_diff=max(r["sync/max_logprob_diff"] for r in rows),
         )
@@ -48,20 +51,23 @@ def demo_run(steps: int, threads: int, probe: bool, workdir: Path) -> dict:
 
 
 def real_shape_probe(threads: int, layers: int = 24, repeats: int = 3) -> dict:
-    """The probe's two scorings on Qwen2.5-0.5B's shape (2 prompts of the demo's length + 16 tokens each)."""
+    """The probe's two scorings on Qwen2.5-0.5B's shape: the job's probe (``probe_from_prompts``, its defaults) of
+    prompts of 40 tokens (random ids). The first scoring, which measures the thread count, is left out."""
     from transformers import Qwen2ForCausalLM
 
     from benchmarks.sharding import model_config
-    from openrft.rollout.sync_probe import ProbeSet, score_with_model
+    from openrft.rollout.sync_probe import probe_from_prompts, score_with_model
 
     config = model_config(layers)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(10, config.vocab_size, (40,), generator=g).tolist() for _ in range(2)]
-    probe = ProbeSet(prompts, [p[:16] for p in reversed(prompts)])
+    prompts = [torch.randint(10, config.vocab_size, (40,), generator=g).tolist() for _ in range(4)]
+    probe = probe_from_prompts(prompts)
     torch.set_num_threads(threads)
-    score_with_model(model, probe)  # warm-up
+    started = time.perf_counter()
+    score_with_model(model, probe)  # warm-up: the thread count measured
+    first_s = time.perf_counter() - started
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -73,6 +79,8 @@ def real_shape_probe(threads: int, layers: int = 24, repeats: int = 3) -> dict:
     step = next(r["step_s"] for r in measured["rows"] if r["system"] == "openrft" and r["threads"] == threads)
     return {
         "threads": threads,
+        "probe_tokens": probe.tokens,
+        "first_scoring_s": round(first_s, 3),
         "probe_s": round(probe_s, 3),
         "step_s (real_shape.json)": step,
         "probe_fraction": round(probe_s / step, 5),

@@ -149,3 +149,91 @@ def test_scaled_weights_change_the_probe(recipe_factory):
         for p in parts.model.parameters():
             p.mul_(1.01)
     assert max_abs_diff(score_with_model(parts.model, probe), before) > TOLERANCES[("transformers", "float32")]
+
+
+def test_the_probe_scores_at_a_measured_thread_count_and_leaves_the_callers(recipe_factory):
+    """The first scoring of a model measures the thread count it scores at (each count's scores the same to float
+    rounding), later ones use it; the caller's own count is as it was."""
+    from openrft.engine.setup import build_parts
+    from openrft.rollout import sync_probe
+    from openrft.rollout.sync_probe import max_abs_diff, probe_from_prompts, score_once, score_with_model
+
+    parts = build_parts(_spec(recipe_factory))
+    probe = probe_from_prompts(parts.train_prompts)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        exact = score_once(parts.model, probe)
+        assert max_abs_diff(score_with_model(parts.model, probe), exact) < 1e-5
+        assert sync_probe._PROBE_THREADS[parts.model] in (1, 2)
+        assert torch.get_num_threads() == 2
+        sync_probe._PROBE_THREADS[parts.model] = 1  # whichever won: a later scoring at that count
+        assert max_abs_diff(score_with_model(parts.model, probe), exact) < 1e-5
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_probe_is_the_end_of_each_prompt_and_the_start_of_another():
+    from openrft.rollout.sync_probe import PROBE_CONTEXT, probe_from_prompts
+
+    prompts = [list(range(100 * i, 100 * i + 30)) for i in range(1, 5)]
+    probe = probe_from_prompts(prompts, count=2, tokens=5)
+    assert probe.prompts == [prompts[0][-PROBE_CONTEXT:], prompts[1][-PROBE_CONTEXT:]]
+    assert probe.continuations == [prompts[2][:5], prompts[3][:5]]
+    assert probe_from_prompts([[1, 2, 3]], count=2).prompts == [[1, 2, 3]]  # a prompt shorter than the context
+
+
+def test_a_replica_check_waits_for_the_learners_scores_of_its_version(recipe_factory):
+    """The engine rollout source lets the learner score while replicas load and score: a check that comes first
+    waits for the learner's scores, and fails with the learner's error when its scoring fails."""
+    import threading
+
+    from openrft.engine.local_runtime import shared_base_copy
+    from openrft.engine.setup import build_parts
+    from openrft.engine.sync_check import SyncChecker
+    from openrft.rollout.local import TransformersGenerator
+    from openrft.rollout.replicas import GeneratorReplica
+    from openrft.rollout.sync_probe import probe_from_prompts, score_with_model
+
+    parts = build_parts(_spec(recipe_factory))
+    pad = parts.tokenizer.pad_token_id
+    replica = GeneratorReplica(
+        TransformersGenerator(shared_base_copy(parts.model), parts.tokenizer, parts.eos_ids, pad), "thread-0"
+    )
+    learner_may_score = threading.Event()
+
+    def learner_scores(probe):
+        learner_may_score.wait(timeout=30)
+        if probe is failing:
+            raise RuntimeError("the learner's actor died")
+        return score_with_model(parts.model, probe)
+
+    failing = None
+    checker = SyncChecker(probe_from_prompts(parts.train_prompts), learner_scores)
+    results = []
+    check = threading.Thread(target=lambda: results.append(checker.check(0, replica, None, 1)))
+    check.start()
+    check.join(timeout=2)
+    assert check.is_alive()  # scored, waiting for the learner's scores of version 1
+    learner_may_score.set()
+    checker.published(1)
+    check.join(timeout=30)
+    assert len(results) == 1 and results[0] <= TOLERANCES[("transformers", "float32")]
+    assert checker.metrics()["sync/probe_learner_s"] > 0
+
+    failing = checker.probe
+    errors = []
+
+    def check_version_2():
+        try:
+            checker.check(0, replica, None, 2)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    waiting = threading.Thread(target=check_version_2)
+    waiting.start()
+    with pytest.raises(RuntimeError, match="actor died"):
+        checker.published(2)
+    waiting.join(timeout=30)
+    assert len(errors) == 1 and "scoring of policy version 2 failed" in str(errors[0])

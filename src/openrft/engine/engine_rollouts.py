@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from openrft.data.records import Example
@@ -70,8 +70,21 @@ class EngineRolloutSource(SyncRolloutSource):
         if not stale:
             return
         weights = self.adapter_state()
-        if self.checker is not None:
+        if self.checker is None:
+            self._load(stale, weights, version)
+            return
+        # the replicas load and score in a worker while the learner scores here (its weights stay still until the
+        # step that follows); each check waits for the learner's scores
+        loading = self._pool.submit(self._load, stale, weights, version)
+        try:
             self.checker.published(version)
+        except BaseException:
+            wait([loading])  # its checks fail on the missing scores: the learner's error is the one raised
+            raise
+        loading.result()
+
+    def _load(self, stale: list[int], weights: Any, version: int) -> None:
+        """``weights`` to the ``stale`` replicas in turn, each probed after its load."""
         for index in stale:
             self._loaded[index] = None  # a failed load leaves the replica's version unknown
             self.replicas[index].load_adapter(weights, version)

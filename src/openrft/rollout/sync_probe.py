@@ -12,6 +12,8 @@ docs/performance.md, "Sync probe").
 
 from __future__ import annotations
 
+import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +44,15 @@ def tolerance_for(engine: str, dtype: str) -> float:
         ) from None
 
 
+# Prompt tokens before each probe continuation: the end of a training prompt. Only the continuation is scored; the
+# context is what the forward pays for besides it, and a long prompt (a system prompt) would make the probe's cost
+# grow with it. A changed weight moves the continuation's log-probs whatever the context: on the demo model, with 16
+# tokens against whole prompts (33), successive policy versions 0.43-0.9 against 0.16-0.8 apart, and the planted
+# faults of tests/engine/test_sync_probe.py at 11.1 (old adapter), 5.6 (old full weights) and 1.43 (weights x1.01)
+# against 11.6, 2.9 and 0.87, for a tolerance of 1e-3 (docs/performance.md, "The sync probe's cost").
+PROBE_CONTEXT = 16
+
+
 @dataclass(frozen=True)
 class ProbeSet:
     """Prompts and a continuation of each, as token ids."""
@@ -54,24 +65,81 @@ class ProbeSet:
         return sum(len(p) + len(c) for p, c in zip(self.prompts, self.continuations))
 
 
-def probe_from_prompts(prompt_ids: list[list[int]], count: int = 2, tokens: int = 16) -> ProbeSet:
-    """A fixed probe from the job's own prompts: the first ``count`` prompts, each continued by the first
-    ``tokens`` tokens of the prompt ``count`` places after it (text of the job's own kind, so that what the
-    policy learns on its data moves their log-probs). Deterministic: the same job has the same probe."""
+def probe_from_prompts(
+    prompt_ids: list[list[int]], count: int = 2, tokens: int = 16, context: int = PROBE_CONTEXT
+) -> ProbeSet:
+    """A fixed probe from the job's own prompts: the last ``context`` tokens of each of the first ``count`` prompts,
+    each continued by the first ``tokens`` tokens of the prompt ``count`` places after it (text of the job's own
+    kind, so that what the policy learns on its data moves their log-probs). Deterministic: the same job has the
+    same probe."""
     usable = [p for p in prompt_ids if p]
     if not usable:
         raise ValueError("the sync probe needs at least one non-empty prompt")
     count = min(count, len(usable))
-    prompts = [list(usable[i]) for i in range(count)]
+    prompts = [list(usable[i][-context:]) for i in range(count)]
     continuations = [list(usable[(i + count) % len(usable)][:tokens]) for i in range(count)]
     return ProbeSet(prompts, continuations)
 
 
-@torch.no_grad()
+# The torch thread count each model scores the probe at, measured at its first scoring (``fastest_threads``).
+_PROBE_THREADS: weakref.WeakKeyDictionary[torch.nn.Module, int] = weakref.WeakKeyDictionary()
+THREAD_TRIALS = 3
+
+
 def score_with_model(model: torch.nn.Module, probe: ProbeSet) -> list[list[float]]:
-    """log p(continuation token | prompt, earlier continuation tokens) under ``model``, at temperature 1: one forward
-    over the probe's rows, right-padded (positions from 0 in every row), in eval mode (no dropout); the model's mode
-    is restored."""
+    """log p(continuation token | prompt, earlier continuation tokens) under ``model``, at temperature 1
+    (``score_once``), on CPU at the torch thread count that scores this probe fastest on this model: measured at the
+    model's first scoring (``fastest_threads``), then kept. The probe is one forward of a few rows: on a small model
+    its ops are too small to share between threads, and with idle OpenMP workers sleeping (``openrft/__init__.py``)
+    each op that wakes a second thread costs more than the op (the demo model: 11 ms a scoring at 2 threads, 4 ms at 1;
+    docs/performance.md, "The sync probe's cost"), while a 0.5B model's matmuls want every thread."""
+    most = torch.get_num_threads()
+    if most == 1 or next(model.parameters()).device.type != "cpu":
+        return score_once(model, probe)
+    threads = _PROBE_THREADS.get(model)
+    if threads is None:
+        threads, scores = fastest_threads(model, probe, most)
+        _PROBE_THREADS[model] = threads
+        return scores
+    return score_at_threads(model, probe, min(threads, most))
+
+
+def fastest_threads(model: torch.nn.Module, probe: ProbeSet, most: int) -> tuple[int, list[list[float]]]:
+    """The thread count, of ``most`` and its halvings down to 1, that scores ``probe`` fastest on ``model``: each
+    count runs once unmeasured (its first run pays one-time costs), then ``THREAD_TRIALS`` times, interleaved; the
+    least time over all its runs wins (one run each picked the slower count on the demo model in one job of two).
+    With the last scores."""
+    counts = [most]
+    while counts[-1] > 1:
+        counts.append(counts[-1] // 2)
+    for count in counts:
+        scores = score_at_threads(model, probe, count)
+    seconds = dict.fromkeys(counts, 0.0)
+    for _ in range(THREAD_TRIALS):
+        for count in counts:
+            started = time.perf_counter()
+            scores = score_at_threads(model, probe, count)
+            seconds[count] += time.perf_counter() - started
+    return min(seconds, key=seconds.__getitem__), scores
+
+
+def score_at_threads(model: torch.nn.Module, probe: ProbeSet, threads: int) -> list[list[float]]:
+    """``score_once`` with this thread's torch thread count set to ``threads`` for the call (an OpenMP setting of the
+    calling thread; restored after)."""
+    before = torch.get_num_threads()
+    if threads == before:
+        return score_once(model, probe)
+    torch.set_num_threads(threads)
+    try:
+        return score_once(model, probe)
+    finally:
+        torch.set_num_threads(before)
+
+
+@torch.no_grad()
+def score_once(model: torch.nn.Module, probe: ProbeSet) -> list[list[float]]:
+    """The probe's continuation log-probs under ``model``: one forward over the probe's rows, right-padded (positions
+    from 0 in every row), in eval mode (no dropout); the model's mode is restored."""
     device = next(model.parameters()).device
     rows = [list(p) + list(c) for p, c in zip(probe.prompts, probe.continuations)]
     width = max(len(r) for r in rows)
@@ -89,7 +157,7 @@ def score_with_model(model: torch.nn.Module, probe: ProbeSet) -> list[list[float
         model.eval()
     try:
         keep = torch.tensor(kept, device=device)
-        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, use_cache=False).logits
     finally:
         if was_training:
             model.train()
