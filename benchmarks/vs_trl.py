@@ -53,7 +53,7 @@ class RunResult:
     eval_seconds: float = 0.0
     wall_seconds: float = 0.0
     threads: int = 0
-    chosen_threads: dict[str, int] = field(default_factory=dict)  # OpenRFT's per-phase choice, where it chose
+    chosen_threads: dict[str, list[int]] = field(default_factory=dict)  # OpenRFT's per-phase [processes, threads]
 
     def summary(self, warmup: int) -> dict:
         return {
@@ -172,7 +172,7 @@ def run_openrft(spec: JobSpec, workdir: Path, most_threads: int | None = None, l
             result.intervals.append(ended[step][0] - ended[step - 1][0] - eval_wall)
     result.eval_seconds = sum(wall for wall, _ in job.eval_time.values())
     result.threads = torch.get_num_threads()
-    result.chosen_threads = {name: p.chosen for name, p in job.threads.phases.items() if p.chosen is not None}
+    result.chosen_threads = {name: list(p.chosen) for name, p in job.threads.phases.items() if p.chosen is not None}
     return result
 
 

@@ -125,13 +125,13 @@ def test_data_parallel_mini_batches_take_the_ratio_against_the_policy_before_the
     """Two learner actors, two mini-batches a step: the old log-probs of the second mini-batch come from the
     actors before the first update, the clip acts on them, and the actors stay equal."""
     from openrft.learner.batch import TrainSample
-    from openrft.runtime.ray_runtime import LearnerActor, RayLearner
+    from openrft.runtime.learner_group import GroupLearner, LearnerActor
 
     spec = _spec(recipe_factory, 1, "ray")
     spec.algorithm.ppo_mini_batches = 2
     spec.algorithm.clip_ratio_low = spec.algorithm.clip_ratio_high = 0.0
     actors = [ray.remote(LearnerActor).remote(spec.model_dump_json()) for _ in range(2)]
-    learner = RayLearner(actors)
+    learner = GroupLearner(actors)
     g = torch.Generator().manual_seed(0)
     samples = [
         TrainSample(list(range(5 + p, 12 + p)), torch.randint(5, 60, (3,), generator=g).tolist(), float(k) - 1.5)
@@ -159,7 +159,7 @@ def test_data_parallel_learners_sample_the_synchronous_rollouts_in_shares(cluste
     from openrft.models import load_tokenizer
     from openrft.rollout.types import SamplingParams
     from openrft.runtime.placement import generation_actors
-    from openrft.runtime.ray_runtime import LearnerActor, RayLearnerGenerator
+    from openrft.runtime.learner_group import GroupGenerator, LearnerActor
 
     spec = _spec(recipe_factory, 2, "ray")
     spec.rollout.replicas = 2
@@ -181,12 +181,12 @@ def test_data_parallel_learners_sample_the_synchronous_rollouts_in_shares(cluste
     for actor in alone:
         ray.kill(actor)
     together = learners()
-    got = tokens(RayLearnerGenerator(together).generate(prompts, params))
+    got = tokens(GroupGenerator(together).generate(prompts, params))
     assert got == expected
     for actor in together:
         ray.kill(actor)
     fresh = learners()  # one prompt each, from fresh streams: only the seeds can tell the two apart
-    first, second = tokens(RayLearnerGenerator(fresh).generate(prompts[:1] * 2, params))
+    first, second = tokens(GroupGenerator(fresh).generate(prompts[:1] * 2, params))
     assert first != second
     for actor in fresh:
         ray.kill(actor)

@@ -23,10 +23,16 @@ def run(tuner: PhaseThreads, name: str, seconds_at: dict[int, float], work: floa
 
 
 def test_candidates_halve_down_to_one():
-    assert candidates(1) == [1]
-    assert candidates(2) == [2, 1]
-    assert candidates(8) == [8, 4, 2, 1]
-    assert candidates(6) == [6, 3, 1]
+    assert candidates(1) == [(1, 1)]
+    assert candidates(2) == [(1, 2), (1, 1)]
+    assert candidates(8) == [(1, 8), (1, 4), (1, 2), (1, 1)]
+    assert candidates(6) == [(1, 6), (1, 3), (1, 1)]
+
+
+def test_with_learner_processes_they_come_last_and_this_process_is_tried_only_above_their_threads():
+    assert candidates(2, processes=2) == [(1, 2), (2, 1)]
+    assert candidates(8, processes=4) == [(1, 8), (1, 4), (4, 2)]
+    assert candidates(1, processes=2) == [(1, 1)] + [(2, 1)]
 
 
 @pytest.mark.parametrize(("seconds_at", "best"), [({2: 0.06, 1: 0.01}, 1), ({2: 0.01, 1: 0.06}, 2)])
@@ -89,7 +95,7 @@ def test_an_unmeasured_run_uses_the_choice_without_counting():
     for _ in range(5):
         with tuner.phase("generate", measured=False) as measure:
             measure.work = 1
-    assert tuner.phases["generate"].warmups == [2, 1]
+    assert tuner.phases["generate"].warmups == [(1, 2), (1, 1)]
 
 
 def test_disabled_or_single_core_never_changes_threads():
@@ -143,7 +149,7 @@ def test_the_job_records_its_thread_choices_and_resumes_with_them(tmp_path, reci
     chosen = (job.threads.threads_for("generate"), job.threads.threads_for("learn"))
     assert seen[6] == tuple(float(c) for c in chosen)
     state = job.threads.state_dict()
-    assert all(p["chosen"] in (1, 2) for p in state["phases"].values())
+    assert all(p["chosen"] in ([1, 1], [1, 2]) for p in state["phases"].values())
 
     spec.training.total_steps = 9
     resumed = RFTJob(spec, tmp_path / "run", resume=True, show_progress=False)

@@ -36,6 +36,8 @@ class LearnerParts:
     generator: Any  # evaluation (and synchronous rollouts): a Generator with an ``rng``
     adapter_state: Callable[[], Any]  # the current policy's weights, as the runtime broadcasts them
     probe_scores: Callable[[ProbeSet], list[list[float]]] | None = None  # the learner's sync-probe scores
+    processes: int = 1  # learner processes of this machine a phase may run on (runtime/local_parallel.py)
+    use_processes: Callable[[str, int], None] | None = None  # tells the runtime how many the next phase uses
 
 
 class AdapterFilesWriter:
@@ -142,9 +144,10 @@ class LocalRuntime:
     name = "local"
     loads_model_locally = True
 
-    def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
+    def build_learner(self, spec: JobSpec, parts: JobParts, sharers: int = 1) -> LearnerParts:
+        """``sharers``: processes of this machine that hold a learner each, sharing its memory."""
         policy = Policy(parts.model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
-        learner = Learner(policy, learner_config(spec, parts.tokenizer.pad_token_id))
+        learner = Learner(policy, learner_config(spec, parts.tokenizer.pad_token_id), memory_sharers=sharers)
         generator = TransformersGenerator(
             policy.model, parts.tokenizer, parts.eos_ids, parts.tokenizer.pad_token_id, seed=spec.training.seed
         )

@@ -22,30 +22,43 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 ROUNDS = 2
-"""Runs of each candidate count before choosing, interleaved (2, 1, 2, 1)."""
+"""Runs of each candidate layout before choosing, interleaved (a, b, a, b)."""
+
+Layout = tuple[int, int]
+"""Where a phase runs: ``(processes, threads each)``; ``(1, n)`` is this process alone at ``n`` threads."""
 
 
-def candidates(most: int) -> list[int]:
-    """The thread counts worth trying: ``most``, then halving down to one (2 -> [2, 1]; 8 -> [8, 4, 2, 1])."""
+def candidates(most: int, processes: int = 1) -> list[Layout]:
+    """The layouts worth trying: this process at ``most`` threads, then halving down to one (2 -> (1, 2), (1, 1);
+    8 -> ... (1, 1)). With ``processes`` learner processes, their layout comes last, each at ``most // processes``
+    threads, and this process alone is tried only above that count (2 cores, 2 processes: (1, 2), (2, 1))."""
+    each = max(1, most // processes) if processes > 1 else 0
     counts = [most]
     while counts[-1] > 1:
         counts.append(counts[-1] // 2)
-    return counts
+    layouts = [(1, n) for n in counts if n > each] or [(1, most)]
+    return [*layouts, (processes, each)] if processes > 1 else layouts
+
+
+def describe(layout: Layout) -> str:
+    processes, threads = layout
+    place = "this process" if processes == 1 else f"{processes} processes"
+    return f"{place} at {threads} thread{'s' if threads > 1 else ''}{' each' if processes > 1 else ''}"
 
 
 @dataclass
 class _Phase:
-    trials: list[int]  # the counts still to measure, in order
-    warmups: list[int]  # the counts still to warm up (one unmeasured run each), before any trial
-    seconds: dict[int, float] = field(default_factory=dict)  # each count's runs so far: their time
-    work: dict[int, float] = field(default_factory=dict)  # and their work
-    chosen: int | None = None
+    trials: list[Layout]  # the layouts still to measure, in order
+    warmups: list[Layout]  # the layouts still to warm up (one unmeasured run each), before any trial
+    seconds: dict[Layout, float] = field(default_factory=dict)  # each layout's runs so far: their time
+    work: dict[Layout, float] = field(default_factory=dict)  # and their work
+    chosen: Layout | None = None
 
 
 class Measure:
@@ -56,34 +69,58 @@ class Measure:
 
 
 class PhaseThreads:
-    """Per-phase thread counts, measured on the phases' first calls, then fixed."""
+    """Per-phase layouts (thread counts, and learner processes where the runtime has them), measured on the
+    phases' first calls, then fixed. ``on_layout(phase, processes)`` tells the runtime how many of its processes
+    the phase runs on next; ``on_choice(phase, chosen, seconds per unit of work of each layout)`` is called once
+    a phase's layout is chosen."""
 
-    def __init__(self, most: int, enabled: bool = True):
-        self.most = most
-        self.enabled = enabled and most > 1
+    def __init__(
+        self,
+        most: int,
+        enabled: bool = True,
+        processes: int = 1,
+        on_layout: Callable[[str, int], None] | None = None,
+        on_choice: Callable[[str, Layout, dict[Layout, float]], None] | None = None,
+    ):
+        self.most, self.processes = most, processes
+        self.enabled = enabled and (most > 1 or processes > 1)
+        self.on_layout, self.on_choice = on_layout, on_choice
         self.phases: dict[str, _Phase] = {}
-        self.last: dict[str, int] = {}  # the count each phase last ran with
+        self.last: dict[str, Layout] = {}  # the layout each phase last ran with
 
     def _phase(self, name: str) -> _Phase:
         if name not in self.phases:
-            self.phases[name] = _Phase(trials=candidates(self.most) * ROUNDS, warmups=candidates(self.most))
+            layouts = candidates(self.most, self.processes)
+            self.phases[name] = _Phase(trials=layouts * ROUNDS, warmups=list(layouts))
         return self.phases[name]
 
-    def threads_for(self, name: str) -> int:
-        """The count the phase runs with next: its choice once made, else the next candidate to measure."""
+    def _fit(self, layout: Layout) -> Layout:
+        """A chosen layout on this run's machine: a resumed job may have fewer cores, or no processes."""
+        processes, threads = layout
+        if processes > self.processes:
+            return (1, self.most)
+        return (processes, min(threads, self.most))
+
+    def layout_for(self, name: str) -> Layout:
+        """The layout the phase runs with next: its choice once made, else the next candidate to measure."""
         if not self.enabled:
-            return self.most
+            return (self.processes, self.most)
         phase = self._phase(name)
         if phase.chosen is not None:
-            return min(phase.chosen, self.most)  # a job resumed on a machine with fewer cores
+            return self._fit(phase.chosen)
         return phase.warmups[0] if phase.warmups else phase.trials[0]
+
+    def threads_for(self, name: str) -> int:
+        return self.layout_for(name)[1]
 
     @contextlib.contextmanager
     def phase(self, name: str, measured: bool = True) -> Iterator[Measure]:
-        """Run a block at the phase's thread count; a ``measured`` run with ``work`` set counts as a trial."""
-        count = self.last[name] = self.threads_for(name)
+        """Run a block in the phase's layout; a ``measured`` run with ``work`` set counts as a trial."""
+        layout = self.last[name] = self.layout_for(name)
+        if self.on_layout is not None:
+            self.on_layout(name, layout[0])
         before = torch.get_num_threads()
-        torch.set_num_threads(count)
+        torch.set_num_threads(layout[1])
         measure = Measure()
         start = time.perf_counter()
         try:
@@ -92,48 +129,69 @@ class PhaseThreads:
             seconds = time.perf_counter() - start
             torch.set_num_threads(before)
         if self.enabled and measured and measure.work > 0:
-            self._record(self._phase(name), count, seconds, measure.work)
+            self._record(name, layout, seconds, measure.work)
 
-    @staticmethod
-    def _record(phase: _Phase, count: int, seconds: float, work: float) -> None:
+    def _record(self, name: str, layout: Layout, seconds: float, work: float) -> None:
+        phase = self._phase(name)
         if phase.chosen is not None:
             return
         if phase.warmups:
-            phase.warmups.remove(count)
+            phase.warmups.remove(layout)
             return
-        phase.seconds[count] = phase.seconds.get(count, 0.0) + seconds
-        phase.work[count] = phase.work.get(count, 0.0) + work
-        phase.trials.remove(count)
+        phase.seconds[layout] = phase.seconds.get(layout, 0.0) + seconds
+        phase.work[layout] = phase.work.get(layout, 0.0) + work
+        phase.trials.remove(layout)
         if not phase.trials:
-            phase.chosen = min(phase.seconds, key=lambda n: phase.seconds[n] / phase.work[n])
+            rates = {n: phase.seconds[n] / phase.work[n] for n in phase.seconds}
+            phase.chosen = min(rates, key=rates.__getitem__)
+            if self.on_choice is not None:
+                self.on_choice(name, phase.chosen, rates)
 
     def metrics(self) -> dict[str, float]:
-        """The count each phase last ran with."""
-        return {f"perf/threads_{name}": float(count) for name, count in self.last.items()}
+        """The threads (and, with learner processes, the processes) each phase last ran with."""
+        out = {f"perf/threads_{name}": float(layout[1]) for name, layout in self.last.items()}
+        if self.processes > 1:
+            out.update({f"perf/processes_{name}": float(layout[0]) for name, layout in self.last.items()})
+        return out
 
     def state_dict(self) -> dict:
         phases = {
             name: {
-                "chosen": p.chosen,
-                "trials": p.trials,
-                "seconds": p.seconds,
-                "work": p.work,
-                "warmups": p.warmups,
+                "chosen": list(p.chosen) if p.chosen else None,
+                "trials": [list(n) for n in p.trials],
+                "seconds": {_key(n): v for n, v in p.seconds.items()},
+                "work": {_key(n): v for n, v in p.work.items()},
+                "warmups": [list(n) for n in p.warmups],
             }
             for name, p in self.phases.items()
         }
         return {"enabled": self.enabled, "phases": phases}
 
     def load_state_dict(self, state: dict) -> None:
-        """The interrupted job's measurements and choices (a resumed job tunes only if the first run did)."""
-        self.enabled = state["enabled"] and self.most > 1
+        """The interrupted job's measurements and choices (a resumed job tunes only if the first run did).
+        Checkpoints from before learner processes hold thread counts: ``n`` is ``(1, n)``."""
+        self.enabled = state["enabled"] and (self.most > 1 or self.processes > 1)
         for name, saved in state["phases"].items():
             if "warmups" not in saved and saved["chosen"] is None:  # an older format's half-done trials: afresh
                 continue
             self.phases[name] = _Phase(
-                trials=list(saved["trials"]),
-                seconds={int(k): v for k, v in saved.get("seconds", {}).items()},
-                work={int(k): v for k, v in saved.get("work", {}).items()},
-                warmups=list(saved.get("warmups", [])),
-                chosen=saved["chosen"],
+                trials=[_layout(n) for n in saved["trials"]],
+                seconds={_layout(k): v for k, v in saved.get("seconds", {}).items()},
+                work={_layout(k): v for k, v in saved.get("work", {}).items()},
+                warmups=[_layout(n) for n in saved.get("warmups", [])],
+                chosen=_layout(saved["chosen"]) if saved["chosen"] is not None else None,
             )
+
+
+def _key(layout: Layout) -> str:
+    return f"{layout[0]}x{layout[1]}"
+
+
+def _layout(saved: int | str | list[int]) -> Layout:
+    if isinstance(saved, list):
+        return (int(saved[0]), int(saved[1]))
+    text = str(saved)
+    if "x" in text:
+        processes, threads = text.split("x")
+        return (int(processes), int(threads))
+    return (1, int(text))

@@ -1,8 +1,9 @@
 """The composition root: where a job's learner and generators run, for every caller.
 
 ``runtime_for(spec, on_event, cluster=...)`` is the one place that turns a job's spec (and, in the service,
-the operator's cluster) into a runtime: this process (``LocalRuntime``), Ray actors (``RayRuntime``) or the
-ranks of torchrun (``TorchrunRuntime``). The CLI (``openrft train``), the service's job process, the
+the operator's cluster) into a runtime: this process (``LocalRuntime``), with learner processes of this machine
+beside it (``LocalParallelRuntime``, where the job may use them: ``local_parallel.wants_processes``), Ray actors
+(``RayRuntime``) or the ranks of torchrun (``TorchrunRuntime``). The CLI (``openrft train``), the service's job process, the
 benchmarks and the tests all ask it; no other module compares runtime names to choose one. A new backend is
 one module here plus one branch below (docs/design.md, "Extending").
 
@@ -59,7 +60,9 @@ def runtime_for(
                 "learner runs as rollout.replicas Ray actors (rollout.runtime ray) or as the processes of "
                 "torchrun --nproc-per-node N $(which openrft) train ... (docs/scaling.md)"
             )
-        return LocalRuntime()
+        from openrft.runtime.local_parallel import LocalParallelRuntime, wants_processes
+
+        return LocalParallelRuntime(on_event) if wants_processes(spec) else LocalRuntime()
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -30,7 +30,7 @@ def placed_runtime(spec: JobSpec, cluster: str | None = None) -> RuntimeName:
 
 def generation_actors(spec: JobSpec) -> int:
     """The generation actors a Ray job starts: none where the learners sample (synchronous rollouts from the
-    local engine, ``RayLearnerGenerator``) or where servers do (``rollout.generator_base_url``)."""
+    local engine, ``learner_group.GroupGenerator``) or where servers do (``rollout.generator_base_url``)."""
     learners_sample = spec.rollout.strategy == "sync" and spec.rollout.generation_engine == "local"
     return 0 if learners_sample or spec.rollout.generator_base_url else spec.rollout.generation_replicas
 

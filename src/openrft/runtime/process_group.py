@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from datetime import timedelta
 
 import torch
@@ -25,12 +26,10 @@ def node_address() -> str:
     """This node's address as the other learners reach it (``OPENRFT_MASTER_ADDR`` overrides)."""
     if os.environ.get("OPENRFT_MASTER_ADDR"):
         return os.environ["OPENRFT_MASTER_ADDR"]
-    try:
-        import ray
-
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # a Ray actor (or driver): the node's address on the cluster
         return ray.util.get_node_ip_address()
-    except Exception:  # not on Ray: this host
-        return "127.0.0.1"
+    return "127.0.0.1"  # learner processes of this machine (local_parallel)
 
 
 def join_process_group(rank: int, world_size: int, address: str | None, port: int | None, device: torch.device) -> None:

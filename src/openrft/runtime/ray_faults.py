@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Any
 
+from openrft.runtime.local_processes import ProcessLost
+
 PEER_LOSS_WAIT_S = 30.0  # how long a failed collective waits for its lost peer's error to arrive
 
 LOSS_ERRORS = (
@@ -96,12 +98,13 @@ def get_naming_the_lost(ray: Any, refs: list, wait_s: float = PEER_LOSS_WAIT_S) 
 
 
 def lost_among(ray: Any, refs: list, wait_s: float) -> BaseException | None:
-    """The error of a lost actor among ``refs`` (waiting up to ``wait_s`` for them to end), else None."""
+    """The error of a lost actor (or process of this machine) among ``refs`` (waiting up to ``wait_s`` for them
+    to end), else None."""
     done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=wait_s)
     for ref in done:
         try:
             ray.get(ref)
         except Exception as exc:
-            if lost_error(exc) is exc:
+            if lost_error(exc) is exc or isinstance(exc, ProcessLost):
                 return exc
     return None

@@ -366,6 +366,14 @@ class RuntimeSpec(_Strict):
     threads: int | None = Field(
         None, ge=1, le=MAX_THREADS, description="torch intra-op threads; None = one per physical core"
     )
+    processes: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_THREADS,
+        description="learner processes on this machine (local runtime, synchronous rollouts): each holds the "
+        "policy, samples a share of a batch's prompts and learns a share of its samples; None = the engine's choice "
+        "when threads is unset (docs/performance.md, 'Every core')",
+    )
     priority: int = Field(
         0,
         ge=-MAX_PRIORITY,

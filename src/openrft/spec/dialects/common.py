@@ -105,6 +105,7 @@ class OpenRFTExtensions(Strict):
     ignore_eos: bool = False
     device: str = "auto"
     threads: Annotated[int, closed(1, MAX_THREADS)] | None = None
+    processes: Annotated[int, closed(1, MAX_THREADS)] | None = None
     priority: Annotated[int, closed(-MAX_PRIORITY, MAX_PRIORITY)] = Field(
         0, description="the service's order among this tenant's queued jobs, higher first"
     )
@@ -168,6 +169,7 @@ EXTENSION_TARGETS = {
     "ignore_eos": "sampling.ignore_eos",
     "device": "runtime.device",
     "threads": "runtime.threads",
+    "processes": "runtime.processes",
     "priority": "runtime.priority",
     "tensorboard": "tracking.tensorboard",
     "sample_prompts_per_step": "tracking.sample_prompts_per_step",

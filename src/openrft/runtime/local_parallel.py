@@ -1,0 +1,231 @@
+"""Every core of this machine without Ray: this process's learner and ``processes - 1`` learner processes
+(``local_processes``), each holding the policy, for a synchronous job of the local engine on CPUs.
+
+Each phase runs in one of two layouts, as the engine measured faster for it (``engine/phase_threads.py``, with
+``runtime.threads`` unset): this process alone at a thread per core, or every process at once at
+``cores // processes`` threads (``learner_group``): sampling a share of the prompts each from its own random
+stream, learning a share of the samples each with the gradients summed before every update, so that every
+process applies the update one learner on the whole batch would. On a model whose ops are too small to split
+between threads (the demo model) the processes win both phases; on a 0.5B model threads may win one.
+
+A process left out of a learning step (this process learned alone) gets this process's learner state (adapter,
+reference, optimizer, scheduler) before it is next used. Checkpoints, evaluation (seeded, so its figures do not
+depend on the layout) and the adapter sent anywhere are this process's. The processes are spawned when the
+learner is built, in parallel with nothing else to wait for, and ended with the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import psutil
+import torch
+
+from openrft.engine.local_runtime import LearnerParts, LocalRuntime
+from openrft.engine.setup import JobParts
+from openrft.rollout.types import PolicyVersioned, SamplingParams
+from openrft.runtime.learner_group import GroupGenerator, GroupLearner, LearnerActor
+from openrft.runtime.local_processes import LOCAL, ProcessActor, ThreadActor
+from openrft.spec.job import JobSpec
+
+MEMORY_SHARE = 0.5  # of the memory available at the start, what the extra processes' copies may take
+COPY_FACTOR = 2.0  # a process's memory over its model's weights (activations, optimizer, the reference)
+
+
+def wants_processes(spec: JobSpec) -> bool:
+    """Whether the job may run on learner processes of this machine: ``runtime.processes`` above 1, or unset
+    with ``runtime.threads`` unset too, for a synchronous job of the local engine on CPUs without tools, an
+    agent or a sharded learner (their generators and learners live in this process)."""
+    if spec.runtime.processes is not None:
+        return spec.runtime.processes > 1
+    local_sync = (
+        spec.rollout.strategy == "sync"
+        and spec.rollout.generation_engine == "local"
+        and not spec.rollout.generator_base_url
+        and spec.rollout.learner_sharding == "none"
+    )
+    return (
+        spec.runtime.threads is None
+        and local_sync
+        and spec.tools is None
+        and spec.rollout.agent is None
+        and not spec.runtime.device.startswith("cuda")
+        and not torch.cuda.is_available()
+    )
+
+
+def processes_for(spec: JobSpec, cores: int, model: torch.nn.Module) -> tuple[int, str]:
+    """How many learner processes (this one included) and why: ``runtime.processes``, else one per core the
+    engine uses, as many as the model's copies fit in memory."""
+    if spec.runtime.processes is not None:
+        return spec.runtime.processes, f"runtime.processes {spec.runtime.processes}"
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    fit = 1 + int(psutil.virtual_memory().available * MEMORY_SHARE // max(1.0, COPY_FACTOR * weights))
+    if fit < cores:
+        return max(1, fit), f"{cores} cores, but {fit} copies of the {weights / 2**30:.2f} GiB model fit in memory"
+    return cores, f"one per core the engine uses ({cores})"
+
+
+class ProcessGroupLearner:
+    """The job's learner: this process's (``rank0``) alone, or data-parallel with the other processes."""
+
+    def __init__(self, rank0: LearnerActor, others: list[ProcessActor]):
+        self.rank0, self.others = rank0, others
+        self.here = ThreadActor(rank0)
+        self.group = GroupLearner([self.here, *others], LOCAL)  # joins the processes' group (gloo, 127.0.0.1)
+        self.processes = 1 + len(others)  # the layout of the phase that runs next (``use``)
+        self.stale = False  # whether the others missed an update this process made alone
+
+    @property
+    def version(self) -> int:
+        return self.rank0.learner.version
+
+    @property
+    def micro_batch_cap(self) -> int | None:
+        return getattr(self.rank0.learner, "micro_batch_cap", None)
+
+    @property
+    def activation_bytes_per_token(self) -> float:
+        return self.rank0.learner.activation_bytes_per_token
+
+    def step(self, samples: list) -> dict[str, float]:
+        if self.processes == 1:
+            metrics = self.rank0.learner.step(samples)
+            self.stale = True
+            return metrics
+        self.bring_up_to_date()
+        return self.group.step(samples)
+
+    def bring_up_to_date(self) -> None:
+        """Give the other processes this process's learner state if they missed an update."""
+        if self.stale:
+            state = self.rank0.learner.state_dict()
+            LOCAL.get([other.load_state_dict.remote(state) for other in self.others])
+            self.stale = False
+
+    def state_dict(self) -> dict:
+        return self.rank0.learner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rank0.learner.load_state_dict(state)
+        self.stale = True
+
+    def close(self) -> None:
+        self.here.close()
+        for other in self.others:
+            other.close()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+class ProcessGroupGenerator(PolicyVersioned):
+    """The job's generator: this process's own, or every process a share of the prompts. Seeded calls
+    (evaluation) are always this process's, at every core's thread (the other processes are idle then)."""
+
+    def __init__(self, local: Any, learner: ProcessGroupLearner, cores: int):
+        self.local, self.learner, self.cores = local, learner, cores
+        self.group = GroupGenerator(learner.group.actors, LOCAL)
+        self.processes = learner.processes
+
+    @property
+    def rng(self) -> torch.Generator:
+        return self.local.rng
+
+    @property
+    def policy_version(self) -> int:
+        return self.local.policy_version
+
+    def set_policy_version(self, version: int) -> None:
+        self.local.set_policy_version(version)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
+        if seed is not None:
+            with _threads(self.cores):
+                return self.local.generate(prompts, params, seed)
+        if self.processes == 1:
+            return self.local.generate(prompts, params, seed)
+        self.learner.bring_up_to_date()
+        return self.group.generate(prompts, params)
+
+    def score(self, probe):
+        return self.local.score(probe)
+
+    @property
+    def probe_engine(self) -> tuple[str, str]:
+        return self.local.probe_engine
+
+
+@contextlib.contextmanager
+def _threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class LocalParallelRuntime(LocalRuntime):
+    """``LocalRuntime`` with learner processes of this machine beside this one, where they fit."""
+
+    def __init__(self, on_event=None):
+        self.on_event = on_event or (lambda level, message: None)
+        self._learner: ProcessGroupLearner | None = None
+
+    def build_learner(self, spec: JobSpec, parts: JobParts) -> LearnerParts:
+        cores = parts.threads
+        processes, why = processes_for(spec, cores, parts.model)
+        if processes <= 1:
+            self.on_event("info", f"one learner process: {why}")
+            return super().build_learner(spec, parts)
+        each = max(1, cores // processes)
+        others = self._start(spec, processes, each)
+        local = super().build_learner(spec, parts, sharers=processes)
+        rank0 = LearnerActor.around(self._policy, local.learner, local.generator)
+        try:
+            learner = ProcessGroupLearner(rank0, others)
+        except Exception as exc:  # a process that could not start: the job runs in this process, as it would have
+            for other in others:
+                other.close()
+            self.on_event("warn", f"learner processes did not start ({exc}); the job runs in this process alone")
+            return local
+        self._learner = learner
+        spec.runtime.processes = processes  # recorded in spec.json: a resumed run starts as many
+        self.on_event(
+            "info",
+            f"{processes} learner processes ({why}), {each} thread(s) each; each phase runs on them or in this "
+            f"process alone at {cores} thread(s), as measured faster",
+        )
+        generator = ProcessGroupGenerator(local.generator, learner, cores)
+
+        def use(phase: str, count: int) -> None:
+            if phase == "learn":
+                learner.processes = count
+            else:
+                generator.processes = count
+
+        return LearnerParts(
+            learner,
+            local.model,
+            generator,
+            local.adapter_state,
+            local.probe_scores,
+            processes=processes,
+            use_processes=use,
+        )
+
+    @staticmethod
+    def _start(spec: JobSpec, processes: int, each: int) -> list[ProcessActor]:
+        own = spec.model_copy(deep=True)
+        own.runtime.threads, own.runtime.processes = each, 1
+        spec_json = own.model_dump_json()
+        return [
+            ProcessActor(LearnerActor, (spec_json, index, processes), f"learner-{index}")
+            for index in range(1, processes)
+        ]
+
+    def close(self) -> None:
+        if self._learner is not None:
+            self._learner.close()
+            self._learner = None

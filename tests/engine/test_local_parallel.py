@@ -1,0 +1,169 @@
+"""Every core without Ray (runtime/local_parallel.py, issue 51 point 1): learner processes of this machine beside
+the job's own, each phase on them or in this process alone as measured, the same update as one learner on the
+whole batch, a lost process named, and no second run of a user's unguarded script."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+import torch
+
+from openrft.engine import RFTJob
+from openrft.engine.local_runtime import learner_config
+from openrft.learner import Learner, Policy
+from openrft.learner.batch import TrainSample
+from openrft.rollout.types import PolicyVersioned
+from openrft.runtime import runtime_for
+from openrft.runtime.learner_group import LearnerActor, load_model
+from openrft.runtime.local_parallel import LocalParallelRuntime, ProcessGroupLearner
+from openrft.runtime.local_processes import LOCAL, ProcessActor, ProcessLost
+from openrft.spec.dialects import load_job
+
+
+def _samples(seed: int) -> list[TrainSample]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        TrainSample(list(range(5 + p, 12 + p)), torch.randint(5, 60, (1 + (p + k) % 4,), generator=g).tolist(), k - 1.5)
+        for p in range(4)
+        for k in range(4)
+    ]
+
+
+def _local_learner(spec) -> tuple[Policy, Learner]:
+    model, tokenizer, _ = load_model(spec)
+    policy = Policy(model, spec.lora, need_reference=spec.algorithm.kl_loss_coef > 0)
+    return policy, Learner(policy, learner_config(spec, tokenizer.pad_token_id))
+
+
+def _adapter(policy: Policy) -> torch.Tensor:
+    return torch.cat([t.flatten() for t in policy.adapter_state().values()])
+
+
+def test_two_processes_of_this_machine_make_one_learners_update_and_one_left_out_is_brought_up_to_date(
+    recipe_factory,
+):
+    spec = load_job(recipe_factory(max_steps=3))
+    spec.runtime.threads = 1
+    whole_policy, whole = _local_learner(spec)  # one learner on the whole batch, the same initial adapter
+    policy, learner = _local_learner(spec)
+    other = ProcessActor(LearnerActor, (spec.model_dump_json(), 1, 2), "learner-1")
+    group = ProcessGroupLearner(LearnerActor.around(policy, learner, PolicyVersioned()), [other])
+    try:
+        for step, processes in enumerate([2, 1, 2]):  # the second step in this process alone: the other misses it
+            group.processes = processes
+            whole.load_state_dict(copy.deepcopy(learner.state_dict()))  # each step's update from the same state
+            got = group.step(_samples(step))
+            want = whole.step(_samples(step))
+            assert got["actor/pg_loss"] == pytest.approx(want["actor/pg_loss"], rel=1e-5, abs=1e-6)
+            # float32 noise only (the shares are padded into other micro-batches): an update moves far more.
+            # Compared step by step from the same state: over steps, Adam makes such noise grow (1e-4 by step 3)
+            change = (_adapter(whole_policy) - _adapter(policy)).norm() / _adapter(whole_policy).norm()
+            assert change < 1e-5, (step, processes)
+            theirs = LOCAL.get(other.adapter_state.remote())
+            if processes == 2:  # both applied the same summed gradient: the same bits
+                assert all(torch.equal(theirs[name], value) for name, value in policy.adapter_state().items())
+        assert group.version == whole.version == 3
+    finally:
+        group.close()
+    assert other.process.poll() is not None
+
+
+def _parallel_spec(recipe_factory, steps: int):
+    spec = load_job(recipe_factory(max_steps=steps, save_steps=steps))
+    spec.runtime.threads = None  # the engine's choice: learner processes where the job can use them
+    return spec
+
+
+def test_with_threads_unset_a_job_measures_each_phase_on_the_processes_and_alone_and_says_what_it_chose(
+    recipe_factory, tmp_path, monkeypatch
+):
+    import openrft.engine.setup as setup
+
+    monkeypatch.setattr(setup, "configure_threads", lambda threads: threads or 2)  # as on an idle 2-core machine
+    spec = _parallel_spec(recipe_factory, 7)
+    events: list[str] = []
+    runtime = runtime_for(spec, lambda level, message: events.append(message))
+    assert isinstance(runtime, LocalParallelRuntime)
+    seen, helper_cpu = [], []
+
+    def listener(step: int, metrics: dict) -> None:
+        if step > 0:
+            seen.append((metrics["perf/processes_generate"], metrics["perf/processes_learn"]))
+            times = psutil.Process(runtime._learner.others[0].pid).cpu_times()
+            helper_cpu.append(times.user + times.system)
+
+    job = RFTJob(
+        spec,
+        tmp_path / "run",
+        runtime=runtime,
+        show_progress=False,
+        listeners=(listener,),
+        on_event=lambda level, message: events.append(message),
+    )
+    assert job.run()["status"] == "succeeded"
+    assert seen[:6] == [(1.0, 1.0), (2.0, 2.0)] * 3  # a warm-up in each layout, then two trials each, interleaved
+    assert any(m.startswith("2 learner processes (one per core the engine uses (2))") for m in events)
+    chosen = [m for m in events if "from now on, the fastest per 1,000 tokens" in m]
+    assert [m.split(":")[0] for m in chosen] == ["generate", "learn"]
+    assert all("2 processes at 1 thread each" in m and "this process at 2 threads" in m for m in chosen)
+    # the other process computed in the steps that used it (steps 2 and 4: its CPU time grew), not in the others
+    grew = [after - before for before, after in zip(helper_cpu, helper_cpu[1:])]  # in steps 2, 3, 4, 5
+    assert grew[0] > 0.05 and grew[2] > 0.05 and grew[1] < 0.02 and grew[3] < 0.02, grew
+    assert runtime._learner is None and torch.distributed.is_initialized() is False
+    recorded = json.loads((tmp_path / "run" / "spec.json").read_text())["runtime"]
+    assert recorded["processes"] == 2 and recorded["threads"] == 2
+    state = job.threads.state_dict()
+
+    spec.training.total_steps = 8  # resumed from the recorded spec: as many processes again, the choices kept
+    resumed_runtime = runtime_for(spec)
+    assert isinstance(resumed_runtime, LocalParallelRuntime)
+    resumed = RFTJob(spec, tmp_path / "run", resume=True, runtime=resumed_runtime, show_progress=False)
+    assert resumed.run()["status"] == "succeeded"
+    assert resumed.threads.state_dict() == state
+
+
+def test_a_learner_process_that_dies_fails_the_job_with_its_name_and_exit_code(recipe_factory, tmp_path):
+    spec = _parallel_spec(recipe_factory, 4)
+    spec.runtime.threads, spec.runtime.processes = 1, 2  # both fixed: every phase on the two processes
+    runtime = runtime_for(spec)
+
+    def kill(step: int, metrics: dict) -> None:
+        if step == 1:
+            os.kill(runtime._learner.others[0].pid, signal.SIGKILL)
+
+    job = RFTJob(spec, tmp_path / "run", runtime=runtime, show_progress=False, listeners=(kill,))
+    with pytest.raises(
+        ProcessLost, match=r"learner process learner-1 \(pid \d+\) ended during \w+\(\) with exit code -9"
+    ):
+        job.run()
+
+
+def test_a_users_script_without_a_main_guard_runs_once(tmp_path):
+    """Not ``multiprocessing``'s spawn, which imports the caller's ``__main__`` again in the child."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from openrft.runtime.local_processes import LOCAL, ProcessActor
+            print("script ran", flush=True)
+            actor = ProcessActor(dict, ({"a": 1},), "probe")
+            print("got", LOCAL.get(actor.get.remote("a")), flush=True)
+            try:
+                LOCAL.get(actor.pop.remote("missing"))
+            except KeyError as exc:
+                print("error came back:", repr(exc), flush=True)
+            actor.close()
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.count("script ran") == 1, out.stdout + out.stderr
+    assert "got 1" in out.stdout and "error came back: KeyError('missing')" in out.stdout
