@@ -108,6 +108,14 @@ def test_explain_states_how_the_learner_is_laid_out(data_dir, capsys):
     assert "rollout.learner_sharding = fsdp  user  (from openrft.learner_sharding)" in out
     job = write(data_dir / "plain.json", vertex_request({"batchSize": 16}))
     assert main(["spec", "explain", job]) == 0
+    out = capsys.readouterr().out  # threads unset: the engine measures each phase on the processes and alone
+    assert "learner: LoRA, the job's learner and learner processes of this machine (one per core" in out
+    assert "runs on all of them, data-parallel, or in the job's process alone, as measured faster" in out
+    fixed = write(data_dir / "fixed.json", vertex_request({"batchSize": 16}, openrft={"processes": 2, "threads": 1}))
+    assert main(["spec", "explain", fixed]) == 0
+    assert "(2; runtime.processes), each a full copy of the policy, 1 thread(s) each" in capsys.readouterr().out
+    one = write(data_dir / "one.json", vertex_request({"batchSize": 16}, openrft={"processes": 1}))
+    assert main(["spec", "explain", one]) == 0
     assert "learner: LoRA, one learner holding the whole policy" in capsys.readouterr().out
 
 

@@ -388,6 +388,17 @@ def learner_layout(spec) -> str:
         )
     if learners > 1 and rollout.runtime == "ray":
         return f"{tuning}, {learners} data-parallel learners on Ray actors, each a full copy of the policy"
+    from openrft.runtime.placement import local_processes_wanted
+
+    if rollout.runtime == "local" and local_processes_wanted(spec):
+        count = spec.runtime.processes or "one per core"
+        where = f"{tuning}, the job's learner and learner processes of this machine ({count}; runtime.processes), each "
+        if spec.runtime.threads is not None:
+            return f"{where}a full copy of the policy, {spec.runtime.threads} thread(s) each: every phase on all"
+        return (
+            f"{where}a full copy of the policy: each phase (sampling, learning) runs on all of them, data-parallel, "
+            "or in the job's process alone, as measured faster in the first steps (runtime.threads unset)"
+        )
     return f"{tuning}, one learner holding the whole policy"
 
 

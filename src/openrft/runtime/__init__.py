@@ -2,9 +2,9 @@
 
 ``runtime_for(spec, on_event, cluster=...)`` is the one place that turns a job's spec (and, in the service,
 the operator's cluster) into a runtime: this process (``LocalRuntime``), with learner processes of this machine
-beside it (``LocalParallelRuntime``, where the job may use them: ``local_parallel.wants_processes``), Ray actors
-(``RayRuntime``) or the ranks of torchrun (``TorchrunRuntime``). The CLI (``openrft train``), the service's job process, the
-benchmarks and the tests all ask it; no other module compares runtime names to choose one. A new backend is
+beside it (``LocalParallelRuntime``, where the job may use them: ``placement.local_processes_wanted``), Ray actors
+(``RayRuntime``) or the ranks of torchrun (``TorchrunRuntime``). The CLI (``openrft train``), the service's job
+process, the benchmarks and the tests all ask it; no other module compares runtime names to choose one. A new backend is
 one module here plus one branch below (docs/design.md, "Extending").
 
 What a job asks for before it runs (placement-group bundles, CPUs, GPUs) is ``placement.job_resources``,
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from openrft.errors import OpenRFTError
-from openrft.runtime.placement import JobResources, job_resources, placed_runtime
+from openrft.runtime.placement import JobResources, job_resources, local_processes_wanted, placed_runtime
 from openrft.spec.job import JobSpec
 
 if TYPE_CHECKING:
@@ -60,9 +60,11 @@ def runtime_for(
                 "learner runs as rollout.replicas Ray actors (rollout.runtime ray) or as the processes of "
                 "torchrun --nproc-per-node N $(which openrft) train ... (docs/scaling.md)"
             )
-        from openrft.runtime.local_parallel import LocalParallelRuntime, wants_processes
+        if local_processes_wanted(spec):
+            from openrft.runtime.local_parallel import LocalParallelRuntime
 
-        return LocalParallelRuntime(on_event) if wants_processes(spec) else LocalRuntime()
+            return LocalParallelRuntime(on_event)
+        return LocalRuntime()
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -1,5 +1,6 @@
 """Every core of this machine without Ray: this process's learner and ``processes - 1`` learner processes
-(``local_processes``), each holding the policy, for a synchronous job of the local engine on CPUs.
+(``local_processes``), each holding the policy, for a synchronous job of the local engine on CPUs
+(``placement.local_processes_wanted``).
 
 Each phase runs in one of two layouts, as the engine measured faster for it (``engine/phase_threads.py``, with
 ``runtime.threads`` unset): this process alone at a thread per core, or every process at once at
@@ -33,33 +34,13 @@ MEMORY_SHARE = 0.5  # of the memory available at the start, what the extra proce
 COPY_FACTOR = 2.0  # a process's memory over its model's weights (activations, optimizer, the reference)
 
 
-def wants_processes(spec: JobSpec) -> bool:
-    """Whether the job may run on learner processes of this machine: ``runtime.processes`` above 1, or unset
-    with ``runtime.threads`` unset too, for a synchronous job of the local engine on CPUs without tools, an
-    agent or a sharded learner (their generators and learners live in this process)."""
-    if spec.runtime.processes is not None:
-        return spec.runtime.processes > 1
-    local_sync = (
-        spec.rollout.strategy == "sync"
-        and spec.rollout.generation_engine == "local"
-        and not spec.rollout.generator_base_url
-        and spec.rollout.learner_sharding == "none"
-    )
-    return (
-        spec.runtime.threads is None
-        and local_sync
-        and spec.tools is None
-        and spec.rollout.agent is None
-        and not spec.runtime.device.startswith("cuda")
-        and not torch.cuda.is_available()
-    )
-
-
 def processes_for(spec: JobSpec, cores: int, model: torch.nn.Module) -> tuple[int, str]:
     """How many learner processes (this one included) and why: ``runtime.processes``, else one per core the
     engine uses, as many as the model's copies fit in memory."""
     if spec.runtime.processes is not None:
         return spec.runtime.processes, f"runtime.processes {spec.runtime.processes}"
+    if next(model.parameters()).device.type != "cpu":
+        return 1, "the model is on a GPU"
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     fit = 1 + int(psutil.virtual_memory().available * MEMORY_SHARE // max(1.0, COPY_FACTOR * weights))
     if fit < cores:

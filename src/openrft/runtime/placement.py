@@ -8,6 +8,7 @@
   each (1 when unset) and one GPU each when the job asks for GPUs (``runtime.device`` cuda) or may use them
   (``auto``) and the cluster has one per bundle. ``RayRuntime`` reserves exactly these.
 - ``job_resources``: the same, summed, for the job's API object and the dashboard before it starts.
+- ``local_processes_wanted``: whether a local job may use learner processes of its machine.
 """
 
 from __future__ import annotations
@@ -26,6 +27,25 @@ def placed_runtime(spec: JobSpec, cluster: str | None = None) -> RuntimeName:
     if cluster and spec.rollout.generation_engine != "vllm":
         return "ray"
     return spec.rollout.runtime
+
+
+def local_processes_wanted(spec: JobSpec) -> bool:
+    """Whether a local job may run on learner processes of its machine (``local_parallel.py``):
+    ``runtime.processes`` above 1, or unset with ``runtime.threads`` unset too, for a synchronous job of the local
+    engine, not on a GPU, without tools, an agent or a sharded learner (their generators and learners live in the
+    job's process)."""
+    if spec.runtime.processes is not None:
+        return spec.runtime.processes > 1
+    return (
+        spec.runtime.threads is None
+        and spec.rollout.strategy == "sync"
+        and spec.rollout.generation_engine == "local"
+        and not spec.rollout.generator_base_url
+        and spec.rollout.learner_sharding == "none"
+        and spec.tools is None
+        and spec.rollout.agent is None
+        and not spec.runtime.device.startswith("cuda")
+    )
 
 
 def generation_actors(spec: JobSpec) -> int:
