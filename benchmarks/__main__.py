@@ -39,6 +39,7 @@ SUITES = (
     "cluster",
     "sync",
     "own-agent",
+    "cores",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
 # run only when named: real-shape, a 0.5B model trained by two systems at two thread counts (and its learner
@@ -46,7 +47,8 @@ NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm 
 # servers under a backlog (about ten minutes)
 # sync: the sync probe's cost, its real-shape part against real_shape.json (a 0.5B model built in memory)
 # own-agent: the agent routes against the built-in tool loop, run only when named (a few minutes)
-HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster", "sync", "own-agent")
+# cores: the demo job pinned to 1, 2 (4) cores, run only when named (a few minutes)
+HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster", "sync", "own-agent", "cores")
 
 
 def _log(message: str) -> None:
@@ -1115,6 +1117,45 @@ def sync_suite(args: argparse.Namespace) -> None:
     write_results("sync", "The sync probe's share of a step", body, data, args.out)
 
 
+def cores_suite(args: argparse.Namespace) -> None:
+    from benchmarks.cores import MEASURING_STEPS, measure
+
+    steps, rounds = (10 if args.quick else args.cores_steps), (1 if args.quick else args.cores_rounds)
+    _log(f"cores: the demo job left to choose, {steps} steps at each core count, {rounds} round(s)")
+    load = {"before": load_average()}
+    result = measure(steps, rounds, args.cores_timeout, _log)
+    load["after"] = load_average()
+    columns = [
+        ("cores", "cores"),
+        ("step_s", "step s (median):"),
+        ("speedup", "speed-up:"),
+        ("per_added_core", "per added core:"),
+        ("efficiency", "speed-up / cores:"),
+        ("machine_speedup", "the machine's own speed-up:"),
+        ("of_machine", "of the machine's:"),
+        ("layouts", "layouts kept [processes, threads] (generate, learn)"),
+    ]
+    shown = [{**row, "layouts": "; ".join(_layouts(layout) for layout in row["layouts"])} for row in result["rows"]]
+    per_core = [row["per_added_core"] for row in result["rows"] if row["per_added_core"] is not None]
+    body = [
+        "The demo job (examples/arithmetic/recipe.yaml, evaluation and checkpoints off) with `runtime.threads` and "
+        "`runtime.processes` unset, in a process pinned to 1, 2 (and 4) cores (`taskset`), the runs alternating; "
+        f"its median step after the engine's measuring steps (steps {MEASURING_STEPS + 2}-{steps}). "
+        "Speed-up: the 1-core step over this one's; per added core: (speed-up - 1) / (cores - 1). The machine's own "
+        "speed-up: as many single-thread matmul processes at once, one per core, against one alone (work per second): "
+        "the most these cores give.",
+        "",
+        *markdown_table(columns, shown),
+        "",
+        f"Goal: at least 0.8 per added core; measured {', '.join(f'{p:.2f}' for p in per_core) or '-'}.",
+    ]
+    write_results("cores", "Every core: the demo job at 1, 2 (4) cores", body, result | {"load": load}, args.out)
+
+
+def _layouts(layout: dict) -> str:
+    return f"{layout['generate']}, {layout['learn']}"
+
+
 RUNNERS = {
     "vs-trl": vs_trl,
     "rollout": rollout,
@@ -1135,6 +1176,7 @@ RUNNERS = {
     "cluster": cluster_suite,
     "sync": sync_suite,
     "own-agent": own_agent_suite,
+    "cores": cores_suite,
 }
 
 
@@ -1215,6 +1257,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--vllm-steps", type=int, default=8, help="vllm: training steps per run")
     parser.add_argument("--sync-steps", type=int, default=6, help="sync: demo steps per run (the first warms up)")
+    parser.add_argument("--cores-steps", type=int, default=30, help="cores: demo steps per run (default 30)")
+    parser.add_argument("--cores-rounds", type=int, default=2, help="cores: runs at each core count (default 2)")
+    parser.add_argument("--cores-timeout", type=float, default=900.0, help="cores: seconds a run may take")
     parser.add_argument(
         "--sync-full-weights", action="store_true", help="sync: also time full-weight syncs to vLLM (.venv-vllm)"
     )

@@ -41,7 +41,9 @@ class Demo:
 
     @classmethod
     def build(cls, spec: JobSpec) -> Demo:
-        """Built the way a local job builds it (the runtime ``openrft.runtime.runtime_for`` gives a local spec)."""
+        """Built the way a local job builds it (the runtime ``openrft.runtime.runtime_for`` gives a local spec), one
+        learner in this process (``runtime.processes`` 1): the component benchmarks measure it."""
+        spec.runtime.processes = 1
         parts = build_parts(spec)
         built = runtime_for(spec).build_learner(spec, parts)
         learner = built.learner

@@ -42,16 +42,20 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def configure_threads(threads: int | None) -> int:
+def configure_threads(threads: int | None, measured: bool = False) -> int:
     """Set torch's intra-op threads: ``threads``, or the engine's choice for this machine.
 
     The choice is one thread per physical core this process may run on (hyper-threads slow
     matmuls; a container's CPU set can be smaller than the machine), but no more than the cores
     left idle by other processes at the start (the 1-minute load average): on a shared machine,
     threads beyond the idle cores only wait for each other (docs/performance.md, "Threads").
+    ``measured``: the caller measures its layouts per phase (``engine/phase_threads.py``), so every
+    core is offered whatever the load average says (a busy core shows in the measurement; the
+    average also counts the caller's own work of a minute ago, such as the job run before).
     """
     if threads is None:
-        threads = default_threads(*machine_cpus(), os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
+        load = 0.0 if measured or not hasattr(os, "getloadavg") else os.getloadavg()[0]
+        threads = default_threads(*machine_cpus(), load)
     torch.set_num_threads(threads)
     return threads
 

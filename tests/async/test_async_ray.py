@@ -158,8 +158,8 @@ def test_data_parallel_learners_sample_the_synchronous_rollouts_in_shares(cluste
     prompts from its own stream, in order, and no generation actor is started (nor placed)."""
     from openrft.models import load_tokenizer
     from openrft.rollout.types import SamplingParams
-    from openrft.runtime.placement import generation_actors
     from openrft.runtime.learner_group import GroupGenerator, LearnerActor
+    from openrft.runtime.placement import generation_actors
 
     spec = _spec(recipe_factory, 2, "ray")
     spec.rollout.replicas = 2

@@ -19,7 +19,7 @@ from openrft.spec.dialects import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "examples" / "arithmetic" / "recipe.yaml"
-RUNTIMES = {"LocalRuntime", "RayRuntime", "TorchrunRuntime"}
+RUNTIMES = {"LocalParallelRuntime", "LocalRuntime", "RayRuntime", "TorchrunRuntime"}
 
 
 def _spec(**rollout):

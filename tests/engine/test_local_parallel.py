@@ -5,6 +5,7 @@ whole batch, a lost process named, and no second run of a user's unguarded scrip
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import signal
@@ -87,7 +88,8 @@ def test_with_threads_unset_a_job_measures_each_phase_on_the_processes_and_alone
 ):
     import openrft.engine.setup as setup
 
-    monkeypatch.setattr(setup, "configure_threads", lambda threads: threads or 2)  # as on an idle 2-core machine
+    # as on an idle 2-core machine
+    monkeypatch.setattr(setup, "configure_threads", lambda threads, measured=False: threads or 2)
     spec = _parallel_spec(recipe_factory, 7)
     events: list[str] = []
     runtime = runtime_for(spec, lambda level, message: events.append(message))
@@ -115,7 +117,7 @@ def test_with_threads_unset_a_job_measures_each_phase_on_the_processes_and_alone
     assert [m.split(":")[0] for m in chosen] == ["generate", "learn"]
     assert all("2 processes at 1 thread each" in m and "this process at 2 threads" in m for m in chosen)
     # the other process computed in the steps that used it (steps 2 and 4: its CPU time grew), not in the others
-    grew = [after - before for before, after in zip(helper_cpu, helper_cpu[1:])]  # in steps 2, 3, 4, 5
+    grew = [after - before for before, after in itertools.pairwise(helper_cpu)]  # in steps 2, 3, 4, 5
     assert grew[0] > 0.05 and grew[2] > 0.05 and grew[1] < 0.02 and grew[3] < 0.02, grew
     assert runtime._learner is None and torch.distributed.is_initialized() is False
     recorded = json.loads((tmp_path / "run" / "spec.json").read_text())["runtime"]

@@ -22,7 +22,7 @@ from openrft.engine.local_runtime import LocalRuntime, Runtime
 from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
 from openrft.engine.mlflow_tracking import MlflowTracker
 from openrft.engine.outputs import output_mirror
-from openrft.engine.phase_threads import Layout, PhaseThreads, describe
+from openrft.engine.phase_threads import Layout, PhaseThreads, describe, engine_measures
 from openrft.engine.progress import ProgressReporter
 from openrft.engine.rollouts import RolloutGroup, SyncRolloutSource
 from openrft.engine.samples import SampleKind, SampleListener, SampleLog, sample_records
@@ -117,7 +117,7 @@ class RFTJob:
 
     def _build(self) -> None:
         spec = self.spec
-        engine_chooses_threads = spec.runtime.threads is None
+        measured = engine_measures(spec)  # before the threads chosen are recorded in the spec
         self.parts: JobParts = build_parts(spec, load_model=self.runtime.loads_model_locally)
         if self.runtime.loads_model_locally:  # the threads chosen here are recorded: a resumed run uses the same
             spec.runtime.threads = self.parts.threads
@@ -206,10 +206,7 @@ class RFTJob:
         # generation and learning take turns in this process only with sync rollouts from the local generator
         self.threads = PhaseThreads(
             self.parts.threads,
-            enabled=engine_chooses_threads
-            and self.runtime.loads_model_locally
-            and spec.rollout.strategy == "sync"
-            and spec.rollout.generation_engine == "local",
+            enabled=measured and self.runtime.loads_model_locally,
             processes=learner_parts.processes,
             on_layout=learner_parts.use_processes,
             on_choice=self._layout_chosen,

@@ -27,11 +27,21 @@ from dataclasses import dataclass, field
 
 import torch
 
+from openrft.spec.job import JobSpec
+
 ROUNDS = 2
 """Runs of each candidate layout before choosing, interleaved (a, b, a, b)."""
 
 Layout = tuple[int, int]
 """Where a phase runs: ``(processes, threads each)``; ``(1, n)`` is this process alone at ``n`` threads."""
+
+
+def engine_measures(spec: JobSpec) -> bool:
+    """Whether a job's layouts are measured per phase: ``runtime.threads`` unset, and generation and learning
+    taking turns in the job's processes (synchronous rollouts from the local engine)."""
+    return (
+        spec.runtime.threads is None and spec.rollout.strategy == "sync" and spec.rollout.generation_engine == "local"
+    )
 
 
 def candidates(most: int, processes: int = 1) -> list[Layout]:

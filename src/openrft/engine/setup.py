@@ -12,6 +12,7 @@ import torch
 
 from openrft.data.loader import DatasetError, LineProblem, load_dataset, split_validation
 from openrft.data.records import Example
+from openrft.engine.phase_threads import engine_measures
 from openrft.models import (
     configure_threads,
     eos_token_ids,
@@ -137,7 +138,7 @@ def build_parts(spec: JobSpec, load_model: bool = True) -> JobParts:
 
         add_mcp_tools(spec.tools, datasets.train + datasets.validation)
     resolve_model_path(spec.model.name_or_path)  # fails fast on a missing path
-    threads = configure_threads(spec.runtime.threads)
+    threads = configure_threads(spec.runtime.threads, measured=engine_measures(spec))
     device = pick_device(spec.runtime.device)
     tokenizer = load_tokenizer(spec.model.name_or_path, spec.model.revision)
     if spec.tools is not None:  # the check `openrft spec validate` runs, before any weights are loaded

@@ -186,7 +186,7 @@ class Engine:
             if not self.bases:
                 # as a job chooses them: at most the cores left idle, then sampling and learning each measured
                 # on their first calls (engine/phase_threads.py, docs/performance.md)
-                self.threads = PhaseThreads(configure_threads(None))
+                self.threads = PhaseThreads(configure_threads(None, measured=True))
             if key not in self.bases:
                 self.bases[key] = BaseModel(name, source)
             return self.bases[key]
