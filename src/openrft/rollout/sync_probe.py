@@ -125,7 +125,9 @@ def fastest_threads(model: torch.nn.Module, probe: ProbeSet, most: int) -> tuple
 
 def score_at_threads(model: torch.nn.Module, probe: ProbeSet, threads: int) -> list[list[float]]:
     """``score_once`` with this thread's torch thread count set to ``threads`` for the call (an OpenMP setting of the
-    calling thread; restored after)."""
+    calling thread; restored after). torch also keeps the count for threads that run their first parallel op
+    meanwhile, as with ``rollout/local.py``'s row workers: a thread started during a probe could keep ``threads``
+    (not seen in 4 demo jobs of 3 in-process replicas each, whose threads start as the first probes run)."""
     before = torch.get_num_threads()
     if threads == before:
         return score_once(model, probe)
