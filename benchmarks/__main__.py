@@ -70,6 +70,7 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
     tuned, learners = args.engine_threads, args.openrft_learners
     if tuned and learners > 1:
         raise SystemExit("--engine-threads does not go with --openrft-learners N > 1: the learners run at 1 thread")
+    choose = not (tuned or learners > 1 or args.same_threads)  # OpenRFT left to choose, on --threads cores
     r = compare(
         args.steps,
         seeds,
@@ -80,6 +81,7 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         log=_log,
         engine_threads=tuned,
         learners=learners,
+        choose=choose,
     )
     rows = [
         {
@@ -111,6 +113,14 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         + ", ".join(f"{x:.2f}x" for x in r["cpu_speedup_per_seed"])
         + ")."
     )
+    if choose:
+        kept = sorted({str(s["chosen_threads"]) for s in r["runs"] if s["chosen_threads"]})
+        threads_text = (
+            f"TRL at {r['threads']} torch threads, OpenRFT left to choose on {r['threads']} core(s) (`runtime.threads` "
+            "and `runtime.processes` unset, the process pinned to them; layouts kept per phase, [processes, threads]: "
+            f"{', '.join(kept) or 'none: one core'})"
+        )
+        cpu_text = "No CPU-time ratio: OpenRFT's work runs partly in its learner processes, not the one measured."
     if learners > 1:
         threads_text = (
             f"TRL at {r['threads']} torch threads, OpenRFT as {learners} data-parallel learners of one thread each on "
@@ -167,7 +177,9 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
         ),
     ]
     name = "vs_trl" if lr is None else f"vs_trl_lr{lr:g}"
-    if args.threads and args.threads > 1:  # one file per thread count: the 1-thread table stays
+    if choose:  # left to choose on that many cores: a file of its own per core count
+        name += f"_left_to_choose{args.threads or 'all'}"
+    elif args.threads and args.threads > 1:  # one file per thread count: the 1-thread table stays
         name += f"_engine_threads{args.threads}" if args.engine_threads else f"_threads{args.threads}"
     if learners > 1:
         name += f"_learners{learners}"
@@ -1199,6 +1211,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--engine-threads",
         action="store_true",
         help="vs-trl: OpenRFT chooses its threads per phase among counts up to --threads (TRL runs at --threads)",
+    )
+    parser.add_argument(
+        "--same-threads",
+        action="store_true",
+        help="vs-trl: OpenRFT at --threads too, as TRL (default: OpenRFT left to choose on --threads cores)",
     )
     parser.add_argument(
         "--openrft-learners",

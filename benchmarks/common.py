@@ -135,6 +135,18 @@ def threads(count: int | None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def pinned_cores(count: int) -> Iterator[set[int]]:
+    """Run a block on the first ``count`` of the CPUs this thread may use (``os.sched_setaffinity``): what the
+    engine sees as the machine's cores (``models.machine_cpus``), and what processes it starts inherit."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(before)[:count])
+    try:
+        yield os.sched_getaffinity(0)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 class NoText:
     """A tokenizer stand-in for models fed random token ids: there is no text worth decoding."""
 

@@ -17,6 +17,7 @@ consecutive steps (logging included, evaluation excluded) is reported beside the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import statistics
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import load_average, median_after_warmup, spread
+from benchmarks.common import load_average, median_after_warmup, pinned_cores, spread
 from benchmarks.trl_match import grpo_config_kwargs
 from openrft.engine import JobControl, RFTJob
 from openrft.engine.evaluation import EvalResult, evaluate
@@ -132,13 +133,18 @@ class _TimedJob(RFTJob):
         return result
 
 
-def run_openrft(spec: JobSpec, workdir: Path, most_threads: int | None = None, learners: int = 1) -> RunResult:
+def run_openrft(
+    spec: JobSpec, workdir: Path, most_threads: int | None = None, learners: int = 1, choose: bool = False
+) -> RunResult:
     """The engine's own job loop. A step runs from the job asking its control whether to go on to the
     metrics of the step being emitted (rollout, reward, advantages, update, metrics), evaluation left out.
     ``most_threads``: the engine chooses per phase among counts up to it (``_TimedJob``). ``learners`` > 1:
     that many data-parallel learners on a Ray instance of this machine, one thread each, each sampling and
-    learning on its share of the batch (the process's CPU seconds are then only the driver's)."""
+    learning on its share of the batch (the process's CPU seconds are then only the driver's). ``choose``: OpenRFT
+    left to choose (``runtime.threads`` unset), on the cores this process may use."""
     result = RunResult("OpenRFT", spec.training.seed)
+    if choose:
+        spec.runtime.threads = None
     if learners > 1:
         spec.rollout.runtime, spec.rollout.replicas, spec.runtime.threads = "ray", learners, 1
     runtime = runtime_for(spec)  # the composition root, as every job's
@@ -305,27 +311,31 @@ def compare(
     log=print,
     engine_threads: bool = False,
     learners: int = 1,
+    choose: bool = False,
 ) -> dict:
     """Both systems for each seed, alternating which goes first; per-seed and aggregate numbers. With
     ``engine_threads`` OpenRFT chooses per phase among counts up to ``threads``, with ``learners`` > 1 it runs
-    that many data-parallel learners of one thread each; TRL runs at ``threads``."""
+    that many data-parallel learners of one thread each, with ``choose`` it is left to choose (threads and learner
+    processes) on ``threads`` cores (the process pinned to them); TRL runs at ``threads``."""
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="openrft-vs-trl-")) if own_dir else workdir
     load = {"before": load_average()}
-    openrft = partial(run_openrft, most_threads=threads if engine_threads else None, learners=learners)
+    openrft = partial(run_openrft, most_threads=threads if engine_threads else None, learners=learners, choose=choose)
     runs: list[RunResult] = []
+    pinned = pinned_cores(threads) if choose and threads else contextlib.nullcontext()
     try:
-        for k, seed in enumerate(seeds):
-            order = (openrft, run_trl) if k % 2 == 0 else (run_trl, openrft)
-            for runner in order:
-                run = runner(matched_spec(steps, seed, eval_every, threads, lr), workdir)
-                runs.append(run)
-                s = run.summary(warmup)
-                chosen = f", threads chosen {run.chosen_threads}" if run.chosen_threads else ""
-                log(
-                    f"  {run.system:16s} seed {seed}: median step {s['median_step_s']:.3f} s, interval "
-                    f"{s['median_interval_s']:.3f} s, val reward {s['val_reward']}{chosen}  (load {load_average()})"
-                )
+        with pinned:
+            for k, seed in enumerate(seeds):
+                order = (openrft, run_trl) if k % 2 == 0 else (run_trl, openrft)
+                for runner in order:
+                    run = runner(matched_spec(steps, seed, eval_every, threads, lr), workdir)
+                    runs.append(run)
+                    s = run.summary(warmup)
+                    chosen = f", layouts kept {run.chosen_threads}" if run.chosen_threads else ""
+                    log(
+                        f"  {run.system:16s} seed {seed}: median step {s['median_step_s']:.3f} s, interval "
+                        f"{s['median_interval_s']:.3f} s, val reward {s['val_reward']}{chosen}  (load {load_average()})"
+                    )
     finally:
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
