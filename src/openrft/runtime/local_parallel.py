@@ -181,6 +181,10 @@ class LocalParallelRuntime(LocalRuntime):
         generator = ProcessGroupGenerator(local.generator, learner, cores)
 
         def use(phase: str, count: int) -> None:
+            """Before the phase's clock starts: the others brought up to date here, so that measuring a phase on
+            the processes does not count the update a phase before it made alone."""
+            if count > 1:
+                learner.bring_up_to_date()
             if phase == "learn":
                 learner.processes = count
             else:
