@@ -118,26 +118,33 @@ def measure(steps: int, rounds: int, timeout: float, log=print) -> dict:
             if n > 1:
                 ceiling[n].append(machine_speedup(n))
                 log(f"  {n} core(s): the machine's own speed-up {ceiling[n][-1]}")
+    return {"rows": figures(runs, ceiling), "runs": runs, "steps": steps, "rounds": rounds}
+
+
+def figures(runs: dict[int, list[dict]], ceiling: dict[int, list[float]]) -> list[dict]:
+    """Per core count: the median step of its runs, the speed-up over 1 core's, per added core and per core, and
+    against the machine's own speed-up at that count (its median)."""
     base = statistics.median(r["step_s"] for r in runs[1] if "step_s" in r)
     rows = []
-    for n in counts:
-        good = [r for r in runs[n] if "step_s" in r]
+    for n, done in runs.items():
+        good = [r for r in done if "step_s" in r]
         step = statistics.median(r["step_s"] for r in good)
         speedup = base / step
-        row = {
-            "cores": n,
-            "step_s": round(step, 4),
-            "speedup": round(speedup, 3),
-            "per_added_core": round((speedup - 1) / (n - 1), 3) if n > 1 else None,
-            "efficiency": round(speedup / n, 3),
-            "machine_speedup": statistics.median(ceiling[n]) if n > 1 else 1.0,
-            "layouts": [r["layout"] for r in good],
-            "processes": [r["processes"] for r in good],
-        }
-        if n > 1:
-            row["of_machine"] = round(speedup / row["machine_speedup"], 3)
-        rows.append(row)
-    return {"rows": rows, "runs": runs, "steps": steps, "rounds": rounds}
+        machine = statistics.median(ceiling[n]) if n > 1 else 1.0
+        rows.append(
+            {
+                "cores": n,
+                "step_s": round(step, 4),
+                "speedup": round(speedup, 3),
+                "per_added_core": round((speedup - 1) / (n - 1), 3) if n > 1 else None,
+                "efficiency": round(speedup / n, 3),
+                "machine_speedup": machine,
+                "of_machine": round(speedup / machine, 3) if n > 1 else None,
+                "layouts": [r["layout"] for r in good],
+                "processes": [r["processes"] for r in good],
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":
