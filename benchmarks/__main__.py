@@ -120,7 +120,8 @@ def vs_trl_at(args: argparse.Namespace, lr: float | None) -> None:
             "and `runtime.processes` unset, the process pinned to them; layouts kept per phase, [processes, threads]: "
             f"{', '.join(kept) or 'none: one core'})"
         )
-        cpu_text = "No CPU-time ratio: OpenRFT's work runs partly in its learner processes, not the one measured."
+        if any(layout[0] > 1 for s in r["runs"] for layout in (s["chosen_threads"] or {}).values()):
+            cpu_text = "No CPU-time ratio: OpenRFT's work runs partly in its learner processes, not the one measured."
     if learners > 1:
         threads_text = (
             f"TRL at {r['threads']} torch threads, OpenRFT as {learners} data-parallel learners of one thread each on "
