@@ -169,6 +169,8 @@ class LocalParallelRuntime(LocalRuntime):
         except Exception as exc:  # a process that could not start: the job runs in this process, as it would have
             for other in others:
                 other.close()
+            if torch.distributed.is_initialized():  # joined before the others failed
+                torch.distributed.destroy_process_group()
             self.on_event("warn", f"learner processes did not start ({exc}); the job runs in this process alone")
             return local
         self._learner = learner
