@@ -241,7 +241,7 @@ class Engine:
     def resources_of(self, host: str) -> tuple[float, float]:
         """(CPUs, GPUs) a call computes with here, for its tenant's quota: the threads torch last ran a phase
         with (1 before any), no GPU (the engine runs on the CPU)."""
-        return float(max(list(self.threads.last.values()), default=1)), 0.0
+        return float(max((threads for _, threads in self.threads.last.values()), default=1)), 0.0
 
     def adapter_state(self, model: TrainingModel) -> dict[str, torch.Tensor]:
         return model.base.state(model.model_id)
