@@ -118,7 +118,8 @@ def test_with_threads_unset_a_job_measures_each_phase_on_the_processes_and_alone
     assert all("2 processes at 1 thread each" in m and "this process at 2 threads" in m for m in chosen)
     # the other process computed in the steps that used it (steps 2 and 4: its CPU time grew), not in the others
     grew = [after - before for before, after in itertools.pairwise(helper_cpu)]  # in steps 2, 3, 4, 5
-    assert grew[0] > 0.05 and grew[2] > 0.05 and grew[1] < 0.02 and grew[3] < 0.02, grew
+    # (CPU seconds, in clock ticks of 0.01 s: about 0.08 a step that uses it here, 0 one that does not)
+    assert grew[0] >= 0.03 and grew[2] >= 0.03 and grew[1] <= 0.01 and grew[3] <= 0.01, grew
     assert runtime._learner is None and torch.distributed.is_initialized() is False
     recorded = json.loads((tmp_path / "run" / "spec.json").read_text())["runtime"]
     assert recorded["processes"] == 2 and recorded["threads"] == 2
