@@ -170,3 +170,46 @@ def test_a_users_script_without_a_main_guard_runs_once(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.count("script ran") == 1, out.stdout + out.stderr
     assert "got 1" in out.stdout and "error came back: KeyError('missing')" in out.stdout
+
+
+def test_when_every_phase_keeps_the_jobs_process_alone_the_learner_processes_end(recipe_factory, tmp_path, monkeypatch):
+    """Planted: each phase 0.2 s slower on the processes, so the measurement keeps this process alone for both; the
+    other process is then ended (a 0.5B model's copy is gigabytes), and the job goes on without it."""
+    import time
+
+    import openrft.engine.setup as setup
+    from openrft.runtime.local_parallel import ProcessGroupGenerator
+
+    monkeypatch.setattr(setup, "configure_threads", lambda threads, measured=False: threads or 2)
+    for cls, name in ((ProcessGroupLearner, "step"), (ProcessGroupGenerator, "generate")):
+        original = getattr(cls, name)
+
+        def slower(self, *args, _original=original, **kwargs):
+            if self.processes > 1:
+                time.sleep(0.2)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, slower)
+    spec = _parallel_spec(recipe_factory, 8)
+    events: list[str] = []
+    runtime = runtime_for(spec)
+    alive: list[tuple[bool, bool]] = []  # per step: whether the job still holds a learner process, and it still runs
+    first: list[ProcessActor] = []
+
+    def listener(step: int, metrics: dict) -> None:
+        if step > 0:
+            first[:] = first or list(runtime._learner.others)
+            alive.append((bool(runtime._learner.others), first[0].process.poll() is None))
+
+    job = RFTJob(
+        spec,
+        tmp_path / "run",
+        runtime=runtime,
+        show_progress=False,
+        listeners=(listener,),
+        on_event=lambda level, message: events.append(message),
+    )
+    assert job.run()["status"] == "succeeded"
+    # ended in step 6, once both phases had chosen (a warm-up and two trials in each layout)
+    assert alive == [(True, True)] * 5 + [(False, False)] * 3
+    assert any("its learner processes ended, memory freed" in m for m in events)

@@ -204,6 +204,7 @@ class RFTJob:
         # the step's model FLOPs against this machine's matmul peak, where the model is in this process
         self.step_flops = StepFlops.for_model(self.model, spec) if self.runtime.loads_model_locally else None
         # generation and learning take turns in this process only with sync rollouts from the local generator
+        self.release_processes = learner_parts.release_processes
         self.threads = PhaseThreads(
             self.parts.threads,
             enabled=measured and self.runtime.loads_model_locally,
@@ -216,6 +217,13 @@ class RFTJob:
         """Say which layout a phase keeps and why: each measured layout's seconds per 1,000 tokens."""
         measured = ", ".join(f"{describe(layout)} {rate * 1000:.3f} s" for layout, rate in rates.items())
         self.on_event("info", f"{phase}: {describe(chosen)} from now on, the fastest per 1,000 tokens ({measured})")
+        self._release_unused_processes()
+
+    def _release_unused_processes(self) -> None:
+        if self.threads.settled_alone() and self.release_processes is not None:
+            self.release_processes()
+            self.release_processes = None
+            self.on_event("info", "every phase keeps this process alone: its learner processes ended, memory freed")
 
     def _state(self, step: int) -> dict:
         return {
@@ -242,6 +250,7 @@ class RFTJob:
         self.generator.rng.set_state(state["generator_rng"])
         if "phase_threads" in state:  # checkpoints written before threads were tuned per phase have none
             self.threads.load_state_dict(state["phase_threads"])
+            self._release_unused_processes()
         self.generator.set_policy_version(self.learner.version)
         self.baseline = state["baseline_val_reward"]
         self.last_val = state["last_val_reward"]

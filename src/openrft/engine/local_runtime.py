@@ -38,6 +38,7 @@ class LearnerParts:
     probe_scores: Callable[[ProbeSet], list[list[float]]] | None = None  # the learner's sync-probe scores
     processes: int = 1  # learner processes of this machine a phase may run on (runtime/local_parallel.py)
     use_processes: Callable[[str, int], None] | None = None  # tells the runtime how many the next phase uses
+    release_processes: Callable[[], None] | None = None  # ends them once every phase keeps the job's process alone
 
 
 class AdapterFilesWriter:

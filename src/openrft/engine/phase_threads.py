@@ -157,6 +157,11 @@ class PhaseThreads:
             if self.on_choice is not None:
                 self.on_choice(name, phase.chosen, rates)
 
+    def settled_alone(self) -> bool:
+        """Whether, with learner processes to choose, every phase has kept this process alone (they can go)."""
+        phases = self.phases.values()
+        return self.processes > 1 and bool(phases) and all(p.chosen is not None and p.chosen[0] == 1 for p in phases)
+
     def metrics(self) -> dict[str, float]:
         """The threads (and, with learner processes, the processes) each phase last ran with."""
         out = {f"perf/threads_{name}": float(layout[1]) for name, layout in self.last.items()}

@@ -92,12 +92,17 @@ class ProcessGroupLearner:
         self.rank0.learner.load_state_dict(state)
         self.stale = True
 
-    def close(self) -> None:
-        self.here.close()
+    def release(self) -> None:
+        """End the other processes: from now on every phase runs in this process alone."""
         for other in self.others:
             other.close()
+        self.others, self.processes = [], 1
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+    def close(self) -> None:
+        self.here.close()
+        self.release()
 
 
 class ProcessGroupGenerator(PolicyVersioned):
@@ -200,6 +205,7 @@ class LocalParallelRuntime(LocalRuntime):
             local.probe_scores,
             processes=processes,
             use_processes=use,
+            release_processes=learner.release,
         )
 
     @staticmethod
