@@ -77,6 +77,12 @@ def test_two_processes_of_this_machine_make_one_learners_update_and_one_left_out
     assert other.process.poll() is not None
 
 
+def _job(spec, run_dir, runtime, listener, events: list[str]) -> RFTJob:
+    """A job on ``runtime`` whose listener sees each step's metrics and whose events land in ``events``."""
+    on_event = lambda level, message: events.append(message)  # noqa: E731
+    return RFTJob(spec, run_dir, runtime=runtime, show_progress=False, listeners=(listener,), on_event=on_event)
+
+
 def _parallel_spec(recipe_factory, steps: int):
     spec = load_job(recipe_factory(max_steps=steps, save_steps=steps))
     spec.runtime.threads = None  # the engine's choice: learner processes where the job can use them
@@ -102,14 +108,7 @@ def test_with_threads_unset_a_job_measures_each_phase_on_the_processes_and_alone
             times = psutil.Process(runtime._learner.others[0].pid).cpu_times()
             helper_cpu.append(times.user + times.system)
 
-    job = RFTJob(
-        spec,
-        tmp_path / "run",
-        runtime=runtime,
-        show_progress=False,
-        listeners=(listener,),
-        on_event=lambda level, message: events.append(message),
-    )
+    job = _job(spec, tmp_path / "run", runtime, listener, events)
     assert job.run()["status"] == "succeeded"
     assert seen[:6] == [(1.0, 1.0), (2.0, 2.0)] * 3  # a warm-up in each layout, then two trials each, interleaved
     assert any(m.startswith("2 learner processes (one per core the engine uses (2))") for m in events)
@@ -201,14 +200,7 @@ def test_when_every_phase_keeps_the_jobs_process_alone_the_learner_processes_end
             first[:] = first or list(runtime._learner.others)
             alive.append((bool(runtime._learner.others), first[0].process.poll() is None))
 
-    job = RFTJob(
-        spec,
-        tmp_path / "run",
-        runtime=runtime,
-        show_progress=False,
-        listeners=(listener,),
-        on_event=lambda level, message: events.append(message),
-    )
+    job = _job(spec, tmp_path / "run", runtime, listener, events)
     assert job.run()["status"] == "succeeded"
     # ended in step 6, once both phases had chosen (a warm-up and two trials in each layout)
     assert alive == [(True, True)] * 5 + [(False, False)] * 3
