@@ -167,10 +167,12 @@ def test_the_real_models_sampled_token_ids_and_logprobs_are_recorded_as_sampled(
             context, own = full[: base + begin], completion.token_ids[begin:end]
             cut = end == len(completion.token_ids) and completion.finish_reason == "length"
             # a turn cut at the trajectory's budget keeps the start of what was sampled; any other, all of it
-            turn = next(
+            turns = [
                 c for ctx, c in sampled if ctx == context and (c.token_ids[: len(own)] if cut else c.token_ids) == own
-            )
-            assert completion.logprobs[begin:end] == turn.logprobs[: len(own)]
+            ]
+            # a group's trajectories can sample the same turn in different batches, whose padding moves the
+            # log-probs in their last digits: the record holds exactly those of one of them
+            assert any(completion.logprobs[begin:end] == turn.logprobs[: len(own)] for turn in turns), (begin, turns)
 
 
 def test_64_concurrent_trajectories_sample_their_turns_in_shared_batches(tokenizer):
