@@ -174,6 +174,24 @@ def test_the_probe_scores_at_a_measured_thread_count_and_leaves_the_callers(reci
         torch.set_num_threads(before)
 
 
+def test_the_thread_count_is_the_fastest_runs_not_one_held_up(monkeypatch):
+    """A count whose runs are faster wins even when one of them was held up (by another thread, a collection): with
+    the least sum of runs, 2 threads (8 ms each) would win over 1 (3 ms, once 30 ms)."""
+    from openrft.rollout import sync_probe
+
+    clock = {"now": 0.0}
+    runs_at_one = iter([3e-3, 3e-3, 30e-3, 3e-3])  # the unmeasured first run, then the trials
+
+    def score_at(model, probe, threads):
+        clock["now"] += next(runs_at_one) if threads == 1 else 8e-3
+        return [[float(threads)]]
+
+    monkeypatch.setattr(sync_probe, "score_at_threads", score_at)
+    monkeypatch.setattr(sync_probe.time, "perf_counter", lambda: clock["now"])
+    threads, scores = sync_probe.fastest_threads(torch.nn.Linear(1, 1), None, 2)
+    assert threads == 1 and scores == [[1.0]]
+
+
 def test_the_probe_is_the_end_of_each_prompt_and_the_start_of_another():
     from openrft.rollout.sync_probe import PROBE_CONTEXT, probe_from_prompts
 
