@@ -966,6 +966,8 @@ def real_shape_suite(args: argparse.Namespace) -> None:
         ("generate_tokens_per_s", "generated tokens/s:"),
         ("learner_s", "learner s:"),
         ("learner_flops_fraction", "learner share of matmul peak:"),
+        ("generate_flops_fraction", "generation share of matmul peak:"),
+        ("step_flops_fraction", "whole step's share of matmul peak:"),
         ("error", "error"),
     ]
     body = [

@@ -14,7 +14,9 @@ Per configuration one JSON line: ``system``, ``threads``, ``step_s`` (median ste
 ``step_cpu_s`` (the same in the process's CPU seconds, which the load of other processes hardly changes),
 ``generate_tokens_per_s`` (sampled tokens over the time spent generating), ``learner_flops_fraction`` (the
 learner's model FLOPs, ``openrft.learner.flops``, over its time, over the matmul peak measured in the same
-process at the same threads). TRL's learner time is its step less its generation and scoring.
+process at the same threads), ``generate_flops_fraction`` (sampling's model FLOPs over the generation time, reward
+scoring included) and ``step_flops_fraction`` (both over the whole step's time: the share of the machine the step
+turned into model work). TRL's learner time is its step less its generation and scoring.
 """
 
 from __future__ import annotations
@@ -128,6 +130,15 @@ def learner_flops(samples, config) -> int:
     return learner_step_flops(DecoderShape.from_config(config), samples, LORA_RANK, reference=True)
 
 
+def sampling_flops(samples, config) -> int:
+    """Model FLOPs of sampling ``samples``' answers (each prompt's prefill once, its answers' tokens one at a time:
+    ``openrft.learner.flops.generation_flops``, as the engine's ``perf/generate_flops_fraction``), whatever the
+    system spent; the same count for both systems."""
+    from openrft.learner.flops import DecoderShape, generation_flops, groups_of
+
+    return generation_flops(DecoderShape.from_config(config), *groups_of(samples), LORA_RANK)
+
+
 def run_openrft(spec, workdir: Path, learners: int = 1) -> dict:
     """The engine's job loop; per step: its time, generation time and tokens, learner time and FLOPs. ``learners``
     > 1: that many data-parallel learners of one thread each on a Ray instance of this machine, each sampling and
@@ -144,6 +155,7 @@ def run_openrft(spec, workdir: Path, learners: int = 1) -> dict:
     rows: dict[int, dict] = {}
     learner_times: list[float] = []
     flops: list[int] = []
+    generated_flops: list[int] = []
     step_cpu: list[float] = []
 
     class TimedJob(RFTJob):
@@ -156,6 +168,7 @@ def run_openrft(spec, workdir: Path, learners: int = 1) -> dict:
                 out = step(samples)
                 learner_times.append(time.perf_counter() - start)
                 flops.append(learner_flops(samples, config))
+                generated_flops.append(sampling_flops(samples, config))
                 return out
 
             self.learner.step = timed_step
@@ -179,6 +192,7 @@ def run_openrft(spec, workdir: Path, learners: int = 1) -> dict:
         "generated_tokens": tokens,
         "learner_s": learner_times,
         "learner_flops": flops,
+        "generate_flops": generated_flops,
     }
 
 
@@ -201,7 +215,8 @@ def run_trl(spec, workdir: Path) -> dict:
     rewards = RewardRunner(parts.reward)
     train = parts.datasets.train
     dataset = Dataset.from_list([{"prompt": ex.messages, "index": i} for i, ex in enumerate(train)])
-    record: dict[str, list] = {"step_s": [], "step_cpu_s": [], "generate_s": [], "learner_s": [], "learner_flops": []}
+    record: dict[str, list] = {key: [] for key in ("step_s", "step_cpu_s", "generate_s", "learner_s")}
+    record |= {"learner_flops": [], "generate_flops": []}
     generated: list[float] = []  # seconds in generation and scoring within the current step
 
     def reward(prompts, completions, index, **kwargs) -> list[float | None]:
@@ -234,6 +249,7 @@ def run_trl(spec, workdir: Path) -> dict:
             record["generate_s"].append(sum(generated))
             record["learner_s"].append(step - sum(generated))
             record["learner_flops"].append(learner_flops(trainer.last_samples, parts.model.config))
+            record["generate_flops"].append(sampling_flops(trainer.last_samples, parts.model.config))
 
     kwargs = grpo_config_kwargs(
         spec, parts.max_new_tokens, spec.training.total_steps, str(workdir / "trl"), spec.training.seed
@@ -272,6 +288,7 @@ def summarise(system: str, threads: int, record: dict, peak: float) -> dict:
     generate_s = statistics.median(record["generate_s"][keep])
     learner_s = statistics.median(record["learner_s"][keep])
     flops = statistics.median(record["learner_flops"][keep])
+    step_flops = statistics.median(g + f for g, f in zip(record["generate_flops"][keep], record["learner_flops"][keep]))
     return {
         "system": system,
         "threads": threads,
@@ -283,6 +300,8 @@ def summarise(system: str, threads: int, record: dict, peak: float) -> dict:
         "learner_flops_per_s": round(flops / learner_s),
         "matmul_peak_flops_per_s": round(peak),
         "learner_flops_fraction": round(flops / learner_s / peak, 3),
+        "generate_flops_fraction": round(statistics.median(record["generate_flops"][keep]) / generate_s / peak, 3),
+        "step_flops_fraction": round(step_flops / step_s / peak, 3),
         "steps_timed": len(record["step_s"][keep]),
     }
 

@@ -33,11 +33,35 @@ def test_a_configuration_row_leaves_the_warm_up_step_out():
         "generate_s": [5.0, 1.0, 1.0],
         "learner_s": [4.0, 1.0, 3.0],
         "learner_flops": [8e9, 8e9, 8e9],
+        "generate_flops": [1e9, 2e9, 2e9],
         "generated_tokens": 100,
     }
     row = summarise("openrft", 2, record, peak=1e10)
     assert (row["step_s"], row["step_cpu_s"], row["generate_tokens_per_s"]) == (3.0, 2.0, 100.0)
     assert row["learner_flops_fraction"] == pytest.approx(8e9 / 2.0 / 1e10, abs=1e-3) and row["steps_timed"] == 2
+    assert row["generate_flops_fraction"] == pytest.approx(2e9 / 1.0 / 1e10, abs=1e-3)
+    assert row["step_flops_fraction"] == pytest.approx(10e9 / 3.0 / 1e10, abs=1e-3)  # both phases over the step
+
+
+def test_sampling_flops_count_each_prompts_prefill_once_and_every_answer_token():
+    from transformers import Qwen2Config
+
+    from benchmarks.real_shape import sampling_flops
+    from openrft.learner.batch import TrainSample
+    from openrft.learner.flops import DecoderShape, generation_flops
+
+    config = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+    )
+    samples = [TrainSample([1, 2, 3], [4, 5], advantage=0.0), TrainSample([1, 2, 3], [6, 7], advantage=0.0)]
+    samples.append(TrainSample([8, 9], [4, 5, 6], advantage=0.0))
+    expected = generation_flops(DecoderShape.from_config(config), [3, 2], [[2, 2], [3]], 16)
+    assert sampling_flops(samples, config) == expected > 0
 
 
 def test_the_job_runs_every_answer_to_its_length_and_the_suite_can_add_ray_learners(tmp_path):
