@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import update
 
+from openrft.models import machine_cpus
 from openrft.service.errors import ApiError
 from openrft.service.quotas import refuse_if_over_quota
 from openrft.service.store.models import JobUsage
@@ -71,8 +72,9 @@ def test_a_tenant_over_its_quota_waits_saying_which_and_the_others_go_ahead(stor
     worker.tick()
     assert [job_id for job_id, _ in worker.launcher.started] == [bob.id, alice.id]
     assert store.get_job(None, alice.id).queue_reason is None
-    # what it reserved counts while it runs: its attempt's row, seen at each heartbeat
-    assert store.reserved_now([alice.id]) == {alice.id: (1.0, 0.0)}
+    # what it reserved counts while it runs: its attempt's row, seen at each heartbeat; threads unset, every core
+    # of this machine, as the job uses them
+    assert store.reserved_now([alice.id]) == {alice.id: (float(machine_cpus()[0]), 0.0)}
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

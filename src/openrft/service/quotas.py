@@ -36,13 +36,17 @@ class Reserved:
 
 def reserved(spec: JobSpec | None, group: dict[str, float] | None, devices: str | None) -> Reserved:
     """What an attempt reserves: its placement group on the server's cluster (``group``, summed), else its GPUs of
-    the workers' machine (``devices``: CUDA_VISIBLE_DEVICES) and its threads (1 CPU when unset)."""
+    the workers' machine (``devices``: CUDA_VISIBLE_DEVICES) and its threads. With ``runtime.threads`` unset, a job
+    on the workers' machine uses every core it may (``models.configure_threads``: a thread, or a learner process,
+    per physical core), and that is what it reserves."""
     if group is not None:
         return Reserved(group.get("CPU", 0.0), group.get("GPU", 0.0))
     if spec is None:  # unreadable: its job process fails it at once
         return Reserved(1.0, 0.0)
+    from openrft.models import machine_cpus
+
     asked = job_resources(spec, None)
-    cpu = asked.cpu or 1.0
+    cpu = asked.cpu or float(machine_cpus()[0])
     if devices is not None:
         return Reserved(cpu, float(len([d for d in devices.split(",") if d])))
     return Reserved(cpu, asked.gpu or 0.0)
