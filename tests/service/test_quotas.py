@@ -9,7 +9,7 @@ from sqlalchemy import update
 
 from openrft.models import machine_cpus
 from openrft.service.errors import ApiError
-from openrft.service.quotas import refuse_if_over_quota
+from openrft.service.quotas import Reserved, refuse_if_over_quota, reserved
 from openrft.service.store.models import JobUsage
 from tests.service.test_admission import Launcher, _queued, _spec
 
@@ -72,9 +72,14 @@ def test_a_tenant_over_its_quota_waits_saying_which_and_the_others_go_ahead(stor
     worker.tick()
     assert [job_id for job_id, _ in worker.launcher.started] == [bob.id, alice.id]
     assert store.get_job(None, alice.id).queue_reason is None
-    # what it reserved counts while it runs: its attempt's row, seen at each heartbeat; threads unset, every core
-    # of this machine, as the job uses them
-    assert store.reserved_now([alice.id]) == {alice.id: (float(machine_cpus()[0]), 0.0)}
+    # what it reserved counts while it runs: its attempt's row, seen at each heartbeat
+    assert store.reserved_now([alice.id]) == {alice.id: (1.0, 0.0)}
+
+
+def test_a_local_job_reserves_its_threads_and_with_threads_unset_every_core_as_it_uses_them():
+    assert reserved(_spec(threads=3), None, None) == Reserved(3.0, 0.0)
+    assert reserved(_spec(threads=None), None, None) == Reserved(float(machine_cpus()[0]), 0.0)
+    assert reserved(_spec(threads=None), {"CPU": 4.0, "GPU": 1.0}, None) == Reserved(4.0, 1.0)  # its group's
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
