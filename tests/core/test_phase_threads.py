@@ -35,6 +35,32 @@ def test_with_learner_processes_they_come_last_and_this_process_is_tried_only_ab
     assert candidates(1, processes=2) == [(1, 1), (2, 1)]
 
 
+def test_once_the_processes_are_lost_every_phase_runs_in_this_process():
+    """A phase that chose the processes runs here at every thread; one still measuring keeps only this process's
+    layouts, and with none left to try keeps the fastest it measured here; a run on the processes that broke off
+    counts for nothing."""
+    told: list[tuple[str, int]] = []
+    tuner = PhaseThreads(8, processes=4, on_layout=lambda phase, processes: told.append((phase, processes)))
+    learn, generate = tuner._phase("learn"), tuner._phase("generate")
+    learn.chosen = (4, 2)
+    generate.warmups, generate.trials = [], [(4, 2), (1, 4), (4, 2)]  # (1, 8) measured twice, (1, 4) once
+    generate.seconds, generate.work = {(1, 8): 2.0, (1, 4): 0.5, (4, 2): 0.1}, {(1, 8): 2.0, (1, 4): 1.0, (4, 2): 1.0}
+    with tuner.phase("generate") as measure:  # on the processes when they are lost
+        assert torch.get_num_threads() == 2
+        tuner.lose_processes()
+        measure.work = 1.0
+    assert (tuner.processes, generate.trials, (4, 2) in generate.seconds) == (1, [(1, 4)], False)
+    assert tuner.layout_for("learn") == (1, 8) and tuner.layout_for("generate") == (1, 4)
+    run(tuner, "generate", {4: 0.0})  # the last trial: (1, 4) at 0.5 s per unit against (1, 8)'s 1.0
+    assert generate.chosen == (1, 4) and tuner.layout_for("generate") == (1, 4)
+    assert told[-1] == ("generate", 1) and "perf/processes_learn" not in tuner.metrics()
+
+    measuring = PhaseThreads(2, processes=2)
+    measuring._phase("learn").trials = [(2, 1)]
+    measuring.lose_processes()  # nothing of this process's measured: every thread
+    assert measuring.layout_for("learn") == (1, 2)
+
+
 @pytest.mark.parametrize(("seconds_at", "best"), [({2: 0.06, 1: 0.01}, 1), ({2: 0.01, 1: 0.06}, 2)])
 def test_the_faster_count_is_kept_after_a_warm_up_at_each_count_and_two_interleaved_trials_each(seconds_at, best):
     tuner = PhaseThreads(2)

@@ -8,6 +8,7 @@ import copy
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,77 @@ def test_two_processes_of_this_machine_make_one_learners_update_and_one_left_out
     assert other.process.poll() is not None
 
 
+def test_a_learning_step_a_process_died_in_is_run_again_here_from_the_state_before_it(recipe_factory):
+    """The other process is killed before a step on both: this process's share of the step breaks off in its
+    collective; the step is run again here alone from the state before it, which gives one learner's update on the
+    whole batch, and the processes are ended, the job's layouts told."""
+    spec = load_job(recipe_factory(max_steps=3))
+    spec.runtime.threads = 1
+    whole_policy, whole = _local_learner(spec)
+    policy, learner = _local_learner(spec)
+    other = ProcessActor(LearnerActor, (spec.model_dump_json(), 1, 2), "learner-1")
+    events: list[str] = []
+    rank0 = LearnerActor.around(policy, learner, PolicyVersioned())
+    group = ProcessGroupLearner(rank0, [other], 1, lambda level, message: events.append(message))
+    told = []
+    group.when_lost.append(lambda: told.append(True))
+    try:
+        group.step(_samples(0))  # on both
+        whole.load_state_dict(copy.deepcopy(learner.state_dict()))
+        os.kill(other.pid, signal.SIGKILL)
+        got, want = group.step(_samples(1)), whole.step(_samples(1))
+        assert got["actor/pg_loss"] == pytest.approx(want["actor/pg_loss"], rel=1e-6, abs=1e-7)
+        assert torch.equal(_adapter(policy), _adapter(whole_policy))  # one learner's step, from the same state
+        assert group.version == whole.version == 2
+        assert (group.processes, group.others, told) == (1, [], [True])
+        assert not torch.distributed.is_initialized()
+        (event,) = events
+        assert re.match(r"learner process learner-1 \(pid \d+\) ended during train\(\) with exit code -9", event), event
+        assert "the learning step runs again in this process" in event
+        group.step(_samples(2))  # alone from now on
+        assert group.version == 3
+    finally:
+        group.close()
+
+
+def test_a_step_whose_update_this_process_applied_before_the_other_died_is_run_again_from_before_it(recipe_factory):
+    """The other process ends right after the step's update, which this process has applied too by then: the step
+    is run again from the state before it, not on top of that update (one update, not two)."""
+    from tests.engine.dying_learner import EXIT_CODE, LearnerDyingAfterItsFirstUpdate
+
+    spec = load_job(recipe_factory(max_steps=3))
+    spec.runtime.threads = 1
+    whole_policy, whole = _local_learner(spec)
+    policy, learner = _local_learner(spec)
+    other = ProcessActor(LearnerDyingAfterItsFirstUpdate, (spec.model_dump_json(), 1, 2), "learner-1")
+    events: list[str] = []
+    rank0 = LearnerActor.around(policy, learner, PolicyVersioned())
+    group = ProcessGroupLearner(rank0, [other], 1, lambda level, message: events.append(message))
+    try:
+        whole.load_state_dict(copy.deepcopy(learner.state_dict()))
+        group.step(_samples(0))
+        whole.step(_samples(0))
+        assert torch.equal(_adapter(policy), _adapter(whole_policy)) and group.version == whole.version == 1
+        assert f"exit code {EXIT_CODE}" in events[0] and group.others == []
+    finally:
+        group.close()
+
+
+def test_with_full_rank_training_a_process_lost_in_a_learning_step_fails_it_by_name(recipe_factory):
+    """No copy of the whole model and its optimizer is kept to run the step again from."""
+    spec = load_job(recipe_factory(max_steps=3))
+    spec.runtime.threads, spec.lora.enabled = 1, False
+    policy, learner = _local_learner(spec)
+    other = ProcessActor(LearnerActor, (spec.model_dump_json(), 1, 2), "learner-1")
+    group = ProcessGroupLearner(LearnerActor.around(policy, learner, PolicyVersioned()), [other], 1)
+    try:
+        os.kill(other.pid, signal.SIGKILL)
+        with pytest.raises(ProcessLost, match=r"learner process learner-1 \(pid \d+\) ended"):
+            group.step(_samples(0))
+    finally:
+        group.close()
+
+
 def _job(spec, run_dir, runtime, listener, events: list[str]) -> RFTJob:
     """A job on ``runtime`` whose listener sees each step's metrics and whose events land in ``events``."""
     on_event = lambda level, message: events.append(message)  # noqa: E731
@@ -132,20 +204,28 @@ def test_with_threads_unset_a_job_measures_each_phase_on_the_processes_and_alone
     assert resumed.threads.state_dict() == state
 
 
-def test_a_learner_process_that_dies_fails_the_job_with_its_name_and_exit_code(recipe_factory, tmp_path):
+def test_a_learner_process_that_dies_leaves_the_job_in_this_process_named_with_its_exit_code(recipe_factory, tmp_path):
+    """Killed between steps: the next phase (sampling) finds it gone, runs again here, and so does every phase after;
+    the job ends as it would have."""
     spec = _parallel_spec(recipe_factory, 4)
     spec.runtime.threads, spec.runtime.processes = 1, 2  # both fixed: every phase on the two processes
-    runtime = runtime_for(spec)
+    events: list[str] = []
+    runtime = runtime_for(spec, lambda level, message: events.append(message))
+    rows: dict[int, dict] = {}
 
     def kill(step: int, metrics: dict) -> None:
+        rows[step] = metrics
         if step == 1:
             os.kill(runtime._learner.others[0].pid, signal.SIGKILL)
 
-    job = RFTJob(spec, tmp_path / "run", runtime=runtime, show_progress=False, listeners=(kill,))
-    with pytest.raises(
-        ProcessLost, match=r"learner process learner-1 \(pid \d+\) ended during \w+\(\) with exit code -9"
-    ):
-        job.run()
+    job = _job(spec, tmp_path / "run", runtime, kill, events)
+    assert job.run()["status"] == "succeeded"
+    (lost,) = [e for e in events if "ended during" in e]
+    assert re.match(r"learner process learner-1 \(pid \d+\) ended during generate\(\) with exit code -9", lost)
+    assert "the sampling runs again in this process" in lost
+    assert rows[1]["perf/processes_generate"] == rows[1]["perf/processes_learn"] == 2.0
+    assert all("perf/processes_generate" not in rows[step] for step in (2, 3, 4)), rows
+    assert job.learner.others == [] and job.learner.version == 4
 
 
 def test_a_users_script_without_a_main_guard_runs_once(tmp_path):

@@ -39,11 +39,14 @@ def run(args: argparse.Namespace) -> int:
     if is_follower():  # a torchrun rank > 0: a shard of the learner, driven by rank 0's job
         return follow()
     from openrft.engine import RFTJob
-    from openrft.runtime import runtime_for
+    from openrft.runtime import runtime_factory, runtime_for
     from openrft.spec.locations import is_remote, resolve_location
 
+    on_event = event_printer(args.quiet)
     if args.resume:
-        job = RFTJob.from_run_dir(args.resume, runtime_factory=runtime_for, show_progress=not args.quiet)
+        job = RFTJob.from_run_dir(
+            args.resume, runtime_factory=runtime_factory(on_event), show_progress=not args.quiet, on_event=on_event
+        )
     else:
         if not args.job:
             raise OpenRFTError("openrft train needs a job file, or --resume RUN_DIR")
@@ -66,6 +69,20 @@ def run(args: argparse.Namespace) -> int:
             if not (run_dir / "spec.json").exists():
                 raise OpenRFTError(f"{run_dir} is not an OpenRFT run directory; --overwrite only replaces runs")
             shutil.rmtree(run_dir)
-        job = RFTJob(spec, run_dir, show_progress=not args.quiet, runtime=runtime_for(spec))
+        job = RFTJob(
+            spec, run_dir, show_progress=not args.quiet, runtime=runtime_for(spec, on_event), on_event=on_event
+        )
     summary = job.run()
     return 0 if summary["status"] in ("succeeded", "paused") else 1
+
+
+def event_printer(quiet: bool):
+    """The run's events (the layouts chosen, checkpoints, a learner process lost, rewards that failed) on stderr,
+    where the progress bar is: warnings always, the rest unless ``--quiet``."""
+    import sys
+
+    def on_event(level: str, message: str) -> None:
+        if level != "info" or not quiet:
+            print(f"{level}: {message}", file=sys.stderr, flush=True)
+
+    return on_event

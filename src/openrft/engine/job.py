@@ -212,12 +212,19 @@ class RFTJob:
             on_layout=learner_parts.use_processes,
             on_choice=self._layout_chosen,
         )
+        if learner_parts.when_processes_lost is not None:
+            learner_parts.when_processes_lost(self._processes_lost)
 
     def _layout_chosen(self, phase: str, chosen: Layout, rates: dict[Layout, float]) -> None:
         """Say which layout a phase keeps and why: each measured layout's seconds per 1,000 tokens."""
         measured = ", ".join(f"{describe(layout)} {rate * 1000:.3f} s" for layout, rate in rates.items())
         self.on_event("info", f"{phase}: {describe(chosen)} from now on, the fastest per 1,000 tokens ({measured})")
         self._release_unused_processes()
+
+    def _processes_lost(self) -> None:
+        """A learner process ended and the runtime ended the others: every phase runs in this process from now on."""
+        self.threads.lose_processes()
+        self.release_processes = None
 
     def _release_unused_processes(self) -> None:
         if self.threads.settled_alone() and self.release_processes is not None:

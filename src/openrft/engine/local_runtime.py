@@ -39,6 +39,7 @@ class LearnerParts:
     processes: int = 1  # learner processes of this machine a phase may run on (runtime/local_parallel.py)
     use_processes: Callable[[str, int], None] | None = None  # tells the runtime how many the next phase uses
     release_processes: Callable[[], None] | None = None  # ends them once every phase keeps the job's process alone
+    when_processes_lost: Callable[[Callable[[], None]], None] | None = None  # registers what to do once one ends
 
 
 class AdapterFilesWriter:

@@ -143,7 +143,7 @@ class PhaseThreads:
 
     def _record(self, name: str, layout: Layout, seconds: float, work: float) -> None:
         phase = self._phase(name)
-        if phase.chosen is not None:
+        if phase.chosen is not None or layout[0] > self.processes:  # chosen, or run on processes lost during it
             return
         if phase.warmups:
             phase.warmups.remove(layout)
@@ -156,6 +156,22 @@ class PhaseThreads:
             phase.chosen = min(rates, key=rates.__getitem__)
             if self.on_choice is not None:
                 self.on_choice(name, phase.chosen, rates)
+
+    def lose_processes(self) -> None:
+        """The learner processes are gone: every phase runs in this process from now on. A phase still measuring
+        keeps measuring this process's layouts; with none left to try, it keeps the fastest measured, else every
+        thread. A choice of the processes stays in the state (a resumed run has them again); ``_fit`` maps it."""
+        self.processes = 1
+        self.enabled = self.enabled and self.most > 1
+        for phase in self.phases.values():
+            alone = lambda layouts: [layout for layout in layouts if layout[0] == 1]  # noqa: E731
+            phase.warmups, phase.trials = alone(phase.warmups), alone(phase.trials)
+            phase.seconds = {layout: s for layout, s in phase.seconds.items() if layout[0] == 1}
+            phase.work = {layout: w for layout, w in phase.work.items() if layout[0] == 1}
+            if phase.chosen is None and not phase.trials:
+                phase.warmups = []
+                rates = {layout: phase.seconds[layout] / phase.work[layout] for layout in phase.seconds}
+                phase.chosen = min(rates, key=rates.__getitem__) if rates else (1, self.most)
 
     def settled_alone(self) -> bool:
         """Whether, with learner processes to choose, every phase has kept this process alone (they can go)."""

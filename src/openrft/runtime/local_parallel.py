@@ -13,10 +13,17 @@ A process left out of a learning step (this process learned alone) gets this pro
 reference, optimizer, scheduler) before it is next used. Checkpoints, evaluation (seeded, so its figures do not
 depend on the layout) and the adapter sent anywhere are this process's. The processes are spawned when the
 learner is built, in parallel with nothing else to wait for, and ended with the job.
+
+A process that ends during a phase (killed, out of memory) does not end the job: the others are ended, the phase
+runs again in this process alone at every thread, and so does every phase after it (the job's layouts are told,
+``when_lost``). A learning step is run again from this process's state before it, kept for that (the adapter and
+its optimizer state: small beside the model); with full-rank training that copy would be the whole model and its
+optimizer, so there a lost process still fails the job, by name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -27,7 +34,8 @@ from openrft.engine.setup import JobParts
 from openrft.models import torch_threads
 from openrft.rollout.types import SamplingParams, WrappedGenerator
 from openrft.runtime.learner_group import GroupGenerator, GroupLearner, LearnerActor
-from openrft.runtime.local_processes import LOCAL, ProcessActor, ThreadActor
+from openrft.runtime.local_processes import LOCAL, ProcessActor, ProcessLost, ThreadActor
+from openrft.runtime.ray_faults import PEER_LOSS_WAIT_S
 from openrft.spec.job import JobSpec
 
 MEMORY_SHARE = 0.5  # of the memory available at the start, what the extra processes' copies may take
@@ -51,12 +59,21 @@ def processes_for(spec: JobSpec, cores: int, model: torch.nn.Module) -> tuple[in
 class ProcessGroupLearner:
     """The job's learner: this process's (``rank0``) alone, or data-parallel with the other processes."""
 
-    def __init__(self, rank0: LearnerActor, others: list[ProcessActor]):
+    def __init__(
+        self,
+        rank0: LearnerActor,
+        others: list[ProcessActor],
+        cores: int | None = None,
+        on_event: Callable[[str, str], None] | None = None,
+    ):
         self.rank0, self.others = rank0, others
         self.here = ThreadActor(rank0)
         self.group = GroupLearner([self.here, *others], LOCAL)  # joins the processes' group (gloo, 127.0.0.1)
         self.processes = 1 + len(others)  # the layout of the phase that runs next (``use``)
         self.stale = False  # whether the others missed an update this process made alone
+        self.cores = cores or torch.get_num_threads()  # this process's threads when it runs a phase alone
+        self.on_event = on_event or (lambda level, message: None)
+        self.when_lost: list[Callable[[], None]] = []  # told once the processes are lost (the job's layouts)
 
     @property
     def version(self) -> int:
@@ -71,12 +88,37 @@ class ProcessGroupLearner:
         return self.rank0.learner.activation_bytes_per_token
 
     def step(self, samples: list) -> dict[str, float]:
-        if self.processes == 1:
+        if self.processes == 1 or not self.others:
             metrics = self.rank0.learner.step(samples)
             self.stale = True
             return metrics
-        self.bring_up_to_date()
-        return self.group.step(samples)
+        before = self.rank0.learner.snapshot() if self.rank0.policy.lora_enabled else None
+        try:
+            self.bring_up_to_date()
+            return self.group.step(samples)
+        except ProcessLost as lost:
+            if before is None:  # full-rank: no copy of the state before the step to run it again from
+                raise
+            self.lose(lost, "learning step")
+            self.rank0.learner.restore(before)
+            with torch_threads(self.cores):
+                return self.rank0.learner.step(samples)
+
+    def lose(self, lost: ProcessLost, phase: str) -> None:
+        """A process ended during ``phase``: once this process's own part of it has ended, end the others and go
+        on alone (the job told), or fail with ``lost`` if that part does not end."""
+        try:  # its thread runs calls in order: this one answers once the phase's call has ended
+            self.here.version.remote().result(timeout=PEER_LOSS_WAIT_S)
+        except Exception:
+            raise lost from None
+        self.release()
+        self.on_event(
+            "warn",
+            f"{lost}: the other learner processes are ended and the {phase} runs again in this process, which runs "
+            f"every phase alone from now on, at {self.cores} thread(s)",
+        )
+        for hook in self.when_lost:
+            hook()
 
     def bring_up_to_date(self) -> None:
         """Give the other processes this process's learner state if they missed an update."""
@@ -118,10 +160,16 @@ class ProcessGroupGenerator(WrappedGenerator):
         if seed is not None:
             with torch_threads(self.cores):
                 return self.inner.generate(prompts, params, seed)
-        if self.processes == 1:
+        if self.processes == 1 or not self.learner.others:
             return self.inner.generate(prompts, params, seed)
-        self.learner.bring_up_to_date()
-        return self.group.generate(prompts, params)
+        try:
+            self.learner.bring_up_to_date()
+            return self.group.generate(prompts, params)
+        except ProcessLost as lost:
+            self.learner.lose(lost, "sampling")
+            self.processes = 1
+            with torch_threads(self.cores):
+                return self.inner.generate(prompts, params, seed)
 
     def score(self, probe):
         return self.inner.score(probe)
@@ -149,7 +197,7 @@ class LocalParallelRuntime(LocalRuntime):
         local = super().build_learner(spec, parts, sharers=processes)
         rank0 = LearnerActor.around(self._policy, local.learner, local.generator)
         try:
-            learner = ProcessGroupLearner(rank0, others)
+            learner = ProcessGroupLearner(rank0, others, cores, self.on_event)
         except Exception as exc:  # a process that could not start: the job runs in this process, as it would have
             for other in others:
                 other.close()
@@ -185,6 +233,7 @@ class LocalParallelRuntime(LocalRuntime):
             processes=processes,
             use_processes=use,
             release_processes=learner.release,
+            when_processes_lost=learner.when_lost.append,
         )
 
     @staticmethod
