@@ -44,20 +44,12 @@ def test_a_configuration_row_leaves_the_warm_up_step_out():
 
 
 def test_sampling_flops_count_each_prompts_prefill_once_and_every_answer_token():
-    from transformers import Qwen2Config
-
     from benchmarks.real_shape import sampling_flops
     from openrft.learner.batch import TrainSample
     from openrft.learner.flops import DecoderShape, generation_flops
+    from tests.tiny_models import tiny_qwen2_config
 
-    config = Qwen2Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=100,
-    )
+    config = tiny_qwen2_config(vocab_size=100, max_position_embeddings=64)
     samples = [TrainSample([1, 2, 3], [4, 5], advantage=0.0), TrainSample([1, 2, 3], [6, 7], advantage=0.0)]
     samples.append(TrainSample([8, 9], [4, 5, 6], advantage=0.0))
     expected = generation_flops(DecoderShape.from_config(config), [3, 2], [[2, 2], [3]], 16)

@@ -49,15 +49,25 @@ def _adapter(policy: Policy) -> torch.Tensor:
     return torch.cat([t.flatten() for t in policy.adapter_state().values()])
 
 
+def _pair_beside_one_learner(recipe_factory, other_class=LearnerActor):
+    """One learner on the whole batch, and a group of this process's learner and one process of ``other_class``
+    (the same initial adapter in all three); the group's events land in the returned list."""
+    spec = load_job(recipe_factory(max_steps=3))
+    spec.runtime.threads = 1
+    whole_policy, whole = _local_learner(spec)
+    policy, learner = _local_learner(spec)
+    other = ProcessActor(other_class, (spec.model_dump_json(), 1, 2), "learner-1")
+    events: list[str] = []
+    rank0 = LearnerActor.around(policy, learner, PolicyVersioned())
+    group = ProcessGroupLearner(rank0, [other], 1, lambda level, message: events.append(message))
+    return (whole_policy, whole), (policy, learner), group, events
+
+
 def test_two_processes_of_this_machine_make_one_learners_update_and_one_left_out_is_brought_up_to_date(
     recipe_factory,
 ):
-    spec = load_job(recipe_factory(max_steps=3))
-    spec.runtime.threads = 1
-    whole_policy, whole = _local_learner(spec)  # one learner on the whole batch, the same initial adapter
-    policy, learner = _local_learner(spec)
-    other = ProcessActor(LearnerActor, (spec.model_dump_json(), 1, 2), "learner-1")
-    group = ProcessGroupLearner(LearnerActor.around(policy, learner, PolicyVersioned()), [other])
+    (whole_policy, whole), (policy, learner), group, _ = _pair_beside_one_learner(recipe_factory)
+    other = group.others[0]
     try:
         for step, processes in enumerate([2, 1, 2]):  # the second step in this process alone: the other misses it
             group.processes = processes
@@ -82,14 +92,8 @@ def test_a_learning_step_a_process_died_in_is_run_again_here_from_the_state_befo
     """The other process is killed before a step on both: this process's share of the step breaks off in its
     collective; the step is run again here alone from the state before it, which gives one learner's update on the
     whole batch, and the processes are ended, the job's layouts told."""
-    spec = load_job(recipe_factory(max_steps=3))
-    spec.runtime.threads = 1
-    whole_policy, whole = _local_learner(spec)
-    policy, learner = _local_learner(spec)
-    other = ProcessActor(LearnerActor, (spec.model_dump_json(), 1, 2), "learner-1")
-    events: list[str] = []
-    rank0 = LearnerActor.around(policy, learner, PolicyVersioned())
-    group = ProcessGroupLearner(rank0, [other], 1, lambda level, message: events.append(message))
+    (whole_policy, whole), (policy, learner), group, events = _pair_beside_one_learner(recipe_factory)
+    other = group.others[0]
     told = []
     group.when_lost.append(lambda: told.append(True))
     try:
@@ -116,14 +120,8 @@ def test_a_step_whose_update_this_process_applied_before_the_other_died_is_run_a
     is run again from the state before it, not on top of that update (one update, not two)."""
     from tests.engine.dying_learner import EXIT_CODE, LearnerDyingAfterItsFirstUpdate
 
-    spec = load_job(recipe_factory(max_steps=3))
-    spec.runtime.threads = 1
-    whole_policy, whole = _local_learner(spec)
-    policy, learner = _local_learner(spec)
-    other = ProcessActor(LearnerDyingAfterItsFirstUpdate, (spec.model_dump_json(), 1, 2), "learner-1")
-    events: list[str] = []
-    rank0 = LearnerActor.around(policy, learner, PolicyVersioned())
-    group = ProcessGroupLearner(rank0, [other], 1, lambda level, message: events.append(message))
+    pair = _pair_beside_one_learner(recipe_factory, LearnerDyingAfterItsFirstUpdate)
+    (whole_policy, whole), (policy, learner), group, events = pair
     try:
         whole.load_state_dict(copy.deepcopy(learner.state_dict()))
         group.step(_samples(0))
