@@ -1148,6 +1148,8 @@ def cores_suite(args: argparse.Namespace) -> None:
         ("efficiency", "speed-up / cores:"),
         ("machine_speedup", "the machine's own speed-up:"),
         ("of_machine", "of the machine's:"),
+        ("snapshot_s", "learner state copied per step on the processes, s:"),
+        ("snapshot_share", "its share of the step:"),
         ("layouts", "layouts kept [processes, threads] (generate, learn)"),
     ]
     shown = [{**row, "layouts": "; ".join(_layouts(layout) for layout in row["layouts"])} for row in result["rows"]]

@@ -53,11 +53,14 @@ def job_worker(steps: int) -> dict:
             on_event=lambda level, message: events.append(message),
         )
         job.run()
-    kept = [rows[s]["perf/time_per_step"] for s in sorted(rows) if s > MEASURING_STEPS + 1]
+    timed = [rows[s] for s in sorted(rows) if s > MEASURING_STEPS + 1]
+    kept = [row["perf/time_per_step"] for row in timed]
+    copies = [row["perf/learner_snapshot_s"] for row in timed if "perf/learner_snapshot_s" in row]
     last = rows[max(rows)]
     return {
         "cores": len(os.sched_getaffinity(0)),
         "step_s": round(statistics.median(kept), 4),
+        "snapshot_s": round(statistics.median(copies), 5) if copies else None,
         "steps_timed": len(kept),
         "wall_s": round(time.perf_counter() - started, 1),
         "threads": int(spec.runtime.threads or 0),
@@ -131,6 +134,7 @@ def figures(runs: dict[int, list[dict]], ceiling: dict[int, list[float]]) -> lis
         step = statistics.median(r["step_s"] for r in good)
         speedup = base / step
         machine = statistics.median(ceiling[n]) if n > 1 else 1.0
+        copies = [r["snapshot_s"] for r in good if r.get("snapshot_s") is not None]  # steps on the processes only
         rows.append(
             {
                 "cores": n,
@@ -140,6 +144,8 @@ def figures(runs: dict[int, list[dict]], ceiling: dict[int, list[float]]) -> lis
                 "efficiency": round(speedup / n, 3),
                 "machine_speedup": machine,
                 "of_machine": round(speedup / machine, 3) if n > 1 else None,
+                "snapshot_s": round(statistics.median(copies), 5) if copies else None,
+                "snapshot_share": round(statistics.median(copies) / step, 4) if copies else None,
                 "layouts": [r["layout"] for r in good],
                 "processes": [r["processes"] for r in good],
             }

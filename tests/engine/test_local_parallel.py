@@ -222,6 +222,8 @@ def test_a_learner_process_that_dies_leaves_the_job_in_this_process_named_with_i
     assert re.match(r"learner process learner-1 \(pid \d+\) ended during generate\(\) with exit code -9", lost)
     assert "the sampling runs again in this process" in lost
     assert rows[1]["perf/processes_generate"] == rows[1]["perf/processes_learn"] == 2.0
+    assert 0 < rows[1]["perf/learner_snapshot_s"] < 0.05  # the copy a learning step on the processes keeps
+    assert all("perf/learner_snapshot_s" not in rows[step] for step in (2, 3, 4))
     assert all("perf/processes_generate" not in rows[step] for step in (2, 3, 4)), rows
     assert job.learner.others == [] and job.learner.version == 4
 

@@ -164,8 +164,8 @@ class PhaseThreads:
         self.processes = 1
         self.enabled = self.enabled and self.most > 1
         for phase in self.phases.values():
-            alone = lambda layouts: [layout for layout in layouts if layout[0] == 1]  # noqa: E731
-            phase.warmups, phase.trials = alone(phase.warmups), alone(phase.trials)
+            phase.warmups = [layout for layout in phase.warmups if layout[0] == 1]
+            phase.trials = [layout for layout in phase.trials if layout[0] == 1]
             phase.seconds = {layout: s for layout, s in phase.seconds.items() if layout[0] == 1}
             phase.work = {layout: w for layout, w in phase.work.items() if layout[0] == 1}
             if phase.chosen is None and not phase.trials:

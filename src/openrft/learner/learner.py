@@ -395,7 +395,7 @@ class Learner:
     def snapshot(self) -> dict:
         """What a step changes, copied, for ``restore`` to put back: the trainable parameters, the optimizer's and
         the schedule's state, the version, and the reference where the step refits it. Cheaper than ``state_dict``
-        (tensors cloned, no names): 0.7 ms on the demo model's adapter against ``state_dict``'s 3 ms."""
+        (tensors cloned, no names, no PEFT state-dict walk): its time is ``perf/learner_snapshot_s``."""
         refit = self.config.algorithm.refit_freq
         refits = bool(refit) and (self.version + 1) % refit == 0
         return {

@@ -23,6 +23,7 @@ optimizer, so there a lost process still fails the job, by name.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -92,10 +93,12 @@ class ProcessGroupLearner:
             metrics = self.rank0.learner.step(samples)
             self.stale = True
             return metrics
+        started = time.perf_counter()
         before = self.rank0.learner.snapshot() if self.rank0.policy.lora_enabled else None
+        copied = time.perf_counter() - started
         try:
             self.bring_up_to_date()
-            return self.group.step(samples)
+            return self.group.step(samples) | {"perf/learner_snapshot_s": copied}
         except ProcessLost as lost:
             if before is None:  # full-rank: no copy of the state before the step to run it again from
                 raise
@@ -167,7 +170,6 @@ class ProcessGroupGenerator(WrappedGenerator):
             return self.group.generate(prompts, params)
         except ProcessLost as lost:
             self.learner.lose(lost, "sampling")
-            self.processes = 1
             with torch_threads(self.cores):
                 return self.inner.generate(prompts, params, seed)
 
