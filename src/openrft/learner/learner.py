@@ -27,6 +27,7 @@ from openrft.learner.logprobs import can_chunk, chunk_tokens, chunked_logp_entro
 from openrft.learner.onednn import frozen_linears
 from openrft.learner.optimizer import build_optimizer, build_scheduler
 from openrft.learner.policy import Policy
+from openrft.module_mode import set_training
 from openrft.spec.job import AlgorithmSpec, LoraSpec, OptimizerSpec, RolloutCorrectionSpec
 
 
@@ -182,7 +183,7 @@ class Learner:
         if not fresh:
             return
         if not self.model.training:
-            self.model.train()  # the mode the update's forward runs in (dropout and all)
+            set_training(self.model, True)  # the mode the update's forward runs in (dropout and all)
         with self.frozen_on_onednn(fresh):
             for indices in self.plan(fresh):
                 chunk = [fresh[i] for i in indices]
@@ -203,8 +204,8 @@ class Learner:
         batch was split, into micro-batches here or across data-parallel learners.
         """
         algo = self.config.algorithm
-        if not self.model.training:  # train() walks every module: skip it when nothing changes
-            self.model.train()
+        if not self.model.training:  # a walk of every module: skipped when nothing changes
+            set_training(self.model, True)
         sums = dict.fromkeys(SUM_KEYS, 0.0)
         with self.frozen_on_onednn(samples):
             for indices in self.plan(samples):

@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from openrft.attention import runs_chunked_sdpa
+from openrft.module_mode import eval_mode
 from openrft.prefix_attention import PrefixGroups, SharedPrefix, share_prefix
 from openrft.rollout.continuous import DecodeSession
 from openrft.rollout.kv import cache_keyword, left_pad, prefill
@@ -93,19 +94,12 @@ class TransformersGenerator(PolicyVersioned):
         self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None
     ) -> list[list[Completion]]:
         rng = self.stream(seed)
-        was_training = self.model.training
-        if was_training:  # eval()/train() walk every module: only when the mode changes
-            self.model.eval()
-        try:
+        with eval_mode(self.model), packed_linears(self.model, params.max_new_tokens):
             prompts_per_chunk = max(1, self.max_batch_sequences // params.n)
             results: list[list[Completion]] = []
-            with packed_linears(self.model, params.max_new_tokens):
-                for start in range(0, len(prompts), prompts_per_chunk):
-                    results += self._generate_rows_in_threads(prompts[start : start + prompts_per_chunk], params, rng)
+            for start in range(0, len(prompts), prompts_per_chunk):
+                results += self._generate_rows_in_threads(prompts[start : start + prompts_per_chunk], params, rng)
             return results
-        finally:
-            if was_training:
-                self.model.train()
 
     @property
     def continuous(self) -> bool:
@@ -117,16 +111,12 @@ class TransformersGenerator(PolicyVersioned):
     def decoding(self, params: SamplingParams, seed: int | None = None) -> Iterator[DecodeSession]:
         """A continuous decode batch (``openrft.rollout.continuous``) with the model in eval mode: requests join
         and leave it between decode steps, and a keyed conversation's KV cache is kept across its turns."""
-        was_training = self.model.training
-        if was_training:
-            self.model.eval()
-        session = DecodeSession(self, params, self.stream(seed))
-        try:
-            yield session
-        finally:
-            session.store.clear()
-            if was_training:
-                self.model.train()
+        with eval_mode(self.model):
+            session = DecodeSession(self, params, self.stream(seed))
+            try:
+                yield session
+            finally:
+                session.store.clear()
 
     def stream(self, seed: int | None) -> torch.Generator:
         """The random stream of one ``generate`` call: the generator's own, or a fresh one for ``seed``."""

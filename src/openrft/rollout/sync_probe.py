@@ -20,6 +20,7 @@ import torch
 
 from openrft.errors import OpenRFTError
 from openrft.models import torch_threads
+from openrft.module_mode import eval_mode
 
 # Largest |log-prob difference| accepted from a replica that holds the learner's weights, by (engine, dtype).
 # fp32 learner (CPU). transformers: the same model code as the learner's, different batching; vllm: vLLM-CPU's
@@ -151,15 +152,9 @@ def score_once(model: torch.nn.Module, probe: ProbeSet) -> list[list[float]]:
     # small model's FLOPs per token, and most of the probe's tokens are prompt)
     kept = sorted({len(p) - 1 + j for p, c in zip(probe.prompts, probe.continuations) for j in range(len(c))})
     column = {position: k for k, position in enumerate(kept)}
-    was_training = model.training
-    if was_training:  # eval()/train() walk every module: only when the mode changes
-        model.eval()
-    try:
+    with eval_mode(model):
         keep = torch.tensor(kept, device=device)
         logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, use_cache=False).logits
-    finally:
-        if was_training:
-            model.train()
     scores = []
     for i, (prompt, continuation) in enumerate(zip(probe.prompts, probe.continuations)):
         start = column[len(prompt) - 1]
