@@ -7,6 +7,7 @@ command and load. See docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -40,6 +41,7 @@ SUITES = (
     "sync",
     "own-agent",
     "cores",
+    "tool-cores",
 )
 NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm (make vllm-venv)
 # run only when named: real-shape, a 0.5B model trained by two systems at two thread counts (and its learner
@@ -48,7 +50,18 @@ NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm 
 # sync: the sync probe's cost, its real-shape part against real_shape.json (a 0.5B model built in memory)
 # own-agent: the agent routes against the built-in tool loop, run only when named (a few minutes)
 # cores: the demo job pinned to 1, 2 (4) cores, run only when named (a few minutes)
-HOURS = ("real-shape", "real-shape-profile", "tinker", "tinker-fairness", "cluster", "sync", "own-agent", "cores")
+# tool-cores: the tools example left to choose against one process, run only when named (a few minutes)
+HOURS = (
+    "real-shape",
+    "real-shape-profile",
+    "tinker",
+    "tinker-fairness",
+    "cluster",
+    "sync",
+    "own-agent",
+    "cores",
+    "tool-cores",
+)
 
 
 def _log(message: str) -> None:
@@ -1169,6 +1182,39 @@ def cores_suite(args: argparse.Namespace) -> None:
     write_results("cores", "Every core: the demo job at 1, 2 (4) cores", body, result | {"load": load}, args.out)
 
 
+def tool_cores_suite(args: argparse.Namespace) -> None:
+    from benchmarks.tool_cores import MEASURING_STEPS, measure
+
+    steps, rounds = (9 if args.quick else args.tool_cores_steps), (1 if args.quick else args.cores_rounds)
+    threads = args.threads or len(os.sched_getaffinity(0))
+    _log(f"tool-cores: the tools example, left to choose and in one process, {steps} steps, {rounds} round(s)")
+    load = {"before": load_average()}
+    result = measure(steps, rounds, args.cores_timeout, threads, _log)
+    load["after"] = load_average()
+    columns = [
+        ("setting", "job"),
+        ("step_s", "step s (median):"),
+        ("sampling_s", "sampling and rewards s:"),
+        ("learning_s", "learning s:"),
+        ("learn_s_per_1k_tokens", "learning s per 1,000 trained tokens:"),
+        ("learning_speedup", "learning speed-up:"),
+        ("step_speedup", "step speed-up:"),
+        ("layouts", "layouts kept [processes, threads] (generate, learn)"),
+    ]
+    shown = [{**row, "layouts": "; ".join(_layouts(layout) for layout in row["layouts"])} for row in result["rows"]]
+    body = [
+        "The tools example (examples/calculator/recipe.yaml: 16 prompts x 8 episodes of up to 3 turns, evaluation and "
+        f"checkpoints off) on {threads} cores, `runtime.threads` unset: left to choose (learner processes for its "
+        "learning steps where measured faster; its episodes are sampled in the job's process) against "
+        "`runtime.processes: 1` (the job's process alone, its threads measured per phase: what a job with tools ran "
+        f"before), each run a fresh process, alternating; medians over steps {MEASURING_STEPS + 2}-{steps}, then over "
+        "runs. Speed-ups are against one process.",
+        "",
+        *markdown_table(columns, shown),
+    ]
+    write_results("tool_cores", "Every core for a job with tools", body, result | {"load": load}, args.out)
+
+
 def _layouts(layout: dict) -> str:
     return f"{layout['generate']}, {layout['learn']}"
 
@@ -1194,6 +1240,7 @@ RUNNERS = {
     "sync": sync_suite,
     "own-agent": own_agent_suite,
     "cores": cores_suite,
+    "tool-cores": tool_cores_suite,
 }
 
 
@@ -1282,6 +1329,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cores-steps", type=int, default=30, help="cores: demo steps per run (default 30)")
     parser.add_argument("--cores-rounds", type=int, default=2, help="cores: runs at each core count (default 2)")
     parser.add_argument("--cores-timeout", type=float, default=900.0, help="cores: seconds a run may take")
+    parser.add_argument("--tool-cores-steps", type=int, default=16, help="tool-cores: steps per run (default 16)")
     parser.add_argument(
         "--sync-full-weights", action="store_true", help="sync: also time full-weight syncs to vLLM (.venv-vllm)"
     )

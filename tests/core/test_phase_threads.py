@@ -35,6 +35,22 @@ def test_with_learner_processes_they_come_last_and_this_process_is_tried_only_ab
     assert candidates(1, processes=2) == [(1, 1), (2, 1)]
 
 
+def test_a_phase_that_runs_here_only_never_runs_on_the_processes():
+    """Tool episodes: sampling stays in this process (its threads measured), learning also tries the processes."""
+    told: list[tuple[str, int]] = []
+    tuner = PhaseThreads(
+        2, processes=2, on_layout=lambda phase, processes: told.append((phase, processes)), here_only={"generate"}
+    )
+    for _ in range(6):
+        run(tuner, "generate", {2: 0.0, 1: 0.0})
+        with tuner.phase("learn") as measure:
+            measure.work = 1.0
+    assert tuner._phase("generate").chosen in {(1, 2), (1, 1)}
+    assert {p for phase, p in told if phase == "generate"} == {1} and ("learn", 2) in told
+    off = PhaseThreads(2, enabled=False, processes=2, here_only={"generate"})  # threads set: nothing measured
+    assert off.layout_for("generate") == (1, 2) and off.layout_for("learn") == (2, 2)
+
+
 def test_once_the_processes_are_lost_every_phase_runs_in_this_process():
     """A phase that chose the processes runs here at every thread; one still measuring keeps only this process's
     layouts, and with none left to try keeps the fastest it measured here; a run on the processes that broke off

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -117,6 +118,12 @@ def test_explain_states_how_the_learner_is_laid_out(data_dir, capsys):
     one = write(data_dir / "one.json", vertex_request({"batchSize": 16}, openrft={"processes": 1}))
     assert main(["spec", "explain", one]) == 0
     assert "learner: LoRA, one learner holding the whole policy" in capsys.readouterr().out
+    calculator = Path(__file__).resolve().parents[2] / "examples" / "calculator" / "recipe.yaml"
+    assert main(["spec", "explain", str(calculator)]) == 0  # tools: the episodes are sampled where the tools run
+    out = capsys.readouterr().out
+    assert "learner: LoRA, the job's learner and learner processes of this machine (one per core" in out
+    assert "learning runs on all of them, data-parallel, or in the job's process alone" in out
+    assert "the episodes are sampled in the job's process, where their tools run" in out
 
 
 def test_explain_states_the_generation_engine_and_the_rollout_correction(data_dir, capsys):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ def tools_recipe(tmp_path: Path, strategy: str = "sync", **openrft) -> Path:
     if strategy != "sync":
         config["rollout"]["rollout_strategy"] = {"type": strategy, "age_tolerance": 1}
     config["trainer"].update(max_steps=3, save_steps=1, test_steps=100)
-    recipe["openrft"].update(eval_max_examples=8, threads=1, tensorboard=False, **openrft)
+    recipe["openrft"].update({"eval_max_examples": 8, "threads": 1, "tensorboard": False, **openrft})
     recipe["openrft"]["tools"]["functions"]["calculator"]["function"] = f"{EXAMPLE / 'calculator.py'}:calculator"
     recipe["openrft"]["tools"]["functions"]["calculator"]["sandboxed"] = False
     path = tmp_path / "recipe.yaml"
@@ -185,6 +187,64 @@ def test_a_job_with_tools_runs_on_a_local_ray_cluster(ray_cluster, tmp_path, str
     spec.training.total_steps = 2
     summary = RFTJob(spec, tmp_path / "run", show_progress=False, runtime=runtime_for(spec)).run()
     assert summary["status"] == "succeeded" and summary["steps"] == 2
+    steps = rows(tmp_path / "run")[1:]
+    assert any(r["tools/calls/total"] > 0 and r["tools/masked_tokens/total"] > 0 for r in steps)
+    assert all(r["tools/failed_episodes"] == 0.0 for r in steps)
+
+
+@pytest.mark.slow
+def test_a_job_with_tools_left_to_choose_learns_on_the_processes_and_samples_its_episodes_here(tmp_path, monkeypatch):
+    """Issue 51 point 1 for tool jobs: with threads unset, learning is measured on the learner processes and alone;
+    the episodes are sampled in the job's process, through the continuous decode batch, where the tools run."""
+    import psutil
+
+    import openrft.engine.setup as setup
+    from openrft.rollout.local import TransformersGenerator
+    from openrft.runtime import runtime_for
+    from openrft.runtime.local_parallel import LocalParallelRuntime
+
+    monkeypatch.setattr(setup, "configure_threads", lambda threads, measured=False: threads or 2)  # 2 idle cores
+    decodings = []
+    decoding = TransformersGenerator.decoding
+
+    def counted(self, *args, **kwargs):
+        decodings.append(os.getpid())
+        return decoding(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransformersGenerator, "decoding", counted)
+    path = tools_recipe(tmp_path, threads=None)
+    recipe = yaml.safe_load(path.read_text())
+    recipe["openrft"]["tools"]["schedule"] = "independent"  # episodes through the continuous decode batch
+    recipe["training_config"]["trainer"]["max_steps"] = 7
+    path.write_text(yaml.safe_dump(recipe))
+    spec = load_job(path)
+    events: list[str] = []
+    runtime = runtime_for(spec, lambda level, message: events.append(message))
+    assert isinstance(runtime, LocalParallelRuntime)
+    layouts, helper_cpu = [], []
+
+    def listener(step: int, metrics: dict) -> None:
+        if step > 0:
+            layouts.append((metrics["perf/processes_generate"], metrics["perf/processes_learn"]))
+            times = psutil.Process(runtime._learner.others[0].pid).cpu_times()
+            helper_cpu.append(times.user + times.system)
+
+    job = RFTJob(
+        spec,
+        tmp_path / "run",
+        runtime=runtime,
+        show_progress=False,
+        listeners=(listener,),
+        on_event=lambda level, message: events.append(message),
+    )
+    assert job.run()["status"] == "succeeded"
+    assert layouts[:6] == [(1.0, 1.0), (1.0, 2.0)] * 3  # learning: a warm-up alone and on the processes, 2 trials each
+    assert all(generate == 1.0 for generate, _ in layouts)
+    chosen = {m.split(":")[0]: m for m in events if "from now on, the fastest per 1,000 tokens" in m}
+    assert "2 processes at 1 thread each" in chosen["learn"] and "processes" not in chosen["generate"]
+    grew = [after - before for before, after in itertools.pairwise(helper_cpu)]  # steps 2-6: the helper learned
+    assert grew[0] >= 0.03 and grew[2] >= 0.03 and grew[1] <= 0.01 and grew[3] <= 0.01, grew  # in steps 2 and 4
+    assert decodings and set(decodings) == {os.getpid()}  # every episode batch decoded here
     steps = rows(tmp_path / "run")[1:]
     assert any(r["tools/calls/total"] > 0 and r["tools/masked_tokens/total"] > 0 for r in steps)
     assert all(r["tools/failed_episodes"] == 0.0 for r in steps)

@@ -395,6 +395,12 @@ def learner_layout(spec) -> str:
         where = f"{tuning}, the job's learner and learner processes of this machine ({count}; runtime.processes), each "
         if spec.runtime.threads is not None:
             return f"{where}a full copy of the policy, {spec.runtime.threads} thread(s) each: every phase on all"
+        if spec.tools is not None or spec.rollout.agent is not None:
+            return (
+                f"{where}a full copy of the policy: learning runs on all of them, data-parallel, or in the job's "
+                "process alone, as measured faster in the first steps (runtime.threads unset); the episodes are "
+                "sampled in the job's process, where their tools run"
+            )
         return (
             f"{where}a full copy of the policy: each phase (sampling, learning) runs on all of them, data-parallel, "
             "or in the job's process alone, as measured faster in the first steps (runtime.threads unset)"

@@ -211,6 +211,8 @@ class RFTJob:
             processes=learner_parts.processes,
             on_layout=learner_parts.use_processes,
             on_choice=self._layout_chosen,
+            # tool episodes and an agent's turns are sampled here, where their tools and routes are
+            here_only=("generate",) if self.tool_service is not None else (),
         )
         if learner_parts.when_processes_lost is not None:
             learner_parts.when_processes_lost(self._processes_lost)

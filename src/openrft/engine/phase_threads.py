@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -91,8 +91,10 @@ class PhaseThreads:
         processes: int = 1,
         on_layout: Callable[[str, int], None] | None = None,
         on_choice: Callable[[str, Layout, dict[Layout, float]], None] | None = None,
+        here_only: Collection[str] = (),
     ):
         self.most, self.processes = most, processes
+        self.here_only = here_only  # phases that run in this process whatever the processes (tool episodes)
         self.enabled = enabled and (most > 1 or processes > 1)
         self.on_layout, self.on_choice = on_layout, on_choice
         self.phases: dict[str, _Phase] = {}
@@ -100,9 +102,12 @@ class PhaseThreads:
 
     def _phase(self, name: str) -> _Phase:
         if name not in self.phases:
-            layouts = candidates(self.most, self.processes)
+            layouts = candidates(self.most, self._processes(name))
             self.phases[name] = _Phase(trials=layouts * ROUNDS, warmups=list(layouts))
         return self.phases[name]
+
+    def _processes(self, name: str) -> int:
+        return 1 if name in self.here_only else self.processes
 
     def _fit(self, layout: Layout) -> Layout:
         """A chosen layout on this run's machine: a resumed job may have fewer cores, or no processes."""
@@ -114,7 +119,7 @@ class PhaseThreads:
     def layout_for(self, name: str) -> Layout:
         """The layout the phase runs with next: its choice once made, else the next candidate to measure."""
         if not self.enabled:
-            return (self.processes, self.most)
+            return (self._processes(name), self.most)
         phase = self._phase(name)
         if phase.chosen is not None:
             return self._fit(phase.chosen)

@@ -1,6 +1,7 @@
 """Every core of this machine without Ray: this process's learner and ``processes - 1`` learner processes
 (``local_processes``), each holding the policy, for a synchronous job of the local engine on CPUs
-(``placement.local_processes_wanted``).
+(``placement.local_processes_wanted``). A job with tools or an agent samples its episodes in this process, where
+they run; its learning steps take the layouts below like any other.
 
 Each phase runs in one of two layouts, as the engine measured faster for it (``engine/phase_threads.py``, with
 ``runtime.threads`` unset): this process alone at a thread per core, or every process at once at
@@ -173,6 +174,14 @@ class ProcessGroupGenerator(WrappedGenerator):
             with torch_threads(self.cores):
                 return self.inner.generate(prompts, params, seed)
 
+    @property
+    def continuous(self) -> bool:
+        """Whether ``decoding`` runs (tool episodes and agents' turns sample through it, in this process)."""
+        return getattr(self.inner, "continuous", False)
+
+    def decoding(self, params: SamplingParams, seed: int | None = None):
+        return self.inner.decoding(params, seed)
+
     def score(self, probe):
         return self.inner.score(probe)
 
@@ -209,9 +218,10 @@ class LocalParallelRuntime(LocalRuntime):
             return local
         self._learner = learner
         spec.runtime.processes = processes  # recorded in spec.json: a resumed run starts as many
+        phases = "learning runs" if spec.tools is not None or spec.rollout.agent is not None else "each phase runs"
         self.on_event(
             "info",
-            f"{processes} learner processes ({why}), {each} thread(s) each; each phase runs on them or in this "
+            f"{processes} learner processes ({why}), {each} thread(s) each; {phases} on them or in this "
             f"process alone at {cores} thread(s), as measured faster",
         )
         generator = ProcessGroupGenerator(local.generator, learner, cores)

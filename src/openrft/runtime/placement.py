@@ -32,8 +32,9 @@ def placed_runtime(spec: JobSpec, cluster: str | None = None) -> RuntimeName:
 def local_processes_wanted(spec: JobSpec) -> bool:
     """Whether a local job may run on learner processes of its machine (``local_parallel.py``):
     ``runtime.processes`` above 1, or unset with ``runtime.threads`` unset too, for a synchronous job of the local
-    engine, not on a GPU, without tools, an agent or a sharded learner (their generators and learners live in the
-    job's process)."""
+    engine, not on a GPU, without a sharded learner (its learners live in the job's process). Tool episodes and an
+    agent's turns are sampled in the job's process, where their tools and routes are; their learning steps may run
+    on the processes (``PhaseThreads``'s ``here_only``)."""
     if spec.runtime.processes is not None:
         return spec.runtime.processes > 1
     return (
@@ -42,8 +43,6 @@ def local_processes_wanted(spec: JobSpec) -> bool:
         and spec.rollout.generation_engine == "local"
         and not spec.rollout.generator_base_url
         and spec.rollout.learner_sharding == "none"
-        and spec.tools is None
-        and spec.rollout.agent is None
         and not spec.runtime.device.startswith("cuda")
     )
 

@@ -1,0 +1,113 @@
+"""``python -m benchmarks tool-cores``: the tools example (examples/calculator/recipe.yaml) left to choose, which now
+learns on learner processes of this machine where they are faster (its episodes are sampled in the job's process),
+against the same job in one process (``runtime.processes: 1``, what a job with tools got before), each run in a
+fresh process, the runs alternating.
+
+Per run, after the engine's measuring steps: the median step, its sampling and learning parts, and the learning
+seconds per 1,000 trained tokens (the episodes change as the model learns to call its tool, and differ a little
+between the two jobs, so learning is compared per token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import ROOT, run_worker
+
+RECIPE = ROOT / "examples" / "calculator" / "recipe.yaml"
+MEASURING_STEPS = 6  # learning: a warm-up and two trials in each layout
+SETTINGS = ("left to choose", "one process")
+
+
+def job_worker(steps: int, setting: str) -> dict:
+    from openrft.engine import RFTJob
+    from openrft.runtime import runtime_for
+    from openrft.spec.dialects import load_job
+
+    spec = load_job(RECIPE)
+    spec.training.total_steps = steps
+    spec.evaluation.at_start, spec.evaluation.interval = False, 0
+    spec.checkpoint.interval = 0
+    spec.tracking.tensorboard = False
+    spec.runtime.threads = None
+    spec.runtime.processes = 1 if setting == "one process" else None
+    rows: dict[int, dict] = {}
+    events: list[str] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as workdir:
+        runtime = runtime_for(spec, lambda level, message: events.append(message))
+        RFTJob(
+            spec,
+            Path(workdir) / "run",
+            runtime=runtime,
+            show_progress=False,
+            listeners=(lambda step, metrics: rows.__setitem__(step, metrics),),
+            on_event=lambda level, message: events.append(message),
+        ).run()
+    timed = [rows[s] for s in sorted(rows) if s > MEASURING_STEPS + 1]
+    learn_s = sum(r["timing/training"] for r in timed)
+    tokens = sum(r["actor/trained_tokens"] for r in timed)
+    last = rows[max(rows)]
+    return {
+        "setting": setting,
+        "step_s": round(statistics.median(r["perf/time_per_step"] for r in timed), 3),
+        "sampling_s": round(statistics.median(r["timing/sampling_and_reward"] for r in timed), 3),
+        "learning_s": round(statistics.median(r["timing/training"] for r in timed), 3),
+        "learn_s_per_1k_tokens": round(1000 * learn_s / tokens, 4),
+        "steps_timed": len(timed),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "layout": {
+            phase: [int(last.get(f"perf/processes_{phase}", 1)), int(last[f"perf/threads_{phase}"])]
+            for phase in ("generate", "learn")
+        },
+        "chosen": [m for m in events if "from now on" in m],
+    }
+
+
+def measure(steps: int, rounds: int, timeout: float, threads: int, log=print) -> dict:
+    runs: dict[str, list[dict]] = {s: [] for s in SETTINGS}
+    for round_ in range(rounds):
+        for setting in SETTINGS if round_ % 2 == 0 else SETTINGS[::-1]:
+            command = [sys.executable, "-m", "benchmarks.tool_cores", "--worker", "--steps", str(steps)]
+            row = run_worker([*command, "--setting", setting], threads, timeout, {"setting": setting})
+            runs[setting].append(row)
+            log(f"  {setting}: {json.dumps(row)}")
+    return {"rows": figures(runs), "runs": runs, "steps": steps, "rounds": rounds}
+
+
+def figures(runs: dict[str, list[dict]]) -> list[dict]:
+    """Per setting, the medians over its runs; each against one process's."""
+    medians = {}
+    for setting, done in runs.items():
+        good = [r for r in done if "step_s" in r]
+        medians[setting] = {
+            key: statistics.median(r[key] for r in good)
+            for key in ("step_s", "sampling_s", "learning_s", "learn_s_per_1k_tokens")
+        }
+    base = medians["one process"]
+    return [
+        {
+            "setting": setting,
+            **{key: round(value, 4) for key, value in m.items()},
+            "learning_speedup": round(base["learn_s_per_1k_tokens"] / m["learn_s_per_1k_tokens"], 3),
+            "step_speedup": round(base["step_s"] / m["step_s"], 3),
+            "layouts": [r["layout"] for r in runs[setting] if "layout" in r],
+        }
+        for setting, m in medians.items()
+    ]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--setting", choices=SETTINGS, default=SETTINGS[0])
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(job_worker(args.steps, args.setting)), flush=True)
