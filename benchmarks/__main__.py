@@ -1192,23 +1192,26 @@ def tool_cores_suite(args: argparse.Namespace) -> None:
     result = measure(steps, rounds, args.cores_timeout, threads, _log)
     load["after"] = load_average()
     columns = [
+        ("schedule", "tools schedule"),
         ("setting", "job"),
         ("step_s", "step s (median):"),
         ("sampling_s", "sampling and rewards s:"),
         ("learning_s", "learning s:"),
         ("learn_s_per_1k_tokens", "learning s per 1,000 trained tokens:"),
         ("learning_speedup", "learning speed-up:"),
+        ("sampling_speedup", "sampling speed-up:"),
         ("step_speedup", "step speed-up:"),
         ("layouts", "layouts kept [processes, threads] (generate, learn)"),
     ]
     shown = [{**row, "layouts": "; ".join(_layouts(layout) for layout in row["layouts"])} for row in result["rows"]]
     body = [
         "The tools example (examples/calculator/recipe.yaml: 16 prompts x 8 episodes of up to 3 turns, evaluation and "
-        f"checkpoints off) on {threads} cores, `runtime.threads` unset: left to choose (learner processes for its "
-        "learning steps where measured faster; its episodes are sampled in the job's process) against "
-        "`runtime.processes: 1` (the job's process alone, its threads measured per phase: what a job with tools ran "
-        f"before), each run a fresh process, alternating; medians over steps {MEASURING_STEPS + 2}-{steps}, then over "
-        "runs. Speed-ups are against one process.",
+        f"checkpoints off) on {threads} cores, `runtime.threads` unset, with each tools schedule: left to choose "
+        "(learner processes for its learning steps where measured faster, and for its sampling with `lockstep`; "
+        "`independent` episodes decode in one continuous batch of the job's process) against `runtime.processes: 1` "
+        "(the job's process alone, its threads measured per phase: what a job with tools ran before), each run a "
+        f"fresh process, alternating; medians over steps {MEASURING_STEPS + 2}-{steps}, then over runs. Speed-ups are "
+        "against one process with the same schedule.",
         "",
         *markdown_table(columns, shown),
     ]

@@ -119,11 +119,20 @@ def test_explain_states_how_the_learner_is_laid_out(data_dir, capsys):
     assert main(["spec", "explain", one]) == 0
     assert "learner: LoRA, one learner holding the whole policy" in capsys.readouterr().out
     calculator = Path(__file__).resolve().parents[2] / "examples" / "calculator" / "recipe.yaml"
-    assert main(["spec", "explain", str(calculator)]) == 0  # tools: the episodes are sampled where the tools run
+    recipe = yaml.safe_load(calculator.read_text())
+    recipe["openrft"]["tools"]["schedule"] = "independent"  # one continuous decode batch of the job's process
+    for key in ("model_name_or_path", "data_s3_path", "validation_data_s3_path"):
+        recipe["run"][key] = str(calculator.parent / recipe["run"][key])
+    function = recipe["openrft"]["tools"]["functions"]["calculator"]
+    function["function"] = str(calculator.parent / function["function"])
+    independent = write(data_dir / "independent.yaml", recipe)
+    assert main(["spec", "explain", independent]) == 0
     out = capsys.readouterr().out
     assert "learner: LoRA, the job's learner and learner processes of this machine (one per core" in out
     assert "learning runs on all of them, data-parallel, or in the job's process alone" in out
-    assert "the episodes are sampled in the job's process, where their tools run" in out
+    assert "the episodes are sampled in the job's process, in one continuous decode batch" in out
+    assert main(["spec", "explain", str(calculator)]) == 0  # lockstep: each turn a batch the processes can share
+    assert "each phase (sampling, learning) runs on all of them" in capsys.readouterr().out
 
 
 def test_explain_states_the_generation_engine_and_the_rollout_correction(data_dir, capsys):

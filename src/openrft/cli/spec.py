@@ -388,6 +388,7 @@ def learner_layout(spec) -> str:
         )
     if learners > 1 and rollout.runtime == "ray":
         return f"{tuning}, {learners} data-parallel learners on Ray actors, each a full copy of the policy"
+    from openrft.engine.phase_threads import episodes_sampled_here
     from openrft.runtime.placement import local_processes_wanted
 
     if rollout.runtime == "local" and local_processes_wanted(spec):
@@ -395,11 +396,11 @@ def learner_layout(spec) -> str:
         where = f"{tuning}, the job's learner and learner processes of this machine ({count}; runtime.processes), each "
         if spec.runtime.threads is not None:
             return f"{where}a full copy of the policy, {spec.runtime.threads} thread(s) each: every phase on all"
-        if spec.tools is not None or spec.rollout.agent is not None:
+        if episodes_sampled_here(spec):
             return (
                 f"{where}a full copy of the policy: learning runs on all of them, data-parallel, or in the job's "
                 "process alone, as measured faster in the first steps (runtime.threads unset); the episodes are "
-                "sampled in the job's process, where their tools run"
+                "sampled in the job's process, in one continuous decode batch"
             )
         return (
             f"{where}a full copy of the policy: each phase (sampling, learning) runs on all of them, data-parallel, "

@@ -22,7 +22,7 @@ from openrft.engine.local_runtime import LocalRuntime, Runtime
 from openrft.engine.metrics import MetricsListener, MetricsSink, truncate_metrics_file
 from openrft.engine.mlflow_tracking import MlflowTracker
 from openrft.engine.outputs import output_mirror
-from openrft.engine.phase_threads import Layout, PhaseThreads, describe, engine_measures
+from openrft.engine.phase_threads import Layout, PhaseThreads, describe, engine_measures, episodes_sampled_here
 from openrft.engine.progress import ProgressReporter
 from openrft.engine.rollouts import RolloutGroup, SyncRolloutSource
 from openrft.engine.samples import SampleKind, SampleListener, SampleLog, sample_records
@@ -211,8 +211,7 @@ class RFTJob:
             processes=learner_parts.processes,
             on_layout=learner_parts.use_processes,
             on_choice=self._layout_chosen,
-            # tool episodes and an agent's turns are sampled here, where their tools and routes are
-            here_only=("generate",) if self.tool_service is not None else (),
+            here_only=("generate",) if episodes_sampled_here(spec) else (),
         )
         if learner_parts.when_processes_lost is not None:
             learner_parts.when_processes_lost(self._processes_lost)

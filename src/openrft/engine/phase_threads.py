@@ -78,6 +78,14 @@ class Measure:
         self.work = 0.0
 
 
+def episodes_sampled_here(spec: JobSpec) -> bool:
+    """Whether a job's sampling stays in the job's process when learner processes are beside it: an agent's turns
+    and tool episodes of the ``independent`` schedule decode in one continuous batch there (``rollout/continuous.py``,
+    each episode's KV cache kept between its turns); ``lockstep`` tool turns are batches like any other, which the
+    processes can share (the tools still run in the job's process, between turns)."""
+    return spec.rollout.agent is not None or (spec.tools is not None and spec.tools.schedule != "lockstep")
+
+
 class PhaseThreads:
     """Per-phase layouts (thread counts, and learner processes where the runtime has them), measured on the
     phases' first calls, then fixed. ``on_layout(phase, processes)`` tells the runtime how many of its processes

@@ -1,7 +1,7 @@
 """Every core of this machine without Ray: this process's learner and ``processes - 1`` learner processes
 (``local_processes``), each holding the policy, for a synchronous job of the local engine on CPUs
-(``placement.local_processes_wanted``). A job with tools or an agent samples its episodes in this process, where
-they run; its learning steps take the layouts below like any other.
+(``placement.local_processes_wanted``). An agent's turns and tool episodes of the independent schedule are sampled
+in this process (``phase_threads.episodes_sampled_here``); their learning steps take the layouts below like any other.
 
 Each phase runs in one of two layouts, as the engine measured faster for it (``engine/phase_threads.py``, with
 ``runtime.threads`` unset): this process alone at a thread per core, or every process at once at
@@ -32,6 +32,7 @@ import psutil
 import torch
 
 from openrft.engine.local_runtime import LearnerParts, LocalRuntime
+from openrft.engine.phase_threads import episodes_sampled_here
 from openrft.engine.setup import JobParts
 from openrft.models import torch_threads
 from openrft.rollout.types import SamplingParams, WrappedGenerator
@@ -218,7 +219,7 @@ class LocalParallelRuntime(LocalRuntime):
             return local
         self._learner = learner
         spec.runtime.processes = processes  # recorded in spec.json: a resumed run starts as many
-        phases = "learning runs" if spec.tools is not None or spec.rollout.agent is not None else "each phase runs"
+        phases = "learning runs" if episodes_sampled_here(spec) else "each phase runs"
         self.on_event(
             "info",
             f"{processes} learner processes ({why}), {each} thread(s) each; {phases} on them or in this "

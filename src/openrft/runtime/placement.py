@@ -32,9 +32,8 @@ def placed_runtime(spec: JobSpec, cluster: str | None = None) -> RuntimeName:
 def local_processes_wanted(spec: JobSpec) -> bool:
     """Whether a local job may run on learner processes of its machine (``local_parallel.py``):
     ``runtime.processes`` above 1, or unset with ``runtime.threads`` unset too, for a synchronous job of the local
-    engine, not on a GPU, without a sharded learner (its learners live in the job's process). Tool episodes and an
-    agent's turns are sampled in the job's process, where their tools and routes are; their learning steps may run
-    on the processes (``PhaseThreads``'s ``here_only``)."""
+    engine, not on a GPU, without a sharded learner (its learners live in the job's process). With tools or an
+    agent, where the episodes are sampled is ``phase_threads.episodes_sampled_here``'s."""
     if spec.runtime.processes is not None:
         return spec.runtime.processes > 1
     return (
