@@ -12,6 +12,8 @@ import pytest
 
 from tests.service.svc_helpers import TRAIN, VALIDATION, Service, small_dataset
 from tests.service.test_cluster import demo_job
+from tests.tools.test_azure_tools import EXAMPLE, SECRET, ToolServer
+from tests.tools.test_azure_tools import tool_url as tool_url  # the fixture
 
 
 @pytest.fixture
@@ -50,3 +52,54 @@ def test_a_job_of_the_embedded_worker_runs_on_learner_processes_and_says_which_l
     # the processes ended with the job: none of the server's children is a learner process any more
     children = [p.cmdline() for p in psutil.Process(service.processes[-1].proc.pid).children(recursive=True)]
     assert not any("openrft.runtime.local_processes" in " ".join(c) for c in children), children
+
+
+@pytest.mark.slow
+def test_a_tools_job_of_the_embedded_worker_learns_on_learner_processes_and_runs_its_tools_here(
+    service, tool_url, tmp_path
+):
+    """An OpenAI-dialect job with Azure's tool fields (the default independent schedule) through the official client,
+    threads left to the engine: its learning steps are measured on the learner processes, its episodes are sampled in
+    the job's process (where its tool calls are made), and the tool server sees the calls."""
+    service.serve(workers=1)
+    client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
+    lines = (EXAMPLE / "train.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "train.jsonl").write_text("".join(lines[:16]))
+    (tmp_path / "validation.jsonl").write_text("".join(lines[16:20]))
+    files = {}
+    for name in ("train", "validation"):
+        with (tmp_path / f"{name}.jsonl").open("rb") as f:
+            files[name] = client.files.create(file=f, purpose="fine-tune")
+    job = client.fine_tuning.jobs.create(
+        model=str(EXAMPLE / "model"),
+        training_file=files["train"].id,
+        validation_file=files["validation"].id,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": {
+                    "type": "string_check",
+                    "name": "answer",
+                    "input": "{{sample.output_text}}",
+                    "reference": "{{item.reference_answer}}",
+                    "operation": "eq",
+                },
+                "tools": [{"name": "calculator", "server_url": tool_url, "headers": {"X-Functions-Key": SECRET}}],
+                "max_episode_steps": 3,
+                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "compute_multiplier": 0.25, "eval_interval": 4},
+            },
+        },
+        extra_body={"openrft": {"max_new_tokens": 112, "eval_max_examples": 4, "tensorboard": False, "processes": 2}},
+    )
+    deadline = time.monotonic() + 300
+    while (job := client.fine_tuning.jobs.retrieve(job.id)).status in ("validating_files", "queued", "running"):
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    assert job.status == "succeeded", job.error
+    events = list(client.fine_tuning.jobs.list_events(job.id, limit=200))
+    messages = [e.message for e in events]
+    assert any(m.startswith("2 learner processes (runtime.processes 2)") and "learning runs on" in m for m in messages)
+    steps = sorted((e.data["step"], e.data["metrics"]) for e in events if e.type == "metrics" and e.data["step"] > 0)
+    layouts = [(m["perf/processes_generate"], m["perf/processes_learn"]) for _, m in steps[:4]]
+    assert layouts == [(1.0, 1.0), (1.0, 2.0)] * 2  # learning: a warm-up in each layout, then the trials
+    assert ToolServer.calls, "the model never called the tool server"
