@@ -3,8 +3,11 @@ adapter after it; the policy's adapter stays trainable either way. And the model
 
 import copy
 
+import pytest
 import torch
+from peft.tuners.lora import LoraModel
 
+from openrft.learner.adapter_switch import AdapterSwitch
 from openrft.learner.policy import Policy
 from openrft.models import load_causal_lm
 from openrft.spec.job import LoraSpec
@@ -30,8 +33,24 @@ def _trainable(policy: Policy) -> set[str]:
     return {name for name, param in policy.model.named_parameters() if param.requires_grad}
 
 
-def test_before_the_first_refit_the_reference_is_the_base_model_and_the_adapter_stays_trainable():
+@pytest.fixture(params=["layers", "peft"])
+def switch_only_by(request, monkeypatch):
+    """Called once the policy is built: from then on the reference is switched on the LoRA layers themselves (PEFT's
+    own switches would fail the test), or by PEFT (a model the layer switch leaves to it: ``modules_to_save``)."""
+
+    def arm() -> None:
+        if request.param == "layers":
+            for name in ("set_adapter", "disable_adapter_layers", "enable_adapter_layers"):
+                monkeypatch.setattr(LoraModel, name, lambda *a, **k: pytest.fail("PEFT's switch walked the model"))
+        else:
+            monkeypatch.setattr(AdapterSwitch, "layers", lambda self: None)
+
+    return arm
+
+
+def test_before_the_first_refit_the_reference_is_the_base_model_and_the_adapter_stays_trainable(switch_only_by):
     policy, base = _policy()
+    switch_only_by()
     ids = torch.randint(0, 90, (3, 7))
     trainable = _trainable(policy)
     assert trainable and all("lora_" in name for name in trainable)
@@ -44,10 +63,11 @@ def test_before_the_first_refit_the_reference_is_the_base_model_and_the_adapter_
     assert _trainable(policy) == trainable
 
 
-def test_after_a_refit_the_reference_is_the_adapter_as_it_was_then():
+def test_after_a_refit_the_reference_is_the_adapter_as_it_was_then(switch_only_by):
     policy, _ = _policy()
     ids = torch.randint(0, 90, (2, 5))
-    policy.refit_reference()
+    policy.refit_reference()  # adding the reference adapter is PEFT's
+    switch_only_by()
     at_refit = _logits(policy.model, ids)
     trainable = _trainable(policy)
     for name, param in policy.model.named_parameters():

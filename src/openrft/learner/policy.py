@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
+from openrft.learner.adapter_switch import AdapterSwitch
 from openrft.learner.lora_fused import fuse_lora_linears
 from openrft.spec.job import LoraSpec
 
@@ -39,6 +40,7 @@ class Policy:
         if lora.enabled:
             self.model = get_peft_model(base_model, lora_config(lora), adapter_name=POLICY_ADAPTER)
             fuse_lora_linears(self.model)
+            self._switch = AdapterSwitch(self.model)
             # PEFT's wrappers start in train mode whatever the base's: one mode throughout, or the learner, which
             # reads the top module's, would train an eval-mode model (no dropout, no activation checkpointing)
             self.model.train(base_model.training)
@@ -106,6 +108,7 @@ class Policy:
         if REFERENCE_ADAPTER not in model.peft_config:
             model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[POLICY_ADAPTER]))
             model.set_adapter(POLICY_ADAPTER)  # add_adapter leaves the policy active; be explicit
+            self._switch.forget()
         set_peft_model_state_dict(model, state, adapter_name=REFERENCE_ADAPTER)
         for name, param in model.named_parameters():
             if f".{REFERENCE_ADAPTER}." in name:
@@ -116,6 +119,16 @@ class Policy:
         """Inside this context ``self.model`` (or the returned module) computes the reference policy."""
         if not self.lora_enabled:
             yield self._reference_model if self._reference_model is not None else self.model
+            return
+        layers = self._switch.layers()
+        if layers is not None:  # the LoRA layers' own switches (learner/adapter_switch.py)
+            switched = (
+                self._switch.disabled(layers)
+                if self._reference_is_base
+                else self._switch.active(REFERENCE_ADAPTER, layers)
+            )
+            with switched:
+                yield self.model
             return
         if self._reference_is_base:
             # the tuner's own switch: PeftModel.disable_adapter also scans every layer's status first (4 ms a step)
