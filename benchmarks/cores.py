@@ -29,34 +29,48 @@ def core_counts(available: int) -> list[int]:
     return [n for n in (1, 2, 4) if n <= available]
 
 
+def run_job(spec) -> tuple[dict[int, dict], list[str]]:
+    """``spec`` run in a scratch folder on the runtime ``runtime_for`` places it on (learner processes where it
+    may use them): each step's metrics, and the run's events."""
+    from openrft.engine import RFTJob
+    from openrft.runtime import runtime_for
+
+    events: list[str] = []
+    rows: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        RFTJob(
+            spec,
+            Path(workdir) / "run",
+            runtime=runtime_for(spec, lambda level, message: events.append(message)),
+            show_progress=False,
+            listeners=(lambda step, metrics: rows.__setitem__(step, metrics),),
+            on_event=lambda level, message: events.append(message),
+        ).run()
+    return rows, events
+
+
+def layouts_kept(rows: dict[int, dict]) -> dict[str, list[int]]:
+    """Each phase's layout in the last step, ``[processes, threads]``."""
+    last = rows[max(rows)]
+    return {
+        phase: [int(last.get(f"perf/processes_{phase}", 1)), int(last[f"perf/threads_{phase}"])]
+        for phase in ("generate", "learn")
+    }
+
+
 def job_worker(steps: int) -> dict:
     """The demo job in this (pinned) process, left to choose; its steps after the measuring ones."""
     from benchmarks.demo import demo_spec
-    from openrft.engine import RFTJob
-    from openrft.runtime import runtime_for
 
     spec = demo_spec(None)  # threads unset: the engine's choice on the cores this process may use
     spec.training.total_steps = steps
     spec.evaluation.at_start, spec.evaluation.interval = False, 0
     spec.checkpoint.interval = 0
-    events: list[str] = []
-    rows: dict[int, dict] = {}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as workdir:
-        runtime = runtime_for(spec, lambda level, message: events.append(message))
-        job = RFTJob(
-            spec,
-            Path(workdir) / "run",
-            runtime=runtime,
-            show_progress=False,
-            listeners=(lambda step, metrics: rows.__setitem__(step, metrics),),
-            on_event=lambda level, message: events.append(message),
-        )
-        job.run()
+    rows, events = run_job(spec)
     timed = [rows[s] for s in sorted(rows) if s > MEASURING_STEPS + 1]
     kept = [row["perf/time_per_step"] for row in timed]
     copies = [row["perf/learner_snapshot_s"] for row in timed if "perf/learner_snapshot_s" in row]
-    last = rows[max(rows)]
     return {
         "cores": len(os.sched_getaffinity(0)),
         "step_s": round(statistics.median(kept), 4),
@@ -65,10 +79,7 @@ def job_worker(steps: int) -> dict:
         "wall_s": round(time.perf_counter() - started, 1),
         "threads": int(spec.runtime.threads or 0),
         "processes": int(spec.runtime.processes or 1),
-        "layout": {
-            phase: [int(last.get(f"perf/processes_{phase}", 1)), int(last[f"perf/threads_{phase}"])]
-            for phase in ("generate", "learn")
-        },
+        "layout": layouts_kept(rows),
         "chosen": [m for m in events if "from now on" in m],
     }
 

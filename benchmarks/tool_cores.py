@@ -15,11 +15,10 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from benchmarks.common import ROOT, run_worker
+from benchmarks.cores import layouts_kept, run_job
 
 RECIPE = ROOT / "examples" / "calculator" / "recipe.yaml"
 MEASURING_STEPS = 6  # learning: a warm-up and two trials in each layout
@@ -28,8 +27,6 @@ SCHEDULES = ("lockstep", "independent")
 
 
 def job_worker(steps: int, setting: str, schedule: str) -> dict:
-    from openrft.engine import RFTJob
-    from openrft.runtime import runtime_for
     from openrft.spec.dialects import load_job
 
     spec = load_job(RECIPE)
@@ -40,23 +37,11 @@ def job_worker(steps: int, setting: str, schedule: str) -> dict:
     spec.runtime.threads = None
     spec.runtime.processes = 1 if setting == "one process" else None
     spec.tools.schedule = schedule
-    rows: dict[int, dict] = {}
-    events: list[str] = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as workdir:
-        runtime = runtime_for(spec, lambda level, message: events.append(message))
-        RFTJob(
-            spec,
-            Path(workdir) / "run",
-            runtime=runtime,
-            show_progress=False,
-            listeners=(lambda step, metrics: rows.__setitem__(step, metrics),),
-            on_event=lambda level, message: events.append(message),
-        ).run()
+    rows, events = run_job(spec)
     timed = [rows[s] for s in sorted(rows) if s > MEASURING_STEPS + 1]
     learn_s = sum(r["timing/training"] for r in timed)
     tokens = sum(r["actor/trained_tokens"] for r in timed)
-    last = rows[max(rows)]
     return {
         "setting": setting,
         "schedule": schedule,
@@ -66,10 +51,7 @@ def job_worker(steps: int, setting: str, schedule: str) -> dict:
         "learn_s_per_1k_tokens": round(1000 * learn_s / tokens, 4),
         "steps_timed": len(timed),
         "wall_s": round(time.perf_counter() - started, 1),
-        "layout": {
-            phase: [int(last.get(f"perf/processes_{phase}", 1)), int(last[f"perf/threads_{phase}"])]
-            for phase in ("generate", "learn")
-        },
+        "layout": layouts_kept(rows),
         "chosen": [m for m in events if "from now on" in m],
     }
 
