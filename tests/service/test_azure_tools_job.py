@@ -12,26 +12,20 @@ from tests.tools.test_azure_tools import EXAMPLE, SECRET, ToolServer
 from tests.tools.test_azure_tools import tool_url as tool_url  # the fixture
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_an_azure_agentic_job_through_the_openai_client_calls_the_tool_server(service, tool_url, tmp_path):
-    """The official client submits the job (operator mode: a loopback tool server is allowed); 2 steps run on the
-    calculator model, the server saw its calls with the tenant's headers, and no event carries the token."""
-    import openai
-
-    service.serve(workers=1)
-    client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
+def submit_calculator_job(client, tool_url: str, tmp_path, rows: int, eval_interval: int, openrft: dict):
+    """The calculator example's first ``rows`` rows (and 4 more for validation) uploaded with the official client,
+    and an OpenAI-dialect job with Azure's tool fields on them: batches of 4, episodes of up to 3 model turns."""
     lines = (EXAMPLE / "train.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "train.jsonl").write_text("".join(lines[:8]))
-    (tmp_path / "validation.jsonl").write_text("".join(lines[8:12]))
-    with (tmp_path / "train.jsonl").open("rb") as f:
-        train = client.files.create(file=f, purpose="fine-tune")
-    with (tmp_path / "validation.jsonl").open("rb") as f:
-        validation = client.files.create(file=f, purpose="fine-tune")
-    job = client.fine_tuning.jobs.create(
+    (tmp_path / "train.jsonl").write_text("".join(lines[:rows]))
+    (tmp_path / "validation.jsonl").write_text("".join(lines[rows : rows + 4]))
+    files = {}
+    for name in ("train", "validation"):
+        with (tmp_path / f"{name}.jsonl").open("rb") as f:
+            files[name] = client.files.create(file=f, purpose="fine-tune")
+    return client.fine_tuning.jobs.create(
         model=str(EXAMPLE / "model"),
-        training_file=train.id,
-        validation_file=validation.id,
+        training_file=files["train"].id,
+        validation_file=files["validation"].id,
         method={
             "type": "reinforcement",
             "reinforcement": {
@@ -44,11 +38,28 @@ def test_an_azure_agentic_job_through_the_openai_client_calls_the_tool_server(se
                 },
                 "tools": [{"name": "calculator", "server_url": tool_url, "headers": {"X-Functions-Key": SECRET}}],
                 "max_episode_steps": 3,
-                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "compute_multiplier": 0.25, "eval_interval": 1},
+                "hyperparameters": {
+                    "n_epochs": 1,
+                    "batch_size": 4,
+                    "compute_multiplier": 0.25,
+                    "eval_interval": eval_interval,
+                },
             },
         },
-        extra_body={"openrft": {"max_new_tokens": 112, "eval_max_examples": 4, "tensorboard": False, "threads": 1}},
+        extra_body={"openrft": {"max_new_tokens": 112, "eval_max_examples": 4, "tensorboard": False, **openrft}},
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_azure_agentic_job_through_the_openai_client_calls_the_tool_server(service, tool_url, tmp_path):
+    """The official client submits the job (operator mode: a loopback tool server is allowed); 2 steps run on the
+    calculator model, the server saw its calls with the tenant's headers, and no event carries the token."""
+    import openai
+
+    service.serve(workers=1)
+    client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
+    job = submit_calculator_job(client, tool_url, tmp_path, 8, eval_interval=1, openrft={"threads": 1})
     deadline = time.monotonic() + 240
     while (job := client.fine_tuning.jobs.retrieve(job.id)).status not in ("succeeded", "failed", "cancelled"):
         assert time.monotonic() < deadline, job

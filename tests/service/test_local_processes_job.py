@@ -11,8 +11,9 @@ import psutil
 import pytest
 
 from tests.service.svc_helpers import TRAIN, VALIDATION, Service, small_dataset
+from tests.service.test_azure_tools_job import submit_calculator_job
 from tests.service.test_cluster import demo_job
-from tests.tools.test_azure_tools import EXAMPLE, SECRET, ToolServer
+from tests.tools.test_azure_tools import ToolServer
 from tests.tools.test_azure_tools import tool_url as tool_url  # the fixture
 
 
@@ -63,34 +64,7 @@ def test_a_tools_job_of_the_embedded_worker_learns_on_learner_processes_and_runs
     the job's process (where its tool calls are made), and the tool server sees the calls."""
     service.serve(workers=1)
     client = openai.OpenAI(base_url=service.base_url + "/v1", api_key="sk-local", max_retries=0)
-    lines = (EXAMPLE / "train.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "train.jsonl").write_text("".join(lines[:16]))
-    (tmp_path / "validation.jsonl").write_text("".join(lines[16:20]))
-    files = {}
-    for name in ("train", "validation"):
-        with (tmp_path / f"{name}.jsonl").open("rb") as f:
-            files[name] = client.files.create(file=f, purpose="fine-tune")
-    job = client.fine_tuning.jobs.create(
-        model=str(EXAMPLE / "model"),
-        training_file=files["train"].id,
-        validation_file=files["validation"].id,
-        method={
-            "type": "reinforcement",
-            "reinforcement": {
-                "grader": {
-                    "type": "string_check",
-                    "name": "answer",
-                    "input": "{{sample.output_text}}",
-                    "reference": "{{item.reference_answer}}",
-                    "operation": "eq",
-                },
-                "tools": [{"name": "calculator", "server_url": tool_url, "headers": {"X-Functions-Key": SECRET}}],
-                "max_episode_steps": 3,
-                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "compute_multiplier": 0.25, "eval_interval": 4},
-            },
-        },
-        extra_body={"openrft": {"max_new_tokens": 112, "eval_max_examples": 4, "tensorboard": False, "processes": 2}},
-    )
+    job = submit_calculator_job(client, tool_url, tmp_path, 16, eval_interval=4, openrft={"processes": 2})
     deadline = time.monotonic() + 300
     while (job := client.fine_tuning.jobs.retrieve(job.id)).status in ("validating_files", "queued", "running"):
         assert time.monotonic() < deadline
