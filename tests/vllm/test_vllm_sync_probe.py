@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from openrft.engine import RFTJob
+from openrft.engine.setup import build_parts
 from openrft.engine.sync_check import SyncProbeError
 from openrft.rollout.sync_probe import TOLERANCES, max_abs_diff, probe_from_prompts, score_with_model
 from openrft.spec.dialects import load_job
@@ -119,3 +120,25 @@ def test_full_weights_take_the_file_path_with_the_reason_logged(vllm_server, tmp
     assert generator.full_weights_reason.startswith("the server has the weight-transfer routes, but vLLM's")
     assert "CUDA" in generator.full_weights_reason
     assert any("full weights reach" in r.getMessage() for r in caplog.records)
+
+
+def test_an_adapter_reloaded_in_place_serves_its_new_weights(vllm_server, tmp_path):
+    """A name the server already holds (a job run again against a server that kept running) is reloaded in place: the
+    server must then score with the new weights, not its cached prompt KV of the old ones."""
+    spec = _spec(tmp_path, vllm_server)
+    learner = _trained_learner(spec)
+    probe = probe_from_prompts(build_parts(_job_spec(tmp_path, vllm_server)).train_prompts, count=4)
+    first = _generator(vllm_server, spec, tmp_path / "a", "inplace")
+    again = _generator(vllm_server, spec, tmp_path / "b", "inplace")  # a fresh client: the name is the server's
+    try:
+        first.load_adapter(learner.policy.adapter_state(), 1)
+        old = first.score(probe)
+        with torch.no_grad():
+            for p in learner.policy.trainable_parameters():
+                p.mul_(-1.5)
+        again.load_adapter(learner.policy.adapter_state(), 1)  # "already been loaded": in place
+        new = again.score(probe)
+    finally:
+        again._post("/unload_lora_adapter", {"lora_name": "inplace-v1"})
+    assert max_abs_diff(old, score_with_model(learner.policy.model, probe)) > 0.1  # the weights did change
+    assert max_abs_diff(new, score_with_model(learner.policy.model, probe)) <= TOLERANCES[("vllm", "float32")]
