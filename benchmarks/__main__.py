@@ -51,17 +51,7 @@ NEEDS_VLLM = ("vllm", "vllm-demo")  # run only when named: they need .venv-vllm 
 # own-agent: the agent routes against the built-in tool loop, run only when named (a few minutes)
 # cores: the demo job pinned to 1, 2 (4) cores, run only when named (a few minutes)
 # tool-cores: the tools example left to choose against one process, run only when named (a few minutes)
-HOURS = (
-    "real-shape",
-    "real-shape-profile",
-    "tinker",
-    "tinker-fairness",
-    "cluster",
-    "sync",
-    "own-agent",
-    "cores",
-    "tool-cores",
-)
+HOURS = SUITES[SUITES.index("real-shape") :]  # every suite from real-shape on (listed above)
 
 
 def _log(message: str) -> None:
